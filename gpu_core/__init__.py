@@ -1,0 +1,28 @@
+"""gpu_core: exact minimum spanning forests with ECL-MST on the GPU (CuPy), and the same answer on the CPU (NumPy).
+
+>>> import numpy as np, gpu_core
+>>> f = gpu_core.minimum_spanning_forest(np.array([0, 1, 0]), np.array([1, 2, 2]), np.array([1, 1, 1]), backend="cpu")
+>>> f.edge_ids.tolist(), f.total_weight, f.num_components
+([0, 1], 2, 1)
+"""
+
+from . import errors
+from ._forest import SpanningForest
+from ._graph import Backend, Graph, gpu_available, minimum_spanning_forest, resolve_backend, warm_up
+from ._validate import WEIGHT_DTYPES
+from .formats import FORMATS, read_graph
+
+__all__ = [
+    "FORMATS",
+    "WEIGHT_DTYPES",
+    "Backend",
+    "Graph",
+    "SpanningForest",
+    "errors",
+    "gpu_available",
+    "minimum_spanning_forest",
+    "read_graph",
+    "resolve_backend",
+    "warm_up",
+]
+__version__ = "0.1.0"

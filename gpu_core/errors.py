@@ -1,0 +1,120 @@
+"""Errors raised by :mod:`gpu_core`.
+
+Every error the engine raises on purpose derives from :class:`MSTError`.
+Mistakes in the input also derive from :class:`ValueError`, so plain
+``except ValueError`` keeps working for callers who do not know this module.
+
+    MSTError
+    ├── GraphValidationError (ValueError)   the edge list is malformed
+    │   ├── EdgeListShapeError              arrays of wrong rank or unequal length
+    │   ├── UnsupportedDtypeError           ids or weights of an unsupported dtype
+    │   ├── VertexIdError                   a vertex id outside [0, num_vertices)
+    │   └── NonFiniteWeightError            a NaN or infinite weight
+    ├── GraphTooLargeError (ValueError)     over a backend's index limits
+    ├── BackendUnavailableError (RuntimeError)
+    └── DeviceError (RuntimeError)          CUDA failed while running a computation
+
+All errors keep their fields when pickled, because they cross from the worker
+process to the API process (``__reduce__`` rebuilds them from their arguments).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MSTError(Exception):
+    """Base class of every error raised on purpose by gpu_core."""
+
+    #: short machine-readable name, used as the problem type by the service
+    code = "mst_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.__dict__.copy()))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls: type[MSTError], state: dict[str, Any]) -> MSTError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, state.get("message", ""))
+    err.__dict__.update(state)
+    return err
+
+
+class GraphValidationError(MSTError, ValueError):
+    """The edge list cannot describe a graph; fix the input and try again."""
+
+    code = "invalid_graph"
+
+    def __init__(self, message: str, *, field: str | None = None, index: int | None = None) -> None:
+        super().__init__(message)
+        #: the input field at fault (``"src"``, ``"dst"``, ``"weight"``, ``"num_vertices"``)
+        self.field = field
+        #: the 0-based position of the first offending edge, when one edge is at fault
+        self.index = index
+
+
+class EdgeListShapeError(GraphValidationError):
+    """The edge arrays are not one-dimensional or have different lengths."""
+
+    code = "invalid_shape"
+
+
+class UnsupportedDtypeError(GraphValidationError):
+    """Vertex ids must be integers; weights int32, int64, float32 or float64."""
+
+    code = "unsupported_dtype"
+
+
+class VertexIdError(GraphValidationError):
+    """A vertex id lies outside ``[0, num_vertices)``."""
+
+    code = "vertex_out_of_range"
+
+
+class NonFiniteWeightError(GraphValidationError):
+    """A weight is NaN or infinite; minimum spanning forests need finite weights."""
+
+    code = "non_finite_weight"
+
+
+class GraphTooLargeError(MSTError, ValueError):
+    """The graph exceeds an index limit of the chosen backend; use a smaller graph or the CPU backend."""
+
+    code = "graph_too_large"
+
+    def __init__(self, message: str, *, limit: int | None = None, actual: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.actual = actual
+
+
+class BackendUnavailableError(MSTError, RuntimeError):
+    """The requested backend cannot run here (e.g. ``backend="gpu"`` without CuPy or a CUDA device)."""
+
+    code = "backend_unavailable"
+
+
+class DeviceError(MSTError, RuntimeError):
+    """CUDA reported an error while computing; the device context may need a restart."""
+
+    code = "device_error"
+
+
+__all__ = [
+    "BackendUnavailableError",
+    "DeviceError",
+    "EdgeListShapeError",
+    "GraphTooLargeError",
+    "GraphValidationError",
+    "MSTError",
+    "NonFiniteWeightError",
+    "UnsupportedDtypeError",
+    "VertexIdError",
+]

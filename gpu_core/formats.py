@@ -1,0 +1,188 @@
+"""Readers for graph files: NumPy ``.npz``, ECL ``.egr``, Matrix Market, plain edge lists and DIMACS.
+
+Every reader returns an :class:`EdgeArrays` (``src``, ``dst``, ``weight``,
+``num_vertices``) in input order, so the edge id of an edge is its position in
+the file; the arrays are then validated by :class:`gpu_core.Graph`. Malformed
+files raise :class:`gpu_core.errors.GraphValidationError` naming the problem.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import GraphValidationError
+
+
+@dataclass(frozen=True)
+class EdgeArrays:
+    src: np.ndarray[Any, Any]
+    dst: np.ndarray[Any, Any]
+    weight: np.ndarray[Any, Any]
+    num_vertices: int | None
+
+
+def _bad(fmt: str, detail: str) -> GraphValidationError:
+    return GraphValidationError(f"not a valid {fmt} graph: {detail}", field="body")
+
+
+def read_npz(data: bytes) -> EdgeArrays:
+    """An ``.npz`` archive with arrays ``src``, ``dst``, ``weight`` and optionally a scalar ``num_vertices``."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            missing = [k for k in ("src", "dst", "weight") if k not in npz.files]
+            if missing:
+                raise _bad("npz", f"missing array(s) {', '.join(missing)}; found {', '.join(npz.files) or 'none'}")
+            n = None
+            if "num_vertices" in npz.files:
+                nv = npz["num_vertices"]
+                if nv.shape != () or nv.dtype.kind not in "iu":
+                    raise _bad("npz", "'num_vertices' must be an integer scalar")
+                n = int(nv)
+            return EdgeArrays(npz["src"], npz["dst"], npz["weight"], n)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        if isinstance(exc, GraphValidationError):
+            raise
+        raise _bad("npz", str(exc) or type(exc).__name__) from None
+
+
+def read_egr(data: bytes) -> EdgeArrays:
+    """ECL's binary CSR: int32 ``n``, ``nnz``, ``row_ptr[n+1]``, ``col[nnz]``, optional int32 ``weight[nnz]``.
+
+    Each undirected edge is stored in both rows; the entry with ``src < dst``
+    (and every self-loop entry) becomes one edge, in CSR order.
+    """
+    words = np.frombuffer(data, dtype="<i4", count=len(data) // 4) if len(data) % 4 == 0 else None
+    if words is None or words.size < 2:
+        raise _bad("egr", "the file size must be a multiple of 4 bytes and hold a header")
+    n, nnz = int(words[0]), int(words[1])
+    if n < 0 or nnz < 0 or words.size not in (2 + n + 1 + nnz, 2 + n + 1 + 2 * nnz):
+        raise _bad("egr", f"header says {n} vertices and {nnz} entries, which does not match the file size")
+    row_ptr = words[2 : 3 + n].astype(np.int64)
+    if row_ptr[0] != 0 or row_ptr[-1] != nnz or np.any(np.diff(row_ptr) < 0):
+        raise _bad("egr", "the row pointers are not a non-decreasing sequence from 0 to nnz")
+    col = words[3 + n : 3 + n + nnz].astype(np.int64)
+    weight = words[3 + n + nnz :].copy() if words.size > 3 + n + nnz else np.ones(nnz, dtype=np.int32)
+    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(row_ptr))
+    once = row <= col
+    return EdgeArrays(row[once], col[once], weight[once], n)
+
+
+def _text_columns(data: bytes, fmt: str, comments: str, skip_prefix: str | None = None) -> list[list[str]]:
+    rows = []
+    for lineno, raw in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in comments:
+            continue
+        rows.append(line.split() + [f"@{lineno}"])
+    if skip_prefix is not None:
+        rows = [r for r in rows if r[0] != skip_prefix]
+    return rows
+
+
+def _numbers(tokens: list[str], fmt: str, where: str) -> np.ndarray[Any, Any]:
+    try:
+        ints = np.array([int(t) for t in tokens], dtype=np.int64)
+        return ints
+    except ValueError:
+        pass
+    try:
+        return np.array([float(t) for t in tokens], dtype=np.float64)
+    except ValueError:
+        raise _bad(fmt, f"{where} must be numbers") from None
+
+
+def _columns(rows: list[list[str]], fmt: str, first: int, with_weight: bool) -> tuple[Any, Any, Any]:
+    width = first + (3 if with_weight else 2)
+    for r in rows:
+        if len(r) - 1 < width:
+            raise _bad(fmt, f"line {r[-1][1:]} has {len(r) - 1} fields, expected at least {width}")
+    try:
+        src = np.array([int(r[first]) for r in rows], dtype=np.int64)
+        dst = np.array([int(r[first + 1]) for r in rows], dtype=np.int64)
+    except ValueError:
+        raise _bad(fmt, "vertex ids must be integers") from None
+    if with_weight:
+        weight = _numbers([r[first + 2] for r in rows], fmt, "weights")
+    else:
+        weight = np.ones(len(rows), dtype=np.int64)
+    return src, dst, weight
+
+
+def read_edgelist(data: bytes) -> EdgeArrays:
+    """Text, one edge a line: ``src dst [weight]`` with 0-based ids; ``#`` or ``%`` starts a comment."""
+    rows = _text_columns(data, "edgelist", "#%")
+    with_weight = bool(rows) and len(rows[0]) - 1 >= 3
+    src, dst, weight = _columns(rows, "edgelist", 0, with_weight)
+    return EdgeArrays(src, dst, weight, None)
+
+
+def read_mtx(data: bytes) -> EdgeArrays:
+    """Matrix Market coordinate format (``general`` or ``symmetric``; ``pattern`` means weight 1), 1-based."""
+    text = data.lstrip()
+    if not text.startswith(b"%%MatrixMarket"):
+        raise _bad("mtx", "the first line must start with %%MatrixMarket")
+    banner = text.split(b"\n", 1)[0].decode("ascii", errors="replace").lower().split()
+    if len(banner) < 5 or banner[1] != "matrix" or banner[2] != "coordinate":
+        raise _bad("mtx", "only 'matrix coordinate' files describe graphs")
+    field = banner[3]
+    if field not in ("real", "integer", "pattern", "double"):
+        raise _bad("mtx", f"field '{field}' is not supported (use real, integer or pattern)")
+    rows = _text_columns(text, "mtx", "%")
+    if not rows:
+        raise _bad("mtx", "the size line is missing")
+    size = rows[0]
+    try:
+        nrows, ncols, nnz = (int(t) for t in size[:3])
+    except ValueError:
+        raise _bad("mtx", "the size line must be 'rows cols entries'") from None
+    entries = rows[1:]
+    if len(entries) != nnz:
+        raise _bad("mtx", f"the size line announces {nnz} entries but the file has {len(entries)}")
+    src, dst, weight = _columns(entries, "mtx", 0, field != "pattern")
+    if field == "integer" and weight.dtype.kind == "f":
+        raise _bad("mtx", "an 'integer' file holds non-integer values")
+    return EdgeArrays(src - 1, dst - 1, weight, max(nrows, ncols))
+
+
+def read_dimacs(data: bytes) -> EdgeArrays:
+    """9th DIMACS challenge: ``p sp N M`` then ``a u v w`` arcs, 1-based; each arc becomes an edge."""
+    rows = _text_columns(data, "dimacs", "c")
+    problem = [r for r in rows if r[0] == "p"]
+    if len(problem) != 1 or len(problem[0]) - 1 < 4:
+        raise _bad("dimacs", "exactly one 'p sp N M' line is required")
+    try:
+        n = int(problem[0][2])
+    except ValueError:
+        raise _bad("dimacs", "the 'p' line must give the number of vertices") from None
+    arcs = [r for r in rows if r[0] == "a"]
+    other = [r for r in rows if r[0] not in ("a", "p")]
+    if other:
+        raise _bad("dimacs", f"line {other[0][-1][1:]} starts with '{other[0][0]}', expected 'a', 'p' or 'c'")
+    src, dst, weight = _columns(arcs, "dimacs", 1, True)
+    return EdgeArrays(src - 1, dst - 1, weight, n)
+
+
+#: upload formats and their readers
+FORMATS: dict[str, Callable[[bytes], EdgeArrays]] = {
+    "npz": read_npz,
+    "egr": read_egr,
+    "mtx": read_mtx,
+    "edgelist": read_edgelist,
+    "dimacs": read_dimacs,
+}
+
+
+def read_graph(data: bytes, format: str) -> EdgeArrays:
+    """Parse a graph file of one of :data:`FORMATS`."""
+    try:
+        reader = FORMATS[format]
+    except KeyError:
+        raise GraphValidationError(
+            f"unknown graph format {format!r}; use one of {', '.join(FORMATS)}.", field="format"
+        ) from None
+    return reader(data)
