@@ -13,6 +13,7 @@ Mistakes in the input also derive from :class:`ValueError`, so plain
     ├── GraphTooLargeError (ValueError)     over a backend's index limits
     ├── BackendUnavailableError (RuntimeError)
     └── DeviceError (RuntimeError)          CUDA failed while running a computation
+        └── DeviceMemoryError (MemoryError) the graph does not fit in free device memory
 
 All errors keep their fields when pickled, because they cross from the worker
 process to the API process (``__reduce__`` rebuilds them from their arguments).
@@ -107,9 +108,16 @@ class DeviceError(MSTError, RuntimeError):
     code = "device_error"
 
 
+class DeviceMemoryError(DeviceError, MemoryError):
+    """The graph does not fit in the device memory that is free; delete other graphs or use a larger GPU."""
+
+    code = "device_out_of_memory"
+
+
 __all__ = [
     "BackendUnavailableError",
     "DeviceError",
+    "DeviceMemoryError",
     "EdgeListShapeError",
     "GraphTooLargeError",
     "GraphValidationError",

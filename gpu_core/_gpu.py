@@ -1,0 +1,270 @@
+"""The CuPy backend: ECL-MST on a graph that stays resident in device memory.
+
+Building a :class:`GpuGraph` uploads the edge list once, validates it on the
+device, ranks the edges by ``(weight, edge_id)`` and builds the CSR of both
+directions there. Each computation then only runs kernels (see
+``kernels/ecl_mst.cu``) and copies the forest back.
+
+Host round trips. The loop's control stays on the device: worklist sizes live
+in device memory and kernels with nothing to do return at once. The first
+computation on a graph reads the sizes back after every second iteration and
+counts the iterations of each phase; Borůvka rounds under a strict total order
+are deterministic, so later computations replay one captured CUDA graph of
+exactly that many iterations and read back once, at the end, to confirm.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._forest import SpanningForest, filter_threshold, make_forest
+from ._kernels import kernel
+from ._validate import validate_edges
+from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
+
+INT32_MAX = 2**31 - 1
+BLOCK = 256
+BLOCKS_PER_SM = 8
+#: counters on the device: worklist A size, worklist B size, forest size, phase-1 leftover
+SIZE_A, SIZE_B, FOREST_SIZE, PHASE1_LEFT, NUM_COUNTERS = 0, 1, 2, 3, 4
+
+
+def _cupy() -> Any:
+    import cupy
+
+    return cupy
+
+
+def _device_errors() -> tuple[type[BaseException], ...]:
+    cp = _cupy()
+    return (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError)
+
+
+class GpuGraph:
+    """A graph resident on the current CUDA device, ready for ECL-MST."""
+
+    backend = "gpu"
+
+    def __init__(self, src: Any, dst: Any, weight: Any, num_vertices: int | None) -> None:
+        cp = _cupy()
+        self.device_id = int(cp.cuda.Device().id)
+        self._stream = cp.cuda.Stream(non_blocking=True)
+        try:
+            with self._stream:
+                self._build(cp, src, dst, weight, num_vertices)
+            self._stream.synchronize()
+        except cp.cuda.memory.OutOfMemoryError as exc:
+            raise DeviceMemoryError(
+                f"the graph does not fit in free device memory on GPU {self.device_id}: {exc}"
+            ) from None
+        except _device_errors() as exc:
+            raise DeviceError(f"CUDA failed while building the graph: {exc}") from None
+        self._graph_exec: Any = None  # the captured whole-run CUDA graph, once the plan is known
+        self._pairs: tuple[int, int] | None = None  # iteration pairs of phase 1 and phase 2
+
+    # -- building -----------------------------------------------------------------------
+    def _build(self, cp: Any, src: Any, dst: Any, weight: Any, num_vertices: int | None) -> None:
+        edges = validate_edges(cp, src, dst, weight, num_vertices)
+        n = edges.num_vertices
+        m = int(edges.weight.shape[0])
+        if n > INT32_MAX:
+            raise GraphTooLargeError(
+                f"the GPU backend indexes vertices with 32 bits: at most {INT32_MAX} vertices, got {n}.",
+                limit=INT32_MAX,
+                actual=n,
+            )
+        if m > INT32_MAX:
+            raise GraphTooLargeError(
+                f"the GPU backend supports at most {INT32_MAX} edges, got {m}.", limit=INT32_MAX, actual=m
+            )
+        self.num_vertices = n
+        self.num_edges = m
+        self.weight = edges.weight  # input order, for the forest's weights
+
+        # Rank edges by (weight, edge_id): CuPy's argsort is stable, so ties keep id order.
+        order = cp.argsort(edges.weight)
+        src_r = edges.src[order]
+        dst_r = edges.dst[order]
+        loop_free = src_r != dst_r
+        self.rank_to_id = order[loop_free].astype(cp.int32)
+        u = src_r[loop_free].astype(cp.int32)
+        v = dst_r[loop_free].astype(cp.int32)
+        del order, src_r, dst_r, loop_free
+        k = int(u.shape[0])
+        if 2 * k > INT32_MAX:
+            limit = INT32_MAX // 2
+            raise GraphTooLargeError(
+                f"the GPU backend stores both directions of every edge with 32-bit slots: at most "
+                f"{limit} edges that are not self-loops, got {k}.",
+                limit=limit,
+                actual=k,
+            )
+        self.num_loop_free = k
+
+        # CSR of both directions. Slot 2r and 2r+1 are the two directions of rank r, so a
+        # stable sort by row keeps every row in ascending rank order.
+        rows = cp.stack([u, v], axis=1).ravel()
+        cols = cp.stack([v, u], axis=1).ravel()
+        by_row = cp.argsort(rows)
+        self.adj = cp.empty((2 * k, 2), dtype=cp.int32)
+        self.adj[:, 0] = cols[by_row]
+        self.adj[:, 1] = (by_row // 2).astype(cp.int32)
+        self.row_ptr = cp.zeros(n + 1, dtype=cp.int32)
+        if k:
+            self.row_ptr[1:] = cp.cumsum(cp.bincount(rows, minlength=n)).astype(cp.int32)
+        del rows, cols, by_row, u, v
+
+        # Workspace, kept with the graph so a computation allocates nothing.
+        self.threshold = filter_threshold(n, k)
+        capacity = max(self.threshold, k - self.threshold, 1)
+        self._items_a = cp.empty(3 * capacity, dtype=cp.int32)
+        self._items_b = cp.empty(3 * capacity, dtype=cp.int32)
+        self._lightest0 = cp.empty(max(n, 1), dtype=cp.uint32)
+        self._lightest1 = cp.empty(max(n, 1), dtype=cp.uint32)
+        self._parent = cp.empty(max(n, 1), dtype=cp.int32)
+        self._split = cp.empty(max(n, 1), dtype=cp.int32)
+        self._forest = cp.empty(max(n, 1), dtype=cp.int32)
+        self._counters = cp.zeros(NUM_COUNTERS, dtype=cp.int32)
+        self._counters_host = cp.cuda.alloc_pinned_memory(4 * NUM_COUNTERS)
+
+        sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        self._max_blocks = sms * BLOCKS_PER_SM
+        self._capacity = capacity
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes held: graph (CSR, rank map, weights) and its workspace."""
+        arrays = (
+            self.weight, self.rank_to_id, self.adj, self.row_ptr, self._items_a, self._items_b,
+            self._lightest0, self._lightest1, self._parent, self._split, self._forest, self._counters,
+        )  # fmt: skip
+        return int(sum(a.nbytes for a in arrays))
+
+    # -- kernel launches ----------------------------------------------------------------
+    def _grid(self, work: int) -> tuple[int]:
+        return (max(1, min(math.ceil(work / BLOCK), self._max_blocks)),)
+
+    def _counter(self, index: int) -> Any:
+        return self._counters[index : index + 1]
+
+    def _launch_reset(self) -> None:
+        n = self.num_vertices
+        kernel("reset_state")(
+            self._grid(n), (BLOCK,),
+            (np.int32(n), self._parent, self._lightest0, self._lightest1, self._counters, np.int32(NUM_COUNTERS)),
+        )  # fmt: skip
+
+    def _launch_init(self, second_phase: bool) -> None:
+        n = self.num_vertices
+        if second_phase:
+            kernel("clear_lightest")(self._grid(n), (BLOCK,), (np.int32(n), self._lightest0, self._lightest1))
+        name = "init_worklist<true>" if second_phase else "init_worklist<false>"
+        kernel(name)(
+            self._grid(n), (BLOCK,),
+            (self.row_ptr, self.adj, np.int32(n), np.int32(self.threshold), self._split, self._parent,
+             self._items_a, self._counter(SIZE_A)),
+        )  # fmt: skip
+
+    def _launch_pair(self) -> None:
+        """Two iterations of Algorithm 2's loop: worklist A -> B, then B -> A."""
+        grid = self._grid(self._capacity)
+        select, link = kernel("select_lightest"), kernel("link_lightest")
+        size_a, size_b, forest_size = self._counter(SIZE_A), self._counter(SIZE_B), self._counter(FOREST_SIZE)
+        for items, size, next_items, next_size, lightest, lightest_next in (
+            (self._items_a, size_a, self._items_b, size_b, self._lightest0, self._lightest1),
+            (self._items_b, size_b, self._items_a, size_a, self._lightest1, self._lightest0),
+        ):
+            select(grid, (BLOCK,), (items, size, next_items, next_size, self._parent, lightest))
+            link(
+                grid, (BLOCK,),
+                (next_items, next_size, self._parent, lightest, lightest_next, size, self.rank_to_id,
+                 self._forest, forest_size),
+            )  # fmt: skip
+
+    def _read_counters(self) -> np.ndarray[Any, np.dtype[np.int32]]:
+        host = np.frombuffer(self._counters_host, dtype=np.int32, count=NUM_COUNTERS)
+        self._counters.get(stream=self._stream, out=host)
+        return host
+
+    # -- running ------------------------------------------------------------------------
+    def _run_phase_stepwise(self, second_phase: bool) -> int:
+        self._launch_init(second_phase)
+        pairs = 0
+        while True:
+            self._launch_pair()
+            pairs += 1
+            counters = self._read_counters()
+            if counters[SIZE_A] == 0 and counters[SIZE_B] == 0:
+                return pairs
+
+    def _run_stepwise(self) -> None:
+        """Run with a read-back every two iterations, and learn the iteration counts."""
+        self._launch_reset()
+        pairs1 = self._run_phase_stepwise(second_phase=False)
+        pairs2 = 0
+        if self.threshold < self.num_loop_free:
+            pairs2 = self._run_phase_stepwise(second_phase=True)
+        self._pairs = (pairs1, pairs2)
+
+    def _capture(self) -> Any:
+        assert self._pairs is not None
+        pairs1, pairs2 = self._pairs
+        stream = self._stream
+        stream.begin_capture()
+        try:
+            self._launch_reset()
+            self._launch_init(second_phase=False)
+            for _ in range(pairs1):
+                self._launch_pair()
+            # Remember what phase 1 left, so the run can confirm it ended where it was planned to.
+            self._counter(PHASE1_LEFT).data.copy_from_device_async(self._counter(SIZE_A).data, 4, stream)
+            if self.threshold < self.num_loop_free:
+                self._launch_init(second_phase=True)
+                for _ in range(pairs2):
+                    self._launch_pair()
+        finally:
+            graph = stream.end_capture()
+        return graph
+
+    def _run_device(self) -> int:
+        """Run ECL-MST; return the forest size. Forest edge ids are in ``self._forest``."""
+        if self._graph_exec is None and self._pairs is not None:
+            self._graph_exec = self._capture()
+        if self._graph_exec is not None:
+            self._graph_exec.launch(self._stream)
+            counters = self._read_counters()
+            done = counters[SIZE_A] == 0 and counters[SIZE_B] == 0 and counters[PHASE1_LEFT] == 0
+            if done:
+                return int(counters[FOREST_SIZE])
+            self._graph_exec = None  # not as planned: fall back to the stepwise run below
+        self._run_stepwise()
+        return int(self._read_counters()[FOREST_SIZE])
+
+    def compute(self) -> tuple[Any, Any, float]:
+        """Run on the device: (edge ids int32 ascending, their weights, milliseconds), all on the device."""
+        cp = _cupy()
+        if self.num_loop_free == 0:
+            return cp.empty(0, dtype=cp.int32), self.weight[:0], 0.0
+        try:
+            with cp.cuda.Device(self.device_id), self._stream:
+                start, stop = cp.cuda.Event(), cp.cuda.Event()
+                start.record(self._stream)
+                count = self._run_device()
+                edge_ids = cp.sort(self._forest[:count])
+                weights = self.weight[edge_ids]
+                stop.record(self._stream)
+                stop.synchronize()
+                return edge_ids, weights, float(cp.cuda.get_elapsed_time(start, stop))
+        except cp.cuda.memory.OutOfMemoryError as exc:
+            raise DeviceMemoryError(f"out of device memory while computing: {exc}") from None
+        except _device_errors() as exc:
+            raise DeviceError(f"CUDA failed while computing the forest: {exc}") from None
+
+    def minimum_spanning_forest(self) -> SpanningForest:
+        edge_ids, weights, elapsed_ms = self.compute()
+        return make_forest(
+            edge_ids.get().astype(np.int64), weights.get(), self.num_vertices, self.backend, elapsed_ms
+        )

@@ -1,0 +1,279 @@
+// ECL-MST (Fallin, Gonzalez, Seo, Burtscher, SC'23) for resident graphs.
+//
+// Keys. The paper packs `weight:edge_id` into a 64-bit atomicMin key. Here every
+// undirected edge is ranked once, when the graph becomes resident, by
+// (weight, edge_id); the rank encodes the whole tie order for any weight dtype
+// (int64 and float64 included), so the loop compares 32-bit ranks only and maps
+// ranks back to edge ids at the end.
+//
+// Graph. CSR of both directions: row_ptr[n + 1] and adj[slot] = {neighbor, rank},
+// the slots of every row in ascending rank order (so the edges under a rank
+// threshold are a prefix of each row).
+//
+// Worklists. Items are 3-tuples {u, v, rank} stored as one struct (the paper's
+// "tuples" optimization), u and v being set representatives (its "implicit path
+// compression"). Two worklists alternate; their sizes live on the device, so the
+// host launches iterations without reading anything back.
+//
+// One iteration is two kernels:
+//   select_lightest  find the sets of both endpoints, drop edges inside one set,
+//                    push the rest (with representatives) to the other worklist and
+//                    atomicMin their rank into both sets' `lightest` slot (guarded
+//                    by a plain load first: most atomics would not lower it);
+//   link_lightest    an edge that is the lightest of either endpoint set joins the
+//                    sets (lock-free, atomicCAS) and enters the forest.
+// The paper's third kernel (clearing the minima) is folded into link_lightest:
+// `lightest` has two copies used in alternate iterations, and link_lightest clears
+// the copy the next iteration will use at the endpoints of its own items, which
+// are all the sets the next iteration can touch.
+
+#define FULL_MASK 0xffffffffu
+
+// A worklist entry: an edge between the sets of u and v, and its rank.
+struct Item {
+  int u;
+  int v;
+  int rank;
+};
+
+namespace {
+
+constexpr int kWarpSize = 32;
+// Vertices with at least this many slots to scan are processed by a whole warp.
+constexpr int kWarpDegree = 4;
+constexpr unsigned kNoEdge = 0xffffffffu;
+
+__device__ __forceinline__ int lane_id() { return threadIdx.x & (kWarpSize - 1); }
+
+// Root of v's set. Nothing writes `parent` while select_lightest or init run.
+__device__ __forceinline__ int find_root(const int* __restrict__ parent, int v) {
+  int p = parent[v];
+  while (p != v) {
+    v = p;
+    p = parent[v];
+  }
+  return v;
+}
+
+// Same, while other threads may be linking: every read goes to memory.
+__device__ __forceinline__ int find_root_live(const volatile int* parent, int v) {
+  int p = parent[v];
+  while (p != v) {
+    v = p;
+    p = parent[v];
+  }
+  return v;
+}
+
+// Lock-free union: the root with the larger id is linked under the smaller one,
+// so parent pointers always decrease and never form a cycle.
+__device__ void link_sets(int* parent, int a, int b) {
+  while (true) {
+    a = find_root_live(parent, a);
+    b = find_root_live(parent, b);
+    if (a == b) return;
+    const int hi = max(a, b);
+    const int lo = min(a, b);
+    if (atomicCAS(&parent[hi], hi, lo) == hi) return;
+  }
+}
+
+// Warp-aggregated append: one atomicAdd per warp. Every lane of the warp must call it.
+template <typename T>
+__device__ __forceinline__ void warp_push(bool active, const T& value, T* __restrict__ list,
+                                          int* __restrict__ count) {
+  const unsigned mask = __ballot_sync(FULL_MASK, active);
+  if (mask == 0) return;
+  const int lane = lane_id();
+  const int leader = __ffs(mask) - 1;
+  int base = 0;
+  if (lane == leader) base = atomicAdd(count, __popc(mask));
+  base = __shfl_sync(FULL_MASK, base, leader);
+  if (active) list[base + __popc(mask & ((1u << lane) - 1u))] = value;
+}
+
+// First index a warp handles in a grid-stride loop, and the stride. Whole warps
+// iterate together so the warp primitives always see all 32 lanes.
+__device__ __forceinline__ int warp_start() { return blockIdx.x * blockDim.x + (threadIdx.x & ~(kWarpSize - 1)); }
+__device__ __forceinline__ int grid_stride() { return gridDim.x * blockDim.x; }
+
+}  // namespace
+
+// Per run: every vertex its own set, both copies of `lightest` empty, counters zero.
+extern "C" __global__ void reset_state(int n, int* __restrict__ parent, unsigned* __restrict__ lightest0,
+                                       unsigned* __restrict__ lightest1, int* __restrict__ counters,
+                                       int num_counters) {
+  const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int v = tid; v < n; v += grid_stride()) {
+    parent[v] = v;
+    lightest0[v] = kNoEdge;
+    lightest1[v] = kNoEdge;
+  }
+  if (tid < num_counters) counters[tid] = 0;
+}
+
+// Between the two filtering phases: both copies of `lightest` empty again.
+extern "C" __global__ void clear_lightest(int n, unsigned* __restrict__ lightest0,
+                                          unsigned* __restrict__ lightest1) {
+  for (int v = blockIdx.x * blockDim.x + threadIdx.x; v < n; v += grid_stride()) {
+    lightest0[v] = kNoEdge;
+    lightest1[v] = kNoEdge;
+  }
+}
+
+// Algorithm 2, lines 1-11: fill the first worklist from the CSR, each undirected edge
+// once (from its smaller endpoint). Hybrid parallelism: a vertex with fewer than
+// kWarpDegree slots to scan is handled by its own thread, a larger one by the whole
+// warp, its slots spread over the lanes.
+//
+// Filtering (average degree >= 4). Phase 1 (kSecondPhase = false) takes the edges with
+// rank < threshold, i.e. a prefix of each row, and records in split[v] where the rest of
+// row v starts. Phase 2 takes the remaining slots, replaces both endpoints by their sets
+// and drops edges inside one set: most heavy edges never reach the worklist.
+template <bool kSecondPhase>
+__global__ void init_worklist(const int* __restrict__ row_ptr, const int2* __restrict__ adj, int n,
+                              int threshold, int* __restrict__ split, const int* __restrict__ parent,
+                              Item* __restrict__ worklist, int* __restrict__ worklist_size) {
+  const int lane = lane_id();
+  for (int first = warp_start(); first < n; first += grid_stride()) {
+    const int v = first + lane;
+    const bool valid = v < n;
+    int beg = 0;
+    int end = 0;
+    if (valid) {
+      beg = kSecondPhase ? split[v] : row_ptr[v];
+      end = row_ptr[v + 1];
+    }
+    int set_v = v;
+    if (kSecondPhase && valid && beg < end) set_v = find_root(parent, v);
+
+    // Thread path: at most kWarpDegree - 1 slots, the same number of steps in every lane.
+    const bool by_thread = valid && end - beg < kWarpDegree;
+    int heavy_from = end;
+    for (int j = 0; j < kWarpDegree - 1; ++j) {
+      const int s = beg + j;
+      bool push = false;
+      Item item{};
+      if (by_thread && s < end) {
+        const int2 e = adj[s];  // {neighbor, rank}
+        if (!kSecondPhase) {
+          if (e.y >= threshold) {
+            heavy_from = min(heavy_from, s);
+          } else if (v < e.x) {
+            push = true;
+            item = Item{v, e.x, e.y};
+          }
+        } else if (v < e.x) {
+          const int set_n = find_root(parent, e.x);
+          if (set_v != set_n) {
+            push = true;
+            item = Item{set_v, set_n, e.y};
+          }
+        }
+      }
+      warp_push(push, item, worklist, worklist_size);
+    }
+    if (!kSecondPhase && by_thread) split[v] = heavy_from;
+
+    // Warp path: the warp takes its large rows one after the other.
+    unsigned pending = __ballot_sync(FULL_MASK, valid && !by_thread);
+    while (pending) {
+      const int owner = __ffs(pending) - 1;
+      pending &= pending - 1;
+      const int wv = __shfl_sync(FULL_MASK, v, owner);
+      const int wbeg = __shfl_sync(FULL_MASK, beg, owner);
+      const int wend = __shfl_sync(FULL_MASK, end, owner);
+      const int wset = __shfl_sync(FULL_MASK, set_v, owner);
+      int wheavy = wend;
+      for (int chunk = wbeg; chunk < wend; chunk += kWarpSize) {
+        const int s = chunk + lane;
+        bool push = false;
+        bool heavy = false;
+        Item item{};
+        if (s < wend) {
+          const int2 e = adj[s];
+          if (!kSecondPhase) {
+            heavy = e.y >= threshold;
+            if (!heavy && wv < e.x) {
+              push = true;
+              item = Item{wv, e.x, e.y};
+            }
+          } else if (wv < e.x) {
+            const int set_n = find_root(parent, e.x);
+            if (wset != set_n) {
+              push = true;
+              item = Item{wset, set_n, e.y};
+            }
+          }
+        }
+        warp_push(push, item, worklist, worklist_size);
+        if (!kSecondPhase) {
+          const unsigned heavy_lanes = __ballot_sync(FULL_MASK, heavy);
+          if (heavy_lanes) {  // the rest of the row is heavier still
+            wheavy = chunk + __ffs(heavy_lanes) - 1;
+            break;
+          }
+        }
+      }
+      if (!kSecondPhase && lane == owner) split[v] = wheavy;
+    }
+  }
+}
+
+// Algorithm 2, lines 13-23.
+extern "C" __global__ void select_lightest(const Item* __restrict__ items, const int* __restrict__ num_items,
+                                           Item* __restrict__ next_items, int* __restrict__ num_next,
+                                           const int* __restrict__ parent, unsigned* lightest) {
+  const int size = *num_items;
+  for (int first = warp_start(); first < size; first += grid_stride()) {
+    const int i = first + lane_id();
+    bool push = false;
+    Item item{};
+    if (i < size) {
+      const Item e = items[i];
+      const int p = find_root(parent, e.u);
+      const int q = find_root(parent, e.v);
+      if (p != q) {
+        push = true;
+        item = Item{p, q, e.rank};
+        const unsigned r = static_cast<unsigned>(e.rank);
+        // Atomic guards: a plain load first; a stale value is only ever too large.
+        if (lightest[p] > r) atomicMin(&lightest[p], r);
+        if (lightest[q] > r) atomicMin(&lightest[q], r);
+      }
+    }
+    warp_push(push, item, next_items, num_next);
+  }
+}
+
+// Algorithm 2, lines 26-33, plus the clearing of the other `lightest` copy and of the
+// size of the worklist the next iteration fills.
+extern "C" __global__ void link_lightest(const Item* __restrict__ items, const int* __restrict__ num_items,
+                                         int* parent, const unsigned* __restrict__ lightest,
+                                         unsigned* __restrict__ lightest_next, int* __restrict__ num_refill,
+                                         const int* __restrict__ rank_to_id, int* __restrict__ forest,
+                                         int* __restrict__ forest_size) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *num_refill = 0;
+  const int size = *num_items;
+  for (int first = warp_start(); first < size; first += grid_stride()) {
+    const int i = first + lane_id();
+    bool take = false;
+    int edge_id = 0;
+    if (i < size) {
+      const Item e = items[i];
+      const unsigned r = static_cast<unsigned>(e.rank);
+      if (lightest[e.u] == r || lightest[e.v] == r) {
+        link_sets(parent, e.u, e.v);
+        take = true;
+        edge_id = rank_to_id[e.rank];
+      }
+      lightest_next[e.u] = kNoEdge;
+      lightest_next[e.v] = kNoEdge;
+    }
+    warp_push(take, edge_id, forest, forest_size);
+  }
+}
+
+// Explicit instantiations, so nvcc compile checks cover the templates too.
+template __global__ void init_worklist<false>(const int*, const int2*, int, int, int*, const int*, Item*, int*);
+template __global__ void init_worklist<true>(const int*, const int2*, int, int, int*, const int*, Item*, int*);
