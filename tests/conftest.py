@@ -1,0 +1,47 @@
+"""Shared pytest set-up: the ``gpu`` marker skips where no CUDA device is usable.
+
+CuPy is never imported here at module level: ``gpu_core.gpu_available()`` probes it
+lazily, and only when a collected test carries the ``gpu`` marker.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--require-gpu",
+        action="store_true",
+        default=False,
+        help="fail (instead of skip) the tests marked gpu when no CUDA device is usable",
+    )
+
+
+def _gpu_unavailable_reason() -> str | None:
+    import gpu_core
+    from gpu_core.errors import BackendUnavailableError
+
+    if gpu_core.gpu_available():
+        return None
+    try:
+        gpu_core.resolve_backend("gpu")
+    except BackendUnavailableError as exc:
+        return f"needs a CUDA device: {exc}"
+    return "needs a CUDA device: gpu_core.gpu_available() is False"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    reason = _gpu_unavailable_reason()
+    if reason is None:
+        return
+    if config.getoption("--require-gpu"):
+        raise pytest.UsageError(
+            f"--require-gpu was given but {len(gpu_items)} gpu tests cannot run: {reason}"
+        )
+    skip = pytest.mark.skip(reason=reason)
+    for item in gpu_items:
+        item.add_marker(skip)
