@@ -1,0 +1,47 @@
+"""The CUDA kernels shipped in ``gpu_core/kernels`` compile with nvcc for sm_80 and sm_90.
+
+No GPU is needed, only nvcc (it is on the CI machine). The kernels are compiled at
+run time by NVRTC; this catches syntax and template errors before a GPU host does.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import gpu_core
+
+KERNELS = Path(gpu_core.__file__).parent / "kernels"
+GPU_BACKEND = Path(gpu_core.__file__).parent / "_gpu.py"
+ARCHS = ["sm_80", "sm_90"]
+
+
+def kernel_files() -> list[Path]:
+    return sorted(KERNELS.glob("*.cu"))
+
+
+def test_kernel_files_exist_once_the_gpu_backend_does() -> None:
+    if not GPU_BACKEND.exists():
+        pytest.skip("the GPU backend (gpu_core/_gpu.py) does not exist yet")
+    assert kernel_files(), f"no .cu files under {KERNELS}"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_kernels_compile_with_nvcc(arch: str, tmp_path: Path) -> None:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    files = kernel_files()
+    if not files:
+        if GPU_BACKEND.exists():
+            pytest.fail(f"the GPU backend exists but there are no .cu files under {KERNELS}")
+        pytest.skip("no .cu files yet")
+    for source in files:
+        out = tmp_path / f"{source.stem}.{arch}.cubin"
+        cmd = [nvcc, "-std=c++17", f"-arch={arch}", "-cubin", "-I", str(KERNELS), "-o", str(out), str(source)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
+        assert out.stat().st_size > 0
