@@ -43,8 +43,11 @@ def text_number(x: Any) -> str:
 
 def write_npz(graph: EdgeGraph, *, with_n: bool = True) -> bytes:
     buf = io.BytesIO()
-    extra = {"num_vertices": np.int64(graph.num_vertices)} if with_n else {}
-    np.savez(buf, src=graph.src, dst=graph.dst, weight=graph.weight, **extra)
+    if with_n:
+        n = np.array(graph.num_vertices, dtype=np.int64)
+        np.savez(buf, src=graph.src, dst=graph.dst, weight=graph.weight, num_vertices=n)
+    else:
+        np.savez(buf, src=graph.src, dst=graph.dst, weight=graph.weight)
     return buf.getvalue()
 
 
@@ -319,9 +322,9 @@ def test_files_with_bad_edges_are_refused_when_the_graph_is_built() -> None:
     assert (info.value.field, info.value.index) == ("dst", 1)
 
     text = gpu_core.read_graph(b"0 1 1.5\n1 2 nan\n2 0 inf\n", "edgelist")
-    with pytest.raises(NonFiniteWeightError) as info:
+    with pytest.raises(NonFiniteWeightError) as non_finite:
         gpu_core.Graph(text.src, text.dst, text.weight, text.num_vertices, backend="cpu")
-    assert info.value.index == 1
+    assert non_finite.value.index == 1
 
     egr = gpu_core.read_graph(_egr(2, 2, 0, 1, 2, 5, 0, 7, 7), "egr")  # neighbour 5 of vertex 0
     with pytest.raises(VertexIdError) as info:

@@ -222,10 +222,10 @@ def test_num_vertices_accepts_integers(backend: Backend, value: Any) -> None:
 
 
 def test_error_tree() -> None:
-    for cls in (EdgeListShapeError, UnsupportedDtypeError, VertexIdError, NonFiniteWeightError):
-        assert issubclass(cls, GraphValidationError)
-    for cls in (GraphValidationError, GraphTooLargeError):
-        assert issubclass(cls, ValueError) and issubclass(cls, MSTError)
+    for invalid in (EdgeListShapeError, UnsupportedDtypeError, VertexIdError, NonFiniteWeightError):
+        assert issubclass(invalid, GraphValidationError)
+    for bad_input in (GraphValidationError, GraphTooLargeError):
+        assert issubclass(bad_input, ValueError) and issubclass(bad_input, MSTError)
     assert issubclass(BackendUnavailableError, RuntimeError) and issubclass(BackendUnavailableError, MSTError)
     classes = [getattr(errors, name) for name in errors.__all__]
     assert all(issubclass(c, MSTError) for c in classes)
