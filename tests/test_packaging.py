@@ -77,7 +77,8 @@ def _compose(path: Path) -> dict[str, Any]:
             return loader.construct_sequence(node, deep=True)
         if isinstance(node, yaml.MappingNode):
             return loader.construct_mapping(node, deep=True)
-        return loader.construct_scalar(node)  # type: ignore[arg-type]
+        assert isinstance(node, yaml.ScalarNode)
+        return loader.construct_scalar(node)
 
     ComposeLoader.add_constructor("!override", plain)
     ComposeLoader.add_constructor("!reset", plain)
