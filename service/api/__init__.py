@@ -1,0 +1,1 @@
+"""The HTTP routers, one per resource, and their shared dependencies."""

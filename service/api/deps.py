@@ -1,0 +1,64 @@
+"""Dependencies of the routers as ``Annotated`` aliases (``StoreDep``, ``JobsDep``, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from ..catalog import Catalog
+from ..errors import ServiceUnavailableError
+from ..jobs import Jobs
+from ..metrics import Metrics
+from ..settings import Settings
+from ..store import Store
+from ..supervisor import Supervisor
+
+
+@dataclass(frozen=True)
+class Services:
+    """Everything the lifespan started, shared by the routes through ``app.state.services``."""
+
+    settings: Settings
+    store: Store
+    supervisor: Supervisor
+    jobs: Jobs
+    catalog: Catalog
+    metrics: Metrics
+
+
+def get_services(request: Request) -> Services:
+    services: Services | None = getattr(request.app.state, "services", None)
+    if services is None:
+        raise ServiceUnavailableError("the service is starting or stopping; retry shortly.")
+    return services
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_store(services: Annotated[Services, Depends(get_services)]) -> Store:
+    return services.store
+
+
+def get_jobs(services: Annotated[Services, Depends(get_services)]) -> Jobs:
+    return services.jobs
+
+
+def get_catalog(services: Annotated[Services, Depends(get_services)]) -> Catalog:
+    return services.catalog
+
+
+def get_supervisor(services: Annotated[Services, Depends(get_services)]) -> Supervisor:
+    return services.supervisor
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[Store, Depends(get_store)]
+JobsDep = Annotated[Jobs, Depends(get_jobs)]
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+SupervisorDep = Annotated[Supervisor, Depends(get_supervisor)]

@@ -1,0 +1,24 @@
+"""Pieces of OpenAPI documentation shared by the routers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..models import Problem
+
+BINARY_SCHEMA: dict[str, Any] = {"type": "string", "format": "binary"}
+
+_DESCRIPTIONS = {
+    400: "Malformed request (e.g. invalid JSON).",
+    404: "No such resource.",
+    409: "The resource is not in a state that allows this.",
+    413: "Upload over a configured limit (bytes or edges).",
+    415: "Unsupported Content-Type.",
+    422: "Invalid input; the problem names the field and the edge index.",
+    503: "No worker is ready, or the worker was lost; retry.",
+}
+
+
+def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for problem+json errors (the app's OpenAPI hook fixes their media type)."""
+    return {code: {"model": Problem, "description": _DESCRIPTIONS[code]} for code in codes}

@@ -1,0 +1,64 @@
+"""``/v1/jobs``: job status, results (JSON or npz by ``Accept``) and cancellation."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Response
+
+from ..encoders import job_out, job_summary, json_result, npz_response, wants_binary
+from ..models import JobOut, ResultOut
+from .deps import JobsDep
+from .docs import BINARY_SCHEMA, problems
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+@router.get(
+    "/{job_id}", operation_id="getJob", response_model=JobOut, summary="Job status", responses=problems(404)
+)
+async def get_job(job_id: str, jobs: JobsDep) -> JobOut:
+    """Status, timestamps, ``error`` on failure and the result summary (with ``compute_ms``) on success."""
+    return job_out(jobs.get(job_id))
+
+
+@router.get(
+    "/{job_id}/result",
+    operation_id="getJobResult",
+    summary="Job result",
+    response_model=None,
+    responses={
+        200: {
+            "description": "The forest: JSON by default; an .npz file (arrays edge_ids int64 and weights "
+            "in the graph's dtype) for Accept: application/octet-stream, with the summary in "
+            "X-MST-* headers.",
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/ResultOut"}},
+                "application/octet-stream": {"schema": BINARY_SCHEMA},
+            },
+            "model": ResultOut,
+        },
+        **problems(404, 409),
+    },
+)
+async def get_job_result(
+    job_id: str, jobs: JobsDep, accept: Annotated[str | None, Header(include_in_schema=False)] = None
+) -> Response:
+    """The edge ids (ascending) and weights of a succeeded job's forest; 409 while it has not succeeded."""
+    job, path = jobs.result_path(job_id)
+    summary = job_summary(job)
+    if wants_binary(accept):
+        return npz_response(path, summary, filename=f"{job.id}.npz")
+    return json_result(path, summary, job_id=job.id, graph_id=job.graph_id)
+
+
+@router.delete(
+    "/{job_id}",
+    operation_id="cancelJob",
+    response_model=JobOut,
+    summary="Cancel a queued job",
+    responses=problems(404, 409),
+)
+async def cancel_job(job_id: str, jobs: JobsDep) -> JobOut:
+    """Cancel a job that has not started; 409 for a running or finished one."""
+    return job_out(jobs.cancel(job_id))

@@ -1,0 +1,66 @@
+"""``/v1/mst``: one-shot computation of an uploaded graph, nothing stored."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response
+
+from ..encoders import json_result, npz_response, wants_binary
+from ..models import GraphFormat, ResultOut
+from ..uploads import receive_graph
+from .deps import ServicesDep
+from .docs import BINARY_SCHEMA, problems
+
+router = APIRouter(prefix="/v1/mst", tags=["mst"])
+
+_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/GraphUpload"}},
+            "application/octet-stream": {
+                "schema": BINARY_SCHEMA,
+                "description": "A graph file, see ?format=.",
+            },
+        },
+    }
+}
+
+
+@router.post(
+    "",
+    operation_id="computeMst",
+    summary="One-shot MST",
+    response_model=None,
+    openapi_extra=_BODY,
+    responses={
+        200: {
+            "description": "The forest, as for GET /v1/jobs/{job_id}/result (JSON, or npz by Accept).",
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/ResultOut"}},
+                "application/octet-stream": {"schema": BINARY_SCHEMA},
+            },
+            "model": ResultOut,
+        },
+        **problems(400, 413, 415, 422, 503),
+    },
+)
+async def compute_mst(
+    request: Request,
+    services: ServicesDep,
+    format: Annotated[GraphFormat | None, Query(description="Format of a binary body; default npz.")] = None,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> Response:
+    """Upload, compute and answer with the forest in one request (the upload is not stored)."""
+    upload = await receive_graph(request, services.store, services.settings, format)
+    try:
+        summary, result = await services.jobs.one_shot(upload.path, upload.format, upload.size)
+    finally:
+        upload.discard()
+    if wants_binary(accept):
+        return npz_response(result, summary, filename="forest.npz", delete_after=True)
+    try:
+        return json_result(result, summary)
+    finally:
+        result.unlink(missing_ok=True)

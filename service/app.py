@@ -1,0 +1,110 @@
+"""The FastAPI application: :func:`create_app` builds it, its lifespan starts and stops the workers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from . import __version__
+from .api import graphs, health, jobs, mst
+from .api.deps import Services
+from .catalog import Catalog
+from .errors import PROBLEM_JSON, install_handlers
+from .jobs import Jobs
+from .metrics import Metrics, MetricsMiddleware
+from .models import GraphUpload
+from .settings import Settings
+from .store import Store
+from .supervisor import GraphSource, Supervisor
+
+log = logging.getLogger("service")
+
+DESCRIPTION = """\
+Minimum spanning forests of large graphs, computed on NVIDIA GPUs with ECL-MST
+(a NumPy backend where there is no GPU). Uploaded graphs stay resident in a
+worker's device memory; jobs pay only for the computation.
+
+Errors are `application/problem+json` (RFC 9457).
+"""
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    metrics: Metrics = app.state.metrics
+    store = Store(settings.data_dir)
+    queued, failed = store.recover("The service stopped while the job was running.")
+    if failed:
+        log.warning("%d job(s) were running when the service stopped; marked failed (worker_lost)", failed)
+    catalog_ref: list[Catalog] = []
+
+    def source(graph_id: str) -> GraphSource | None:
+        return catalog_ref[0].source(graph_id)
+
+    supervisor = Supervisor(settings, source)
+    jobs_ = Jobs(store, supervisor, metrics)
+    catalog = Catalog(store, supervisor, jobs_)
+    catalog_ref.append(catalog)
+    try:
+        await supervisor.start()
+        catalog.restore()
+        jobs_.requeue(queued)
+        metrics.supervisor = supervisor
+        app.state.services = Services(settings, store, supervisor, jobs_, catalog, metrics)
+        yield
+    finally:
+        app.state.services = None
+        await supervisor.stop()
+        store.close()
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+        tags=app.openapi_tags,
+    )
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["GraphUpload"] = GraphUpload.model_json_schema(ref_template="#/components/schemas/{model}")
+    for path in schema.get("paths", {}).values():
+        for operation in path.values():
+            for code, response in operation.get("responses", {}).items():
+                content = response.get("content", {})
+                if code.isdigit() and int(code) >= 400 and "/Problem" in str(content.get("application/json")):
+                    content[PROBLEM_JSON] = content.pop("application/json")
+    app.openapi_schema = schema
+    return schema
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The service's app; workers start when its lifespan starts (uvicorn, or ``TestClient`` as a context)."""
+    app = FastAPI(
+        title="MST service",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_tags=[
+            {"name": "graphs", "description": "Upload graphs that stay resident on a worker's device."},
+            {"name": "jobs", "description": "MST jobs on resident graphs and their results."},
+            {"name": "mst", "description": "One-shot computations."},
+            {"name": "health", "description": "Liveness, readiness and metrics."},
+        ],
+    )
+    app.state.settings = settings if settings is not None else Settings()
+    app.state.metrics = Metrics()
+    app.state.services = None
+    install_handlers(app)
+    for router in (graphs.router, jobs.router, mst.router, health.router):
+        app.include_router(router)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app

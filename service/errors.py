@@ -1,0 +1,298 @@
+"""Errors of the service and their one mapping to RFC 9457 ``application/problem+json``.
+
+The service's own errors form one tree; each class fixes its HTTP status, a
+short machine-readable ``code`` and a title::
+
+    ServiceError                         500 internal_error
+    ├── InvalidRequestError              400 invalid_request
+    │   ├── InvalidUploadError           422 invalid_upload      (names field and index)
+    │   └── UnsupportedMediaTypeError    415 unsupported_media_type
+    ├── NotFoundError                    404 not_found
+    │   ├── GraphNotFoundError           404 graph_not_found
+    │   └── JobNotFoundError             404 job_not_found
+    ├── ConflictError                    409 conflict
+    │   ├── JobNotFinishedError          409 job_not_finished
+    │   └── JobNotCancellableError       409 job_not_cancellable
+    ├── PayloadTooLargeError             413 payload_too_large
+    ├── ServiceUnavailableError          503 service_unavailable
+    │   └── WorkerLostError              503 worker_lost
+    └── WorkerInternalError              500 worker_internal_error
+
+Errors of :mod:`gpu_core` (raised in a worker, pickled back) map here too: a
+malformed graph is a 422 naming the field and edge index, a graph over the
+engine's limits a 413. Routes raise these exceptions; only the handlers of
+:func:`install_handlers` (one per family) turn them into responses.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gpu_core import errors as core_errors
+
+log = logging.getLogger("service")
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class ServiceError(Exception):
+    """Base class of the service's errors; a bug on our side unless a subclass says otherwise."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+    title: ClassVar[str] = "Internal server error"
+
+    def __init__(self, message: str, *, field: str | None = None, index: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        #: the request field at fault, when one is
+        self.field = field
+        #: the 0-based position of the offending element of that field, when one is
+        self.index = index
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.__dict__.copy()))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls: type[ServiceError], state: dict[str, Any]) -> ServiceError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, state.get("message", ""))
+    err.__dict__.update(state)
+    return err
+
+
+class InvalidRequestError(ServiceError):
+    """The request is malformed; fix it as the message says and send it again."""
+
+    status = 400
+    code = "invalid_request"
+    title = "Invalid request"
+
+
+class InvalidUploadError(InvalidRequestError):
+    """The uploaded edge lists are not usable; the message names the field and the edge index."""
+
+    status = 422
+    code = "invalid_upload"
+    title = "Invalid graph upload"
+
+
+class UnsupportedMediaTypeError(InvalidRequestError):
+    """The body's Content-Type is not one the route reads; send JSON or application/octet-stream."""
+
+    status = 415
+    code = "unsupported_media_type"
+    title = "Unsupported media type"
+
+
+class NotFoundError(ServiceError):
+    """Nothing is stored under that id; list the resource to see the ids that exist."""
+
+    status = 404
+    code = "not_found"
+    title = "Not found"
+
+
+class GraphNotFoundError(NotFoundError):
+    """No graph has that id (it never existed or was deleted); upload it again."""
+
+    code = "graph_not_found"
+    title = "Graph not found"
+
+
+class JobNotFoundError(NotFoundError):
+    """No job has that id; submit one with POST /v1/graphs/{id}/mst."""
+
+    code = "job_not_found"
+    title = "Job not found"
+
+
+class ConflictError(ServiceError):
+    """The resource is not in a state that allows the request; check its status and retry."""
+
+    status = 409
+    code = "conflict"
+    title = "Conflict"
+
+
+class JobNotFinishedError(ConflictError):
+    """The job has no result yet (or failed); poll GET /v1/jobs/{id} until it has succeeded."""
+
+    code = "job_not_finished"
+    title = "Job not finished"
+
+
+class JobNotCancellableError(ConflictError):
+    """Only queued jobs can be cancelled; a running or finished job cannot be."""
+
+    code = "job_not_cancellable"
+    title = "Job cannot be cancelled"
+
+
+class PayloadTooLargeError(ServiceError):
+    """The upload is over a configured limit; send a smaller graph or raise the limit."""
+
+    status = 413
+    code = "payload_too_large"
+    title = "Content too large"
+
+
+class ServiceUnavailableError(ServiceError):
+    """No worker can take the request right now (starting or restarting); retry shortly."""
+
+    status = 503
+    code = "service_unavailable"
+    title = "Service unavailable"
+
+
+class WorkerLostError(ServiceUnavailableError):
+    """The worker process died while handling the request; it is being restarted, so retry."""
+
+    code = "worker_lost"
+    title = "Worker lost"
+
+
+class WorkerInternalError(ServiceError):
+    """The worker failed in an unexpected way; this is a bug in the service, please report it."""
+
+    code = "worker_internal_error"
+    title = "Worker error"
+
+
+# ---------------------------------------------------------------------------------------------
+# gpu_core errors: status and title by class, looked up along the MRO
+
+
+_CORE_STATUS: dict[type[core_errors.MSTError], tuple[int, str]] = {
+    core_errors.GraphValidationError: (422, "Invalid graph"),
+    core_errors.GraphTooLargeError: (413, "Graph too large"),
+    core_errors.BackendUnavailableError: (503, "Backend unavailable"),
+    core_errors.DeviceError: (500, "Device error"),
+    core_errors.MSTError: (500, "Computation failed"),
+}
+
+
+def core_status(exc: core_errors.MSTError) -> tuple[int, str]:
+    """HTTP status and title of an engine error (the nearest mapped class on its MRO)."""
+    for klass in type(exc).__mro__:
+        if klass in _CORE_STATUS:
+            return _CORE_STATUS[klass]
+    return 500, "Computation failed"  # pragma: no cover - MSTError is always on the MRO
+
+
+def problem(
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    instance: str | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    """An RFC 9457 problem response; ``extra`` members with value None are left out."""
+    body: dict[str, Any] = {
+        "type": f"urn:mst:problem:{code}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    if instance is not None:
+        body["instance"] = instance
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+
+
+def error_type(exc: BaseException) -> str:
+    """The ``error.type`` a failed job records for an exception."""
+    if isinstance(exc, (ServiceError, core_errors.MSTError)):
+        return exc.code
+    return "internal_error"
+
+
+def _instance(request: Request) -> str:
+    return request.url.path
+
+
+async def _service_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    if exc.status >= 500:
+        log.error("%s on %s %s: %s", exc.code, request.method, request.url.path, exc.message)
+    return problem(
+        exc.status, exc.code, exc.title, exc.message, _instance(request), field=exc.field, index=exc.index
+    )
+
+
+async def _core_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, core_errors.MSTError)
+    status, title = core_status(exc)
+    if status >= 500:
+        log.error("%s on %s %s: %s", exc.code, request.method, request.url.path, exc.message)
+    return problem(
+        status,
+        exc.code,
+        title,
+        exc.message,
+        _instance(request),
+        field=getattr(exc, "field", None),
+        index=getattr(exc, "index", None),
+        limit=getattr(exc, "limit", None),
+    )
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "request"
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    where = _location(tuple(first.get("loc", ())))
+    detail = f"{where}: {first.get('msg', 'invalid value')}"
+    if len(errors) > 1:
+        detail += f" (and {len(errors) - 1} more problem(s))"
+    return problem(422, "invalid_request", "Invalid request", detail, _instance(request), field=where)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
+    title = str(exc.detail) if isinstance(exc.detail, str) else "HTTP error"
+    detail = {
+        404: f"There is no route {request.url.path}; see /docs for the API.",
+        405: f"{request.method} is not allowed on {request.url.path}.",
+    }.get(exc.status_code, title)
+    response = problem(exc.status_code, code, title, detail, _instance(request))
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem(
+        500,
+        "internal_error",
+        "Internal server error",
+        "The server failed unexpectedly; this is a bug, please report it with the time of the request.",
+        _instance(request),
+    )
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Register the one handler of each error family on ``app``."""
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(core_errors.MSTError, _core_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,218 @@
+"""MST jobs: submission, the run on a worker, cancellation, waiting, results; and one-shot computations.
+
+A job is recorded ``queued`` in SQLite before the client hears of it, queued
+on the worker that holds its graph, moved to ``running`` when it is handed to
+the worker, and to ``succeeded`` (with its result file in the spool) or
+``failed`` when the worker answers. Each transition is a guarded update in
+the store, so a cancel and a dispatch racing for the same queued job cannot
+both win.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import worker as worker_module
+from .errors import (
+    JobNotCancellableError,
+    JobNotFinishedError,
+    JobNotFoundError,
+    ServiceUnavailableError,
+    error_type,
+)
+from .metrics import Metrics
+from .store import JobRecord, Store, new_id
+from .supervisor import Supervisor, WorkerHandle
+
+log = logging.getLogger("service.jobs")
+
+_QUEUED = frozenset({"queued"})
+_RUNNING = frozenset({"running"})
+
+
+@dataclass
+class JobTask:
+    """The queue entry of a job."""
+
+    jobs: Jobs
+    task_id: str
+    graph_id: str
+
+    async def run(self, worker: WorkerHandle) -> None:
+        await self.jobs._run(self, worker)
+
+    def abandon(self, reason: str) -> None:
+        """Stays ``queued`` in the store: the next start of the service queues it again."""
+
+
+@dataclass
+class OneShotTask:
+    """A one-shot computation (POST /v1/mst) waiting for its turn on a worker."""
+
+    task_id: str
+    path: str
+    fmt: str
+    result_path: str
+    done: asyncio.Future[dict[str, Any]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    async def run(self, worker: WorkerHandle) -> None:
+        try:
+            summary = await worker.request(worker_module.ONESHOT, self.path, self.fmt, None, self.result_path)
+        except Exception as exc:
+            if not self.done.done():
+                self.done.set_exception(exc)
+        else:
+            if not self.done.done():
+                self.done.set_result(summary)
+
+    def abandon(self, reason: str) -> None:
+        if not self.done.done():
+            self.done.set_exception(ServiceUnavailableError(reason))
+
+
+class Jobs:
+    """The jobs of the service (records in the store, tasks on the workers' queues)."""
+
+    def __init__(self, store: Store, supervisor: Supervisor, metrics: Metrics) -> None:
+        self._store = store
+        self._supervisor = supervisor
+        self._metrics = metrics
+        self._finished: dict[str, asyncio.Event] = {}
+
+    def get(self, job_id: str) -> JobRecord:
+        job = self._store.get_job(job_id)
+        if job is None:
+            raise JobNotFoundError(f"no job has id {job_id!r}.")
+        return job
+
+    def submit(self, graph_id: str) -> JobRecord:
+        """Record a queued job for a stored graph and queue it on the graph's worker."""
+        handle = self._supervisor.holder(graph_id)
+        if handle is None:
+            raise ServiceUnavailableError(f"graph {graph_id} is not placed on any worker yet; retry shortly.")
+        job = JobRecord(id=new_id("j"), graph_id=graph_id, status="queued", created_at=time.time())
+        self._store.add_job(job)
+        handle.enqueue(JobTask(self, job.id, graph_id))
+        self._metrics.jobs_submitted.inc()
+        return job
+
+    def requeue(self, jobs: list[JobRecord]) -> None:
+        """Queue again the jobs a previous run of the service left queued."""
+        for job in jobs:
+            handle = self._supervisor.holder(job.graph_id)
+            if handle is None:
+                self._finish(job.id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
+            else:
+                handle.enqueue(JobTask(self, job.id, job.graph_id))
+
+    async def wait(self, job_id: str, timeout: float) -> JobRecord:
+        """The job once finished, or as it is after ``timeout`` seconds."""
+        job = self.get(job_id)
+        if job.finished or timeout <= 0:
+            return job
+        event = self._finished.setdefault(job_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+        return self.get(job_id)
+
+    def cancel(self, job_id: str) -> JobRecord:
+        job = self.get(job_id)
+        if job.status == "cancelled":
+            return job
+        if job.status != "queued":
+            raise JobNotCancellableError(f"job {job_id} is {job.status}; only queued jobs can be cancelled.")
+        for handle in self._supervisor.workers:
+            handle.remove(job_id)
+        done = self._finish(job_id, _QUEUED, "cancelled", None, None)
+        if done is None:  # it was dispatched a moment ago
+            raise JobNotCancellableError(f"job {job_id} has just started; only queued jobs can be cancelled.")
+        return done
+
+    def cancel_for_graph(self, graph_id: str) -> None:
+        """Cancel the queued jobs of a graph being deleted (a running one finishes)."""
+        handle = self._supervisor.holder(graph_id)
+        if handle is None:
+            return
+        for task in [t for t in handle._tasks if isinstance(t, JobTask) and t.graph_id == graph_id]:
+            handle.remove(task.task_id)
+            self._finish(task.task_id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
+
+    def result_path(self, job_id: str) -> tuple[JobRecord, Path]:
+        job = self.get(job_id)
+        if job.status != "succeeded":
+            why = f": {job.error_type}: {job.error_message}" if job.status == "failed" else ""
+            raise JobNotFinishedError(
+                f"job {job_id} is {job.status}{why}; only succeeded jobs have a result."
+            )
+        return job, self._store.result_path(job_id)
+
+    async def _run(self, task: JobTask, handle: WorkerHandle) -> None:
+        job = self._store.transition(task.task_id, _QUEUED, status="running", started_at=time.time())
+        if job is None:
+            return  # cancelled meanwhile
+        result_path = str(self._store.result_path(job.id))
+        try:
+            summary = await handle.request(worker_module.MST, job.graph_id, result_path)
+        except Exception as exc:
+            log.warning("job %s failed: %s: %s", job.id, error_type(exc), exc)
+            self._finish(job.id, _RUNNING, "failed", error_type(exc), str(exc))
+            return
+        self._finish(
+            job.id,
+            _RUNNING,
+            "succeeded",
+            None,
+            None,
+            num_edges=int(summary["num_edges"]),
+            total_weight=summary["total_weight"],
+            num_components=int(summary["num_components"]),
+            compute_ms=float(summary["compute_ms"]),
+        )
+
+    def _finish(
+        self,
+        job_id: str,
+        allowed: frozenset[str],
+        status: str,
+        err_type: str | None,
+        message: str | None,
+        **changes: Any,
+    ) -> JobRecord | None:
+        job = self._store.transition(
+            job_id,
+            allowed,
+            status=status,
+            finished_at=time.time(),
+            error_type=err_type,
+            error_message=message,
+            **changes,
+        )
+        if job is not None:
+            self._metrics.job_finished(job)
+        event = self._finished.pop(job_id, None)
+        if event is not None:
+            event.set()
+        return job
+
+    async def one_shot(self, path: Path, fmt: str, estimate: int) -> tuple[dict[str, Any], Path]:
+        """Compute the forest of an uploaded file without storing anything; (summary, result file)."""
+        handle = self._supervisor.place(estimate)
+        result = self._store.tmp_path(".npz")
+        task = OneShotTask(new_id("o"), str(path), fmt, str(result))
+        handle.enqueue(task)
+        try:
+            summary = await task.done
+        except BaseException:
+            if handle.remove(task.task_id) is None and not task.done.done():
+                task.done.cancel()
+            result.unlink(missing_ok=True)
+            raise
+        return summary, result

@@ -1,0 +1,105 @@
+"""The service's one settings object, read once at start-up from ``MST_*`` environment variables.
+
+>>> Settings(port=9000).port
+9000
+
+Every field can be set as ``MST_<NAME>`` (``MST_PORT=9000``, ``MST_BACKEND=cpu``,
+``MST_GPUS=0,1``). Validators refuse values that would make the service unsafe
+or useless (a port out of range, a limit of zero, a heartbeat timeout shorter
+than the heartbeat).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+class Settings(BaseSettings):
+    """Configuration of ``python -m service``; see the field descriptions."""
+
+    model_config = SettingsConfigDict(env_prefix="MST_", frozen=True, extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Address uvicorn binds to.")
+    port: int = Field(default=8000, ge=1, le=65535, description="TCP port uvicorn listens on.")
+    data_dir: Path = Field(
+        default=Path(".data"),
+        description="Folder for the SQLite database and the spool of graphs and results.",
+    )
+    backend: Literal["auto", "gpu", "cpu"] = Field(
+        default="auto", description="'gpu' needs CuPy and a CUDA device; 'auto' uses them when present."
+    )
+    gpus: Annotated[list[int] | None, NoDecode] = Field(
+        default=None, description="GPU ordinals to run one worker each on (e.g. '0,1'); default: all visible."
+    )
+    max_upload_bytes: int = Field(
+        default=4 * GiB, gt=0, description="Largest binary upload body (413 above)."
+    )
+    max_json_bytes: int = Field(
+        default=256 * MiB,
+        gt=0,
+        description="Largest JSON upload body (413 above); use a binary upload for more.",
+    )
+    max_edges: int = Field(default=1 << 31, gt=0, description="Most edges one graph may have (413 above).")
+    max_wait_s: float = Field(default=300.0, ge=0, description="Cap on ?wait=SECONDS of job submissions.")
+    heartbeat_interval_s: float = Field(default=0.5, gt=0, description="How often a worker beats.")
+    heartbeat_timeout_s: float = Field(
+        default=15.0, gt=0, description="A worker whose heartbeat is older than this is killed and restarted."
+    )
+    worker_start_timeout_s: float = Field(
+        default=300.0, gt=0, description="How long a new worker may take to import, warm up and answer."
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        default="info", description="Log level of uvicorn and the service."
+    )
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _split_gpus(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text in ("", "all"):
+                return None
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _check_gpus(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("MST_GPUS must name at least one GPU ordinal, or be unset for all.")
+            if any(g < 0 for g in value) or len(set(value)) != len(value):
+                raise ValueError(f"MST_GPUS must list distinct non-negative ordinals, got {value}.")
+        return value
+
+    @field_validator("data_dir")
+    @classmethod
+    def _check_data_dir(cls, value: Path) -> Path:
+        resolved = value.expanduser().resolve()
+        if resolved == Path(resolved.anchor):
+            raise ValueError("MST_DATA_DIR must not be the file-system root; pick a folder of its own.")
+        return value.expanduser()
+
+    @model_validator(mode="after")
+    def _check_heartbeat(self) -> Settings:
+        if self.heartbeat_timeout_s <= 2 * self.heartbeat_interval_s:
+            raise ValueError(
+                "MST_HEARTBEAT_TIMEOUT_S must be more than twice MST_HEARTBEAT_INTERVAL_S, "
+                f"got {self.heartbeat_timeout_s} and {self.heartbeat_interval_s}."
+            )
+        return self
+
+    @property
+    def database_path(self) -> Path:
+        return self.data_dir / "mst.sqlite3"
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.data_dir / "spool"

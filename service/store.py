@@ -1,0 +1,349 @@
+"""Records of graphs and jobs in SQLite (WAL), and the spool folder holding their payloads.
+
+Layout under the data dir::
+
+    mst.sqlite3            graph and job records
+    spool/tmp/             files being written (removed at start-up)
+    spool/graphs/<id>.npz  every stored graph: arrays src, dst, weight (+ num_vertices)
+    spool/results/<id>.npz every finished job's forest: arrays edge_ids, weights
+
+Paths are only ever built from ids this module generated (random, 128 bits),
+never from client input. A payload is written to ``spool/tmp``, fsynced and
+renamed into place before its record is committed, so a record always has its
+file; a file without a record (a crash in between) is removed at start-up.
+
+Durability: the database runs ``synchronous=NORMAL`` in WAL mode, so a commit
+survives any crash or restart of the service's processes; graph payloads are
+also fsynced (with their folder). Result files are not fsynced (that would
+cost milliseconds per job): they survive crashes of the processes, and a
+result lost to a power cut is found at start-up and its job marked failed
+with ``error.type = "result_lost"`` (submit the job again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS graphs (
+    id            TEXT PRIMARY KEY,
+    created_at    REAL NOT NULL,
+    num_vertices  INTEGER NOT NULL,
+    num_edges     INTEGER NOT NULL,
+    weight_dtype  TEXT NOT NULL,
+    source_format TEXT NOT NULL,
+    payload_bytes INTEGER NOT NULL,
+    device_bytes  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id             TEXT PRIMARY KEY,
+    graph_id       TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    created_at     REAL NOT NULL,
+    started_at     REAL,
+    finished_at    REAL,
+    error_type     TEXT,
+    error_message  TEXT,
+    num_edges      INTEGER,
+    total_weight   TEXT,
+    num_components INTEGER,
+    compute_ms     REAL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created_at);
+CREATE INDEX IF NOT EXISTS jobs_by_graph ON jobs (graph_id);
+"""
+
+
+def new_id(prefix: str) -> str:
+    """A random, non-sequential id such as ``g_3kq0...``: 128 bits from :mod:`secrets`."""
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
+@dataclass(frozen=True)
+class GraphRecord:
+    id: str
+    created_at: float
+    num_vertices: int
+    num_edges: int
+    weight_dtype: str
+    source_format: str
+    payload_bytes: int
+    device_bytes: int
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    graph_id: str
+    status: JobStatus
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    num_edges: int | None = None
+    total_weight: int | float | None = None
+    num_components: int | None = None
+    compute_ms: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+_GRAPH_COLUMNS = [f.name for f in fields(GraphRecord)]
+_JOB_COLUMNS = [f.name for f in fields(JobRecord)]
+
+
+def _job_from_row(row: sqlite3.Row) -> JobRecord:
+    values = dict(row)
+    tw = values["total_weight"]
+    values["total_weight"] = None if tw is None else json.loads(tw)
+    return JobRecord(**values)
+
+
+def _job_values(job: JobRecord) -> list[Any]:
+    out: list[Any] = []
+    for name in _JOB_COLUMNS:
+        value = getattr(job, name)
+        if name == "total_weight" and value is not None:
+            value = json.dumps(value)  # keeps ints beyond int64 and floats exact
+        out.append(value)
+    return out
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Store:
+    """SQLite records and the spool folder of one data dir; safe to share between threads."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+        self.spool = self.data_dir / "spool"
+        self.tmp_dir = self.spool / "tmp"
+        self.graph_dir = self.spool / "graphs"
+        self.result_dir = self.spool / "results"
+        for folder in (self.data_dir, self.tmp_dir, self.graph_dir, self.result_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(
+            self.data_dir / "mst.sqlite3", isolation_level=None, check_same_thread=False, timeout=30
+        )
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # -- spool paths (from generated ids only) ------------------------------------------------
+
+    def graph_path(self, graph_id: str) -> Path:
+        return self.graph_dir / f"{graph_id}.npz"
+
+    def result_path(self, job_id: str) -> Path:
+        return self.result_dir / f"{job_id}.npz"
+
+    def tmp_path(self, suffix: str = ".part") -> Path:
+        """A fresh path in the spool's tmp folder (nothing is created)."""
+        return self.tmp_dir / f"{secrets.token_hex(16)}{suffix}"
+
+    @staticmethod
+    def publish(tmp: Path, final: Path) -> None:
+        """Rename a fully written, fsynced file into place and make the rename durable."""
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+
+    # -- graphs -------------------------------------------------------------------------------
+
+    def add_graph(self, graph: GraphRecord) -> None:
+        marks = ", ".join("?" * len(_GRAPH_COLUMNS))
+        with self._tx() as db:
+            db.execute(
+                f"INSERT INTO graphs ({', '.join(_GRAPH_COLUMNS)}) VALUES ({marks})",
+                [getattr(graph, c) for c in _GRAPH_COLUMNS],
+            )
+
+    def get_graph(self, graph_id: str) -> GraphRecord | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM graphs WHERE id = ?", (graph_id,)).fetchone()
+        return None if row is None else GraphRecord(**dict(row))
+
+    def list_graphs(self) -> list[GraphRecord]:
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM graphs ORDER BY created_at, id").fetchall()
+        return [GraphRecord(**dict(r)) for r in rows]
+
+    def delete_graph(self, graph_id: str) -> bool:
+        """Delete the record, then its payload; True when there was one."""
+        with self._tx() as db:
+            gone = db.execute("DELETE FROM graphs WHERE id = ?", (graph_id,)).rowcount > 0
+        if gone:
+            self.graph_path(graph_id).unlink(missing_ok=True)
+        return gone
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def add_job(self, job: JobRecord) -> None:
+        marks = ", ".join("?" * len(_JOB_COLUMNS))
+        with self._tx() as db:
+            db.execute(f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) VALUES ({marks})", _job_values(job))
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else _job_from_row(row)
+
+    def save_job(self, job: JobRecord) -> None:
+        sets = ", ".join(f"{c} = ?" for c in _JOB_COLUMNS[1:])
+        values = _job_values(job)
+        with self._tx() as db:
+            db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*values[1:], values[0]])
+
+    def transition(self, job_id: str, allowed_from: frozenset[str], **changes: Any) -> JobRecord | None:
+        """Apply ``changes`` when the job's status is in ``allowed_from``; the new record, else None."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+                if row is None or row["status"] not in allowed_from:
+                    self._db.execute("ROLLBACK")
+                    return None
+                job = replace(_job_from_row(row), **changes)
+                sets = ", ".join(f"{c} = ?" for c in _JOB_COLUMNS[1:])
+                values = _job_values(job)
+                self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*values[1:], values[0]])
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return job
+
+    def jobs_with_status(self, status: JobStatus) -> list[JobRecord]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM jobs WHERE status = ? ORDER BY created_at, id", (status,)
+            ).fetchall()
+        return [_job_from_row(r) for r in rows]
+
+    def count_jobs(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._db.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    def recover(self, reason: str) -> tuple[list[JobRecord], int]:
+        """Tidy up after the previous run; return the queued jobs to requeue and how many failed.
+
+        Jobs left ``running`` by a stopped service fail with ``worker_lost``
+        (the worker that ran them is gone); ``queued`` jobs are returned in
+        submission order to be queued again. Temporary files and payloads
+        without a record are removed.
+        """
+        now = time.time()
+        with self._tx() as db:
+            failed = db.execute(
+                "UPDATE jobs SET status = 'failed', finished_at = ?, error_type = 'worker_lost', "
+                "error_message = ? WHERE status = 'running'",
+                (now, reason),
+            ).rowcount
+        for leftover in self.tmp_dir.iterdir():
+            leftover.unlink(missing_ok=True)
+        known_graphs = {g.id for g in self.list_graphs()}
+        for path in self.graph_dir.iterdir():
+            if path.stem not in known_graphs:
+                path.unlink(missing_ok=True)
+        with self._lock:
+            done = {r[0] for r in self._db.execute("SELECT id FROM jobs WHERE status = 'succeeded'")}
+        for path in self.result_dir.iterdir():
+            if path.stem not in done:
+                path.unlink(missing_ok=True)
+        lost = [job_id for job_id in done if not self.result_path(job_id).exists()]
+        with self._tx() as db:
+            for job_id in lost:
+                db.execute(
+                    "UPDATE jobs SET status = 'failed', error_type = 'result_lost', error_message = ? "
+                    "WHERE id = ?",
+                    ("The result file was lost (power cut?); submit the job again.", job_id),
+                )
+        return self.jobs_with_status("queued"), failed
+
+
+class SpoolFile:
+    """A file being written into the spool's tmp folder: write, then :meth:`finish` (fsync).
+
+    Used as a context manager, the temporary file is removed unless it was
+    handed on with :meth:`detach` or published.
+    """
+
+    def __init__(self, store: Store, suffix: str = ".part") -> None:
+        self.path = store.tmp_path(suffix)
+        self._file: BinaryIO = open(self.path, "xb")  # noqa: SIM115 - closed in finish/close
+        self.size = 0
+        self._keep = False
+
+    def write(self, chunk: bytes) -> None:
+        self._file.write(chunk)
+        self.size += len(chunk)
+
+    def close(self) -> None:
+        """Flush and close; the file is complete (not yet durable: see :meth:`sync`)."""
+        self._file.close()
+
+    def sync(self) -> None:
+        """fsync the closed file (may run in a thread while a worker already reads it)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # discarded meanwhile
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def detach(self) -> Path:
+        """Keep the file when the context ends; the caller now owns it."""
+        self._keep = True
+        return self.path
+
+    def __enter__(self) -> SpoolFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._file.closed:
+            self._file.close()
+        if not self._keep:
+            self.path.unlink(missing_ok=True)

@@ -1,0 +1,615 @@
+"""The supervisor: starts the worker processes, routes requests to them and restarts them when they die.
+
+One worker per GPU (``MST_GPUS``, default all visible), or one CPU worker
+where there is none. Each :class:`WorkerHandle` owns:
+
+* the process (``spawn``), one duplex pipe, and a reader thread that turns
+  the worker's replies into resolved asyncio futures on the API's loop;
+* the residency map of the graphs placed on it, and its job queue: jobs run
+  one at a time, dispatched by an asyncio task, so a queued job can be
+  cancelled until it is handed to the worker.
+
+Placement: a new graph goes to the worker with the most free device memory
+(as the worker last reported it, less what is being loaded); a job goes to
+the worker that holds its graph.
+
+Failure: a worker that exits, or whose heartbeat stamp is older than
+``MST_HEARTBEAT_TIMEOUT_S`` (it is then SIGKILLed), is restarted with a
+back-off. Every request in flight on it fails with :class:`WorkerLostError`;
+the job it was running is marked **failed** with ``error.type =
+"worker_lost"`` and is not re-queued, because a job that killed its worker
+would likely kill the next one too (the client can submit it again). Once
+the new process has warmed up and answered its probe computation, it
+**reloads every graph placed on it from the spool** before it runs the next
+job (the pipe is ordered, so a job never overtakes its graph's reload).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import itertools
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Literal, Protocol
+
+from . import worker as worker_module
+from .errors import ServiceUnavailableError, WorkerLostError
+from .settings import Settings
+from .worker import WorkerConfig
+
+log = logging.getLogger("service.supervisor")
+
+WorkerState = Literal["starting", "reloading", "ready", "dead", "stopped"]
+#: requests in the pipe at once; more wait in an outbox, so a send never blocks the event loop
+MAX_IN_FLIGHT = 32
+_MP = multiprocessing.get_context("spawn")
+
+
+class Task(Protocol):
+    """A unit of work in a worker's queue (a job, a one-shot computation)."""
+
+    task_id: str
+
+    async def run(self, worker: WorkerHandle) -> None: ...
+
+    def abandon(self, reason: str) -> None:
+        """The task will never run (the service is stopping)."""
+
+
+@dataclass
+class Residency:
+    graph_id: str
+    status: Literal["loading", "resident", "failed"]
+    device_bytes: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class GraphSource:
+    """Where a worker (re)loads a graph from: a spool file and the record's vertex count."""
+
+    graph_id: str
+    path: str
+    num_vertices: int | None
+
+
+class WorkerHandle:
+    """The API side of one worker process."""
+
+    def __init__(
+        self, config: WorkerConfig, settings: Settings, sources: Callable[[str], GraphSource | None]
+    ):
+        self.config = config
+        self.index = config.index
+        self._settings = settings
+        self._sources = sources
+        self.state: WorkerState = "starting"
+        self.info: dict[str, Any] = {}
+        self.last_error: str | None = None
+        self.restarts = 0
+        self.generation = 0
+        self.started_at = 0.0
+        self.free_bytes = 0
+        self.total_bytes = 0
+        self.reserved_bytes = 0
+        self.graphs: dict[str, Residency] = {}
+        self.current: Task | None = None
+        self._tasks: deque[Task] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._accepting: asyncio.Event | None = None
+        self._has_tasks: asyncio.Event | None = None
+        self._process: Any = None
+        self._conn: Connection | None = None
+        self._heartbeat: Any = None
+        self._futures: dict[int, asyncio.Future[Any]] = {}
+        self._outbox: deque[tuple[Any, ...]] = deque()
+        self._in_flight = 0
+        self._ids = itertools.count(1)
+        self._stopping = False
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._restart_task: asyncio.Task[None] | None = None
+        self._tasks_bg: set[asyncio.Future[None]] = set()
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else int(self._process.pid)
+
+    @property
+    def accepting(self) -> bool:
+        return self.state in ("reloading", "ready")
+
+    def heartbeat_age(self) -> float:
+        return 0.0 if self._heartbeat is None else time.monotonic() - float(self._heartbeat.value)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._accepting = asyncio.Event()
+        self._has_tasks = asyncio.Event()
+        self._dispatcher = asyncio.create_task(self._dispatch_loop(), name=f"dispatch-{self.index}")
+        await self._spawn()
+
+    def _spawn_blocking(self) -> tuple[Any, Connection, Any]:
+        parent, child = _MP.Pipe(duplex=True)
+        heartbeat = _MP.RawValue("d", time.monotonic())
+        process = _MP.Process(
+            target=worker_module.main,
+            args=(child, heartbeat, self.config),
+            name=f"mst-worker-{self.index}",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        return process, parent, heartbeat
+
+    async def _spawn(self) -> None:
+        process, conn, heartbeat = await asyncio.to_thread(self._spawn_blocking)
+        self.generation += 1
+        self._process, self._conn, self._heartbeat = process, conn, heartbeat
+        self.state = "starting"
+        self.started_at = time.monotonic()
+        self._in_flight = 0
+        self._outbox.clear()
+        threading.Thread(
+            target=self._reader, args=(conn, self.generation), name=f"worker-{self.index}-reader", daemon=True
+        ).start()
+        log.info("worker %d started (pid %d, backend %s)", self.index, process.pid, self.config.backend)
+
+    def _reader(self, conn: Connection, generation: int) -> None:
+        assert self._loop is not None
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break
+            except Exception as exc:  # an unpicklable reply: still a reply, say what it was
+                log.error("worker %d sent a message that cannot be read: %r", self.index, exc)
+                continue
+            try:
+                self._loop.call_soon_threadsafe(self._on_message, generation, message)
+            except RuntimeError:  # the loop is closed: the API is shutting down
+                return
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._on_exit, generation)
+
+    def _on_message(self, generation: int, message: tuple[Any, ...]) -> None:
+        if generation != self.generation:
+            return
+        head = message[0]
+        if head == "ready":
+            self._on_ready(message[1])
+            return
+        if head == "failed":
+            self.last_error = f"{type(message[1]).__name__}: {message[1]}"
+            log.error("worker %d failed to start: %s", self.index, self.last_error)
+            return  # the process exits next; _on_exit restarts it
+        req_id, ok, payload = message
+        self._in_flight -= 1
+        self._flush()
+        fut = self._futures.pop(req_id, None)
+        if isinstance(payload, dict) and "free_bytes" in payload:
+            self.free_bytes, self.total_bytes = int(payload["free_bytes"]), int(payload["total_bytes"])
+        if fut is None or fut.done():
+            return
+        if ok:
+            fut.set_result(payload)
+        else:
+            fut.set_exception(payload)
+
+    def _on_ready(self, info: dict[str, Any]) -> None:
+        self.info = info
+        self.last_error = None
+        self.free_bytes, self.total_bytes = int(info["free_bytes"]), int(info["total_bytes"])
+        self.state = "reloading"
+        log.info(
+            "worker %d ready on %s (warm-up %.0f ms); reloading %d graph(s)",
+            self.index,
+            info.get("device"),
+            info.get("warmup_ms", 0.0),
+            len(self.graphs),
+        )
+        pending = [self._reload(gid) for gid in list(self.graphs)]
+        assert self._accepting is not None
+        self._accepting.set()
+        self._background(self._finish_reload(pending))
+
+    def _reload(self, graph_id: str) -> Awaitable[None]:
+        """Send the load of a placed graph now (ordered before anything sent later)."""
+        source = self._sources(graph_id)
+        residency = self.graphs.get(graph_id)
+        if source is None or residency is None:  # deleted meanwhile
+            self.graphs.pop(graph_id, None)
+            return asyncio.sleep(0)
+        residency.status = "loading"
+        fut = self._send(worker_module.LOAD, graph_id, source.path, "npz", source.num_vertices, None)
+        generation = self.generation
+
+        async def settle() -> None:
+            try:
+                summary = await fut
+            except WorkerLostError:
+                return  # the next generation reloads it
+            except Exception as exc:
+                if generation == self.generation and graph_id in self.graphs:
+                    self.graphs[graph_id].status = "failed"
+                    self.graphs[graph_id].error = str(exc)
+                log.error("worker %d could not reload graph %s: %s", self.index, graph_id, exc)
+                return
+            if generation == self.generation and graph_id in self.graphs:
+                self.graphs[graph_id].status = "resident"
+                self.graphs[graph_id].device_bytes = int(summary["device_bytes"])
+
+        return settle()
+
+    async def _finish_reload(self, pending: list[Awaitable[None]]) -> None:
+        generation = self.generation
+        await asyncio.gather(*pending)
+        if generation == self.generation and self.state == "reloading":
+            self.state = "ready"
+
+    def _on_exit(self, generation: int) -> None:
+        if generation != self.generation or self.state in ("dead", "stopped"):
+            return
+        code = None if self._process is None else self._process.exitcode
+        was = self.state
+        self.state = "stopped" if self._stopping else "dead"
+        assert self._accepting is not None
+        self._accepting.clear()
+        lost = WorkerLostError(
+            f"worker {self.index} (pid {self.pid}) exited (exit code {code}) while handling the request; "
+            "it is being restarted, submit again."
+        )
+        for fut in self._futures.values():
+            if not fut.done():
+                fut.set_exception(lost)
+        self._futures.clear()
+        self._outbox.clear()
+        self._in_flight = 0
+        if self._conn is not None:
+            self._conn.close()
+        for residency in self.graphs.values():
+            residency.status = "loading"
+        if self._stopping:
+            return
+        log.error("worker %d died (state %s, exit code %s); restarting it", self.index, was, code)
+        self._restart_task = asyncio.create_task(self._restart())
+
+    async def _restart(self) -> None:
+        if self._process is not None:
+            await asyncio.to_thread(self._process.join, 5)
+        delay = min(0.2 * 2 ** min(self.restarts, 8), 30.0)
+        if time.monotonic() - self.started_at > 60:
+            delay = 0.2  # it ran for a while: not a crash loop
+        self.restarts += 1
+        await asyncio.sleep(delay)
+        if not self._stopping:
+            await self._spawn()
+
+    def kill(self, reason: str) -> None:
+        """SIGKILL the process (a stale heartbeat, a start that takes too long); it is restarted."""
+        if self._process is not None and self._process.is_alive():
+            log.error("killing worker %d (pid %s): %s", self.index, self.pid, reason)
+            self.last_error = reason
+            self._process.kill()
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        self._stopping = True
+        if self._restart_task is not None:
+            self._restart_task.cancel()
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._dispatcher
+        for task in self._tasks:
+            task.abandon("the service stopped before the job ran")
+        self._tasks.clear()
+        process = self._process
+        if process is None:
+            return
+        if self.state in ("reloading", "ready") and self._conn is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._conn.send((worker_module.STOP, 0))
+        await asyncio.to_thread(process.join, timeout)
+        if process.is_alive():
+            process.kill()
+            await asyncio.to_thread(process.join, timeout)
+        self.state = "stopped"
+
+    def _background(self, work: Awaitable[None]) -> None:
+        """Run ``work`` without awaiting it, keeping a reference until it is done."""
+        task = asyncio.ensure_future(work)
+        self._tasks_bg.add(task)
+        task.add_done_callback(self._tasks_bg.discard)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def _send(self, op: str, *args: Any) -> asyncio.Future[Any]:
+        assert self._loop is not None
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        if self.state not in ("reloading", "ready"):
+            fut.set_exception(WorkerLostError(f"worker {self.index} is not running; retry shortly."))
+            return fut
+        req_id = next(self._ids)
+        self._futures[req_id] = fut
+        self._outbox.append((op, req_id, *args))
+        self._flush()
+        return fut
+
+    def _flush(self) -> None:
+        while self._outbox and self._in_flight < MAX_IN_FLIGHT and self._conn is not None:
+            message = self._outbox.popleft()
+            try:
+                self._conn.send(message)
+            except (OSError, ValueError):
+                return  # the worker is gone; the reader thread reports it
+            self._in_flight += 1
+
+    async def wait_accepting(self, timeout: float) -> None:
+        assert self._accepting is not None
+        if self.state == "stopped":
+            raise ServiceUnavailableError("the service is shutting down.")
+        try:
+            await asyncio.wait_for(self._accepting.wait(), timeout)
+        except TimeoutError:
+            raise ServiceUnavailableError(
+                f"worker {self.index} is not ready ({self.state}: {self.last_error or 'starting'}); "
+                "retry shortly."
+            ) from None
+
+    async def request(self, op: str, *args: Any) -> dict[str, Any]:
+        """Send one request once the worker accepts them, and await its answer."""
+        await self.wait_accepting(self._settings.worker_start_timeout_s)
+        result: dict[str, Any] = await self._send(op, *args)
+        return result
+
+    async def load_new(
+        self,
+        graph_id: str,
+        path: str,
+        fmt: str,
+        num_vertices: int | None,
+        canonical: str | None,
+        estimate: int,
+    ) -> tuple[dict[str, Any], int]:
+        """Load a new upload; (the worker's summary, the generation that holds it)."""
+        self.reserved_bytes += estimate
+        try:
+            await self.wait_accepting(self._settings.worker_start_timeout_s)
+            generation = self.generation
+            summary = await self._send(worker_module.LOAD, graph_id, path, fmt, num_vertices, canonical)
+        finally:
+            self.reserved_bytes -= estimate
+        return summary, generation
+
+    def adopt(self, graph_id: str, device_bytes: int, generation: int) -> None:
+        """Record a graph loaded by :meth:`load_new` as placed here (reloaded if its worker restarted)."""
+        self.graphs[graph_id] = Residency(graph_id, "resident", device_bytes)
+        if generation != self.generation and self.accepting:
+            self._background(self._reload(graph_id))
+        # if the worker is restarting now, _on_ready reloads it with the others
+
+    def forget(self, graph_id: str, *, loaded: bool = False) -> None:
+        """Drop a graph from the device (after whatever is already in the pipe).
+
+        ``loaded``: the worker holds it although it was never adopted (a create that failed late).
+        """
+        if (self.graphs.pop(graph_id, None) is not None or loaded) and self.accepting:
+            fut = self._send(worker_module.DROP, graph_id)
+            fut.add_done_callback(lambda f: f.exception())  # consumed: a lost worker drops it anyway
+
+    # -- queue --------------------------------------------------------------------------------
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._tasks)
+
+    def enqueue(self, task: Task) -> None:
+        assert self._has_tasks is not None
+        self._tasks.append(task)
+        self._has_tasks.set()
+
+    def remove(self, task_id: str) -> Task | None:
+        for task in self._tasks:
+            if task.task_id == task_id:
+                self._tasks.remove(task)
+                return task
+        return None
+
+    async def _dispatch_loop(self) -> None:
+        assert self._has_tasks is not None and self._accepting is not None
+        while True:
+            while not self._tasks:
+                self._has_tasks.clear()
+                await self._has_tasks.wait()
+            await self._accepting.wait()
+            if not self._tasks:
+                continue
+            task = self._tasks.popleft()
+            self.current = task
+            try:
+                await task.run(self)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("task %s failed unexpectedly", task.task_id)
+            finally:
+                self.current = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "state": self.state,
+            "pid": self.pid,
+            "backend": self.info.get("backend", self.config.backend),
+            "device": self.info.get("device"),
+            "restarts": self.restarts,
+            "heartbeat_age_s": round(self.heartbeat_age(), 3),
+            "resident_graphs": len(self.graphs),
+            "device_bytes": sum(r.device_bytes for r in self.graphs.values()),
+            "free_bytes": self.free_bytes,
+            "total_bytes": self.total_bytes,
+            "queue_depth": self.queue_depth,
+            "last_error": self.last_error,
+        }
+
+
+def _probe_child(conn: Connection, backend: str) -> None:
+    """In a spawned child: resolve ``backend`` and count the CUDA devices."""
+    try:
+        import gpu_core
+
+        chosen = gpu_core.resolve_backend(backend)
+        count = 0
+        if chosen == "gpu":
+            import cupy
+
+            count = int(cupy.cuda.runtime.getDeviceCount())
+        conn.send((chosen, count, None))
+    except Exception as exc:
+        conn.send(("cpu", 0, f"{type(exc).__name__}: {exc}"))
+    conn.close()
+
+
+def _probe(backend: str, timeout: float) -> tuple[str, int]:
+    """Which backend and how many GPUs, decided in a throw-away child so this process never loads CUDA."""
+    if backend == "auto" and importlib.util.find_spec("cupy") is None:
+        return "cpu", 0
+    parent, child = _MP.Pipe(duplex=False)
+    process = _MP.Process(target=_probe_child, args=(child, backend), name="mst-probe", daemon=True)
+    process.start()
+    child.close()
+    try:
+        if not parent.poll(timeout):
+            raise ServiceUnavailableError(f"probing for GPUs took longer than {timeout} s.")
+        chosen, count, error = parent.recv()
+    finally:
+        parent.close()
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+    if error is not None:
+        from gpu_core.errors import BackendUnavailableError
+
+        raise BackendUnavailableError(f"MST_BACKEND={backend} cannot run here: {error}")
+    return chosen, count
+
+
+def _cuda_token(ordinal: int) -> str:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        tokens = [t.strip() for t in visible.split(",") if t.strip()]
+        if ordinal < len(tokens):
+            return tokens[ordinal]
+    return str(ordinal)
+
+
+def plan_workers(settings: Settings) -> list[WorkerConfig]:
+    """One worker config per GPU to use, or one CPU worker."""
+
+    def config(index: int, backend: str, device: str | None) -> WorkerConfig:
+        return WorkerConfig(
+            index=index,
+            backend=backend,
+            cuda_device=device,
+            tmp_dir=str(settings.spool_dir / "tmp"),
+            max_edges=settings.max_edges,
+            heartbeat_interval_s=settings.heartbeat_interval_s,
+        )
+
+    if settings.backend == "cpu":
+        return [config(0, "cpu", None)]
+    if settings.backend == "gpu" and settings.gpus is not None:
+        return [config(i, "gpu", _cuda_token(g)) for i, g in enumerate(settings.gpus)]
+    chosen, count = _probe(settings.backend, settings.worker_start_timeout_s)
+    if chosen == "cpu":
+        return [config(0, "cpu", None)]
+    ordinals = settings.gpus if settings.gpus is not None else list(range(count))
+    missing = [g for g in ordinals if g >= count]
+    if missing:
+        from gpu_core.errors import BackendUnavailableError
+
+        raise BackendUnavailableError(f"MST_GPUS names GPU(s) {missing} but only {count} are visible.")
+    return [config(i, "gpu", _cuda_token(g)) for i, g in enumerate(ordinals)]
+
+
+class Supervisor:
+    """All workers of the service, their placement and their health."""
+
+    def __init__(self, settings: Settings, sources: Callable[[str], GraphSource | None]) -> None:
+        self.settings = settings
+        self._sources = sources
+        self.workers: list[WorkerHandle] = []
+        self._monitor: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        configs = await asyncio.to_thread(plan_workers, self.settings)
+        self.workers = [WorkerHandle(c, self.settings, self._sources) for c in configs]
+        for handle in self.workers:
+            await handle.start()
+        self._monitor = asyncio.create_task(self._watch(), name="heartbeat-monitor")
+
+    async def stop(self) -> None:
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+        await asyncio.gather(*(w.stop() for w in self.workers))
+
+    async def _watch(self) -> None:
+        interval = self.settings.heartbeat_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for handle in self.workers:
+                if handle.state in ("dead", "stopped"):
+                    continue
+                age = handle.heartbeat_age()
+                if age > self.settings.heartbeat_timeout_s:
+                    handle.kill(f"no heartbeat for {age:.1f} s (MST_HEARTBEAT_TIMEOUT_S)")
+                elif (
+                    handle.state == "starting"
+                    and now - handle.started_at > self.settings.worker_start_timeout_s
+                ):
+                    limit = self.settings.worker_start_timeout_s
+                    handle.kill(f"not ready after {limit} s (MST_WORKER_START_TIMEOUT_S)")
+
+    @property
+    def ready(self) -> bool:
+        return any(
+            w.accepting and w.heartbeat_age() <= self.settings.heartbeat_timeout_s for w in self.workers
+        )
+
+    def place(self, estimate: int) -> WorkerHandle:
+        """The worker for a new graph: the most free memory among those running (or starting)."""
+        candidates = [w for w in self.workers if w.state != "stopped"]
+        if not candidates:
+            raise ServiceUnavailableError("no worker is running; the service is shutting down.")
+        running = [w for w in candidates if w.accepting] or candidates
+        return max(running, key=lambda w: (w.free_bytes - w.reserved_bytes, -w.queue_depth, -w.index))
+
+    def holder(self, graph_id: str) -> WorkerHandle | None:
+        for handle in self.workers:
+            if graph_id in handle.graphs:
+                return handle
+        return None
+
+    def place_existing(self, graph_ids: Iterable[tuple[str, int]]) -> None:
+        """Place stored graphs (id, device bytes) at start-up; each worker reloads its own when ready."""
+        for graph_id, nbytes in graph_ids:
+            handle = max(
+                self.workers,
+                key=lambda w: (-sum(r.device_bytes for r in w.graphs.values()), -len(w.graphs), -w.index),
+            )
+            handle.graphs[graph_id] = Residency(graph_id, "loading", nbytes)
+            if handle.accepting:
+                handle._background(handle._reload(graph_id))

@@ -1,0 +1,217 @@
+"""Receiving graph uploads: binary bodies streamed to the spool, JSON columns turned into an npz there.
+
+Both paths end in an :class:`Upload`: a complete file in the spool's tmp
+folder plus the format a worker reads it with. Limits are checked before and
+while reading (``Content-Length`` first, then the bytes actually received),
+so an oversized body is answered 413 without being stored.
+
+JSON weights (see :class:`service.models.GraphUpload`): with ``weight_dtype``
+the weights are converted to it (integers in range for int32/int64; float32
+rounds to nearest). Without it: int64 when every weight is a JSON integer,
+else float64, and then an integer weight beyond 2**53 in magnitude is
+refused, since float64 cannot hold it exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fastapi import Request
+from pydantic import ValidationError
+
+from .errors import InvalidRequestError, InvalidUploadError, PayloadTooLargeError, UnsupportedMediaTypeError
+from .models import GraphUpload
+from .settings import Settings
+from .store import SpoolFile, Store
+
+_EXACT_FLOAT_INT = 2**53
+_INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+@dataclass
+class Upload:
+    """A received graph file in the spool's tmp folder (the caller removes or publishes it)."""
+
+    path: Path
+    format: str
+    size: int
+    #: what the client sent: "json" or the binary format
+    source: str
+    synced: asyncio.Future[None]
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+async def receive_graph(request: Request, store: Store, settings: Settings, fmt: str | None) -> Upload:
+    """Store the body of a graph upload in the spool, whatever its media type."""
+    kind = media_type(request)
+    if kind == "application/json" or kind.endswith("+json"):
+        if fmt is not None:
+            raise InvalidRequestError(
+                "?format= applies to binary bodies (application/octet-stream), not to JSON.", field="format"
+            )
+        return await _receive_json(request, store, settings)
+    if kind == "application/octet-stream":
+        return await _receive_binary(request, store, settings.max_upload_bytes, fmt or "npz")
+    raise UnsupportedMediaTypeError(
+        f"Content-Type {kind or '(none)'!r} is not accepted; send application/json columns or an "
+        "application/octet-stream body with ?format=npz|egr|mtx|edgelist|dimacs.",
+        field="content-type",
+    )
+
+
+def _check_declared(request: Request, limit: int, what: str) -> None:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLargeError(
+            f"the {what} body has {int(declared)} bytes, more than the limit of {limit} bytes.", field="body"
+        )
+
+
+def _too_large(limit: int, what: str) -> PayloadTooLargeError:
+    return PayloadTooLargeError(f"the {what} body is larger than the limit of {limit} bytes.", field="body")
+
+
+async def _receive_binary(request: Request, store: Store, limit: int, fmt: str) -> Upload:
+    _check_declared(request, limit, "binary")
+    with SpoolFile(store, f".{fmt}") as spool:
+        async for chunk in request.stream():
+            if spool.size + len(chunk) > limit:
+                raise _too_large(limit, "binary")
+            spool.write(chunk)
+        spool.close()
+        synced = asyncio.ensure_future(asyncio.to_thread(spool.sync))  # overlaps with the worker's load
+        return Upload(spool.detach(), fmt, spool.size, fmt, synced)
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    _check_declared(request, limit, "JSON")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit, "JSON")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _validation_problem(exc: ValidationError) -> InvalidRequestError:
+    first = exc.errors(include_url=False)[0]
+    loc = tuple(first.get("loc", ()))
+    if first.get("type") == "json_invalid":
+        return InvalidRequestError(f"the body is not valid JSON: {first.get('msg')}.", field="body")
+    # a union member's name trails the location of list items (('weight', 3, 'int')): drop it
+    if len(loc) >= 3 and isinstance(loc[1], int) and isinstance(loc[2], str):
+        loc = loc[:2]
+    field = str(loc[0]) if loc else "body"
+    index = loc[1] if len(loc) > 1 and isinstance(loc[1], int) else None
+    where = field if index is None else f"{field}[{index}]"
+    msg = str(first.get("msg", "invalid value"))
+    if first.get("type") == "missing":
+        msg = "is required"
+    return InvalidUploadError(f"'{where}' {msg[0].lower()}{msg[1:]}.", field=field, index=index)
+
+
+def _first(items: Iterator[int]) -> int | None:
+    return next(items, None)
+
+
+def _ids(values: list[int], field: str) -> np.ndarray[Any, Any]:
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        index = _first(i for i, v in enumerate(values) if not -(2**63) <= v < 2**63)
+        raise InvalidUploadError(
+            f"'{field}[{index}]' = {values[index or 0]} is not a valid vertex id.", field=field, index=index
+        ) from None
+
+
+def weights_array(values: list[int | float], dtype: str | None) -> np.ndarray[Any, Any]:
+    """The weight column as an array, by the documented rule (exact or refused)."""
+    all_ints = all(type(v) is int for v in values)
+    if dtype is None:
+        dtype = "int64" if all_ints else "float64"
+        if not all_ints:
+            big = _first(i for i, v in enumerate(values) if type(v) is int and abs(v) > _EXACT_FLOAT_INT)
+            if big is not None:
+                raise InvalidUploadError(
+                    f"'weight[{big}]' = {values[big]} cannot be stored exactly as float64 next to "
+                    "non-integer weights; send all weights as integers or set weight_dtype.",
+                    field="weight",
+                    index=big,
+                )
+    if dtype in _INT_RANGES:
+        lo, hi = _INT_RANGES[dtype]
+        bad = _first(i for i, v in enumerate(values) if type(v) is not int or not lo <= v <= hi)
+        if bad is not None:
+            raise InvalidUploadError(
+                f"'weight[{bad}]' = {values[bad]} is not an integer in the range of {dtype}.",
+                field="weight",
+                index=bad,
+            )
+    with np.errstate(over="ignore"):  # float32 overflow becomes inf, refused by the engine with its index
+        try:
+            return np.array(values, dtype=dtype)
+        except OverflowError:
+            bad = _first(i for i, v in enumerate(values) if type(v) is int and abs(v) > 2**1023)
+            raise InvalidUploadError(
+                f"'weight[{bad}]' is too large for {dtype}.", field="weight", index=bad
+            ) from None
+
+
+def _json_to_npz(body: bytes, path: Path, max_edges: int) -> None:
+    try:
+        upload = GraphUpload.model_validate_json(body)
+    except ValidationError as exc:
+        raise _validation_problem(exc) from None
+    if len(upload.weight) > max_edges:
+        raise PayloadTooLargeError(
+            f"the graph has {len(upload.weight)} edges, more than this service's limit of {max_edges} "
+            "(MST_MAX_EDGES).",
+            field="weight",
+        )
+    lengths = (len(upload.src), len(upload.dst), len(upload.weight))
+    if len(set(lengths)) != 1:
+        raise InvalidUploadError(
+            "'src', 'dst' and 'weight' must have the same length, got "
+            f"{lengths[0]}, {lengths[1]} and {lengths[2]}.",
+            field="weight" if lengths[0] == lengths[1] else "dst",
+        )
+    arrays: dict[str, Any] = {
+        "src": _ids(upload.src, "src"),
+        "dst": _ids(upload.dst, "dst"),
+        "weight": weights_array(upload.weight, upload.weight_dtype),
+    }
+    if upload.num_vertices is not None:
+        arrays["num_vertices"] = np.int64(upload.num_vertices)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+async def _receive_json(request: Request, store: Store, settings: Settings) -> Upload:
+    body = await _read_limited(request, settings.max_json_bytes)
+    path = store.tmp_path(".npz")
+    try:
+        await asyncio.to_thread(_json_to_npz, body, path, settings.max_edges)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        raise
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return Upload(path, "npz", path.stat().st_size, "json", done)

@@ -1,0 +1,291 @@
+"""The worker process: owns one device, keeps graphs resident on it and computes their forests.
+
+Started by :mod:`service.supervisor` with the ``spawn`` start method, so the
+child is a fresh interpreter: it pins its GPU with ``CUDA_VISIBLE_DEVICES``
+and only then imports :mod:`gpu_core` (and through it CuPy). The API process
+imports this module for :class:`WorkerConfig` and the message names but never
+runs :func:`main`, so CUDA is never touched there.
+
+Protocol over one duplex :class:`multiprocessing.connection.Connection`:
+
+* the worker first sends ``("ready", info)`` once its kernels are warm and a
+  tiny graph has been computed, or ``("failed", error)`` and exits;
+* then it answers each request ``(op, req_id, *args)`` in order with
+  ``(req_id, ok, payload)``: ``payload`` is a small dict, or the exception
+  when ``ok`` is false. Bulk arrays never travel over the pipe: graphs come in
+  as spool files, forests go out as ``.npz`` files in the spool.
+
+A heartbeat thread stamps ``time.monotonic()`` into shared memory every
+``heartbeat_interval_s``; the supervisor restarts a worker whose stamp gets
+old. After a :class:`gpu_core.errors.DeviceError` the worker answers and exits,
+so its replacement starts from a fresh CUDA context.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from .errors import PayloadTooLargeError, ServiceError, WorkerInternalError
+
+if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
+    import gpu_core
+
+# request operations
+LOAD = "load"
+MST = "mst"
+ONESHOT = "oneshot"
+DROP = "drop"
+PING = "ping"
+STOP = "stop"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What a worker needs to start; pickled to the child."""
+
+    index: int
+    backend: str  # "gpu" or "cpu"
+    #: the value for CUDA_VISIBLE_DEVICES (the GPU this worker owns); None on the CPU backend
+    cuda_device: str | None
+    tmp_dir: str
+    max_edges: int
+    heartbeat_interval_s: float
+
+
+def main(conn: Connection, heartbeat: Any, config: WorkerConfig) -> None:
+    """Entry point of the worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the API, which stops its workers
+    if config.cuda_device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = config.cuda_device
+    beat = threading.Thread(
+        target=_heartbeat, args=(heartbeat, config.heartbeat_interval_s), name="heartbeat", daemon=True
+    )
+    heartbeat.value = time.monotonic()
+    beat.start()
+    try:
+        worker = _Worker(config)
+        info = worker.start()
+    except BaseException as exc:
+        conn.send(("failed", _portable(exc)))
+        conn.close()
+        return
+    conn.send(("ready", info))
+    worker.serve(conn)
+
+
+def _heartbeat(value: Any, interval: float) -> None:
+    while True:
+        value.value = time.monotonic()
+        time.sleep(interval)
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """The exception itself when it pickles with its fields, else a WorkerInternalError naming it."""
+    from gpu_core.errors import MSTError
+
+    if isinstance(exc, (MSTError, ServiceError)):
+        return exc
+    return WorkerInternalError(f"{type(exc).__name__}: {exc}")
+
+
+def _host_memory() -> tuple[int, int]:
+    """(available, total) bytes of host memory, from /proc/meminfo where there is one."""
+    try:
+        values = {}
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                values[key] = int(rest.split()[0]) * 1024
+        return values["MemAvailable"], values["MemTotal"]
+    except (OSError, KeyError, ValueError, IndexError):
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return pages, pages
+
+
+class _Worker:
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.graphs: dict[str, gpu_core.Graph] = {}
+        self.backend: Literal["gpu", "cpu"] = "cpu"
+        self.tmp_dir = Path(config.tmp_dir)
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    def start(self) -> dict[str, Any]:
+        import gpu_core  # first import of the engine (and CuPy) happens here, in the child
+
+        started = time.perf_counter()
+        backend = gpu_core.warm_up(self.config.backend)  # type: ignore[arg-type]
+        self.backend = cast(Literal["gpu", "cpu"], backend)
+        probe = self._probe()
+        free, total = self._memory()
+        return {
+            "pid": os.getpid(),
+            "backend": backend,
+            "device": self._device_name(),
+            "warmup_ms": (time.perf_counter() - started) * 1e3,
+            "probe_ms": probe,
+            "free_bytes": free,
+            "total_bytes": total,
+        }
+
+    def _probe(self) -> float:
+        """Compute a tiny forest and check its answer; the milliseconds it took."""
+        import numpy as np
+
+        import gpu_core
+
+        forest = gpu_core.Graph(
+            np.array([0, 1, 2, 0]), np.array([1, 2, 0, 3]), np.array([1, 2, 3, 4]), 5, backend=self.backend
+        ).minimum_spanning_forest()
+        if forest.edge_ids.tolist() != [0, 1, 3] or forest.total_weight != 7 or forest.num_components != 2:
+            raise WorkerInternalError(f"the device computed a wrong forest for the probe graph: {forest}")
+        return forest.compute_ms
+
+    def _device_name(self) -> str:
+        if self.backend != "gpu":
+            return "cpu"
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props.get("name", b"cuda")
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        return f"{name} (CUDA_VISIBLE_DEVICES={self.config.cuda_device})"
+
+    def _memory(self) -> tuple[int, int]:
+        """(free, total) bytes of the memory graphs live in: the device's, or the host's."""
+        if self.backend != "gpu":
+            return _host_memory()
+        import cupy
+
+        free, total = cupy.cuda.runtime.memGetInfo()
+        return int(free) + int(cupy.get_default_memory_pool().free_bytes()), int(total)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def serve(self, conn: Connection) -> None:
+        from gpu_core.errors import DeviceError
+
+        handlers: dict[str, Callable[..., dict[str, Any]]] = {
+            LOAD: self.load,
+            MST: self.mst,
+            ONESHOT: self.oneshot,
+            DROP: self.drop,
+            PING: self.ping,
+        }
+        while True:
+            try:
+                request = conn.recv()
+            except (EOFError, OSError):
+                return  # the API process is gone
+            op, req_id, *args = request
+            if op == STOP:
+                conn.send((req_id, True, {}))
+                return
+            try:
+                payload = handlers[op](*args)
+            except BaseException as exc:
+                conn.send((req_id, False, _portable(exc)))
+                if isinstance(exc, DeviceError) or not isinstance(exc, Exception):
+                    return  # a fresh process gets a fresh CUDA context
+            else:
+                conn.send((req_id, True, payload))
+
+    def _read(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, gpu_core.Graph]:
+        """Parse a spool file and make it a resident graph; (the parsed edge arrays, the graph)."""
+        import gpu_core
+
+        edges = gpu_core.read_graph(Path(path).read_bytes(), fmt)
+        if edges.weight.shape[:1] and int(edges.weight.shape[0]) > self.config.max_edges:
+            raise PayloadTooLargeError(
+                f"the graph has {int(edges.weight.shape[0])} edges, more than this service's limit of "
+                f"{self.config.max_edges} (MST_MAX_EDGES).",
+                field="body",
+            )
+        n = num_vertices if num_vertices is not None else edges.num_vertices
+        graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
+        return edges, graph
+
+    @staticmethod
+    def _write_canonical(edges: Any, num_vertices: int, out: str) -> None:
+        """Write a parsed upload as the spool's npz (fsynced), so reloads skip parsing."""
+        import numpy as np
+
+        with open(out, "wb") as f:
+            np.savez(
+                f, src=edges.src, dst=edges.dst, weight=edges.weight, num_vertices=np.int64(num_vertices)
+            )
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _summary(self, graph: gpu_core.Graph) -> dict[str, Any]:
+        free, total = self._memory()
+        return {
+            "num_vertices": graph.num_vertices,
+            "num_edges": graph.num_edges,
+            "weight_dtype": str(graph.weight_dtype),
+            "device_bytes": graph.nbytes,
+            "free_bytes": free,
+            "total_bytes": total,
+        }
+
+    def load(
+        self, graph_id: str, path: str, fmt: str, num_vertices: int | None, canonical: str | None
+    ) -> dict[str, Any]:
+        """Make a graph resident from a spool file; with ``canonical``, also write it there as npz."""
+        edges, graph = self._read(path, fmt, num_vertices)
+        if canonical is not None:
+            self._write_canonical(edges, graph.num_vertices, canonical)
+        del edges
+        self.graphs[graph_id] = graph
+        return self._summary(graph)
+
+    def _write_result(self, forest: Any, result_path: str) -> None:
+        import numpy as np
+
+        tmp = self.tmp_dir / f"{os.path.basename(result_path)}.{os.getpid()}.part"
+        with open(tmp, "wb") as f:
+            np.savez(f, edge_ids=forest.edge_ids, weights=forest.weights)
+        os.replace(tmp, result_path)
+
+    @staticmethod
+    def _forest_summary(forest: Any) -> dict[str, Any]:
+        return {
+            "num_edges": forest.num_edges,
+            "total_weight": forest.total_weight,
+            "num_components": forest.num_components,
+            "compute_ms": forest.compute_ms,
+            "weight_dtype": str(forest.weights.dtype),
+        }
+
+    def mst(self, graph_id: str, result_path: str) -> dict[str, Any]:
+        graph = self.graphs.get(graph_id)
+        if graph is None:
+            raise WorkerInternalError(f"graph {graph_id} is not resident on worker {self.config.index}.")
+        forest = graph.minimum_spanning_forest()
+        self._write_result(forest, result_path)
+        return self._forest_summary(forest)
+
+    def oneshot(self, path: str, fmt: str, num_vertices: int | None, result_path: str) -> dict[str, Any]:
+        edges, graph = self._read(path, fmt, num_vertices)
+        del edges
+        forest = graph.minimum_spanning_forest()
+        del graph
+        self._write_result(forest, result_path)
+        return self._forest_summary(forest)
+
+    def drop(self, graph_id: str) -> dict[str, Any]:
+        self.graphs.pop(graph_id, None)
+        free, total = self._memory()
+        return {"free_bytes": free, "total_bytes": total}
+
+    def ping(self) -> dict[str, Any]:
+        return {"probe_ms": self._probe()}
