@@ -1,0 +1,244 @@
+"""A small synchronous Python client of the service (httpx), and a CLI on top of it.
+
+>>> with Client("http://127.0.0.1:8000") as mst:              # doctest: +SKIP
+...     graph = mst.upload_arrays(src, dst, weight)
+...     job = mst.submit(graph["id"], wait=30)
+...     forest = mst.result(job["id"])                          # arrays, via the binary npz
+...     forest.total_weight, forest.edge_ids[:5]
+
+CLI: ``python -m service.client [--url URL] upload FILE [--format F] | list | mst GRAPH_ID [--wait S]
+| job JOB_ID | result JOB_ID [--out FILE.npz] | delete GRAPH_ID | oneshot FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+OCTET = "application/octet-stream"
+
+
+class ClientError(Exception):
+    """The service answered with an error; ``problem`` holds its problem+json body."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        self.status = status
+        self.problem = problem
+        super().__init__(f"{status} {problem.get('code', '')}: {problem.get('detail', problem)}")
+
+
+@dataclass(frozen=True)
+class Forest:
+    edge_ids: np.ndarray[Any, np.dtype[np.int64]]
+    weights: np.ndarray[Any, Any]
+    total_weight: int | float
+    num_components: int
+    compute_ms: float
+
+
+def npz_bytes(src: Any, dst: Any, weight: Any, num_vertices: int | None = None) -> bytes:
+    """An npz upload body (arrays src, dst, weight and optionally num_vertices), uncompressed."""
+    buf = io.BytesIO()
+    arrays: dict[str, Any] = {"src": np.asarray(src), "dst": np.asarray(dst), "weight": np.asarray(weight)}
+    if num_vertices is not None:
+        arrays["num_vertices"] = np.int64(num_vertices)
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _forest_from_npz(response: httpx.Response) -> Forest:
+    with np.load(io.BytesIO(response.content), allow_pickle=False) as npz:
+        edge_ids, weights = npz["edge_ids"], npz["weights"]
+    headers = response.headers
+    return Forest(
+        edge_ids=edge_ids,
+        weights=weights,
+        total_weight=json.loads(headers["x-mst-total-weight"]),
+        num_components=int(headers["x-mst-num-components"]),
+        compute_ms=float(headers["x-mst-compute-ms"]),
+    )
+
+
+class Client:
+    """Talks to one service; use as a context manager (or call :meth:`close`)."""
+
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", *, timeout: float = 600.0) -> None:
+        self._http = httpx.Client(base_url=base_url, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check(self, response: httpx.Response) -> httpx.Response:
+        if response.status_code >= 400:
+            try:
+                problem = response.json()
+            except ValueError:
+                problem = {"detail": response.text}
+            raise ClientError(response.status_code, problem)
+        return response
+
+    # graphs
+    def upload_arrays(
+        self, src: Any, dst: Any, weight: Any, num_vertices: int | None = None
+    ) -> dict[str, Any]:
+        """Upload edge arrays as an npz body (binary: weights keep their dtype exactly)."""
+        return self.upload_bytes(npz_bytes(src, dst, weight, num_vertices), "npz")
+
+    def upload_bytes(self, body: bytes, fmt: str = "npz") -> dict[str, Any]:
+        response = self._http.post(
+            "/v1/graphs", content=body, params={"format": fmt}, headers={"content-type": OCTET}
+        )
+        result: dict[str, Any] = self._check(response).json()
+        return result
+
+    def upload_file(self, path: str | Path, fmt: str | None = None) -> dict[str, Any]:
+        path = Path(path)
+        return self.upload_bytes(path.read_bytes(), fmt or _format_of(path))
+
+    def upload_json(self, src: list[int], dst: list[int], weight: list[Any], **extra: Any) -> dict[str, Any]:
+        body = {"src": src, "dst": dst, "weight": weight, **extra}
+        result: dict[str, Any] = self._check(self._http.post("/v1/graphs", json=body)).json()
+        return result
+
+    def graphs(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._check(self._http.get("/v1/graphs")).json()["graphs"]
+        return result
+
+    def graph(self, graph_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._check(self._http.get(f"/v1/graphs/{graph_id}")).json()
+        return result
+
+    def delete_graph(self, graph_id: str) -> None:
+        self._check(self._http.delete(f"/v1/graphs/{graph_id}"))
+
+    # jobs
+    def submit(self, graph_id: str, wait: float = 0.0) -> dict[str, Any]:
+        params = {"wait": wait} if wait else None
+        result: dict[str, Any] = self._check(
+            self._http.post(f"/v1/graphs/{graph_id}/mst", params=params)
+        ).json()
+        return result
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._check(self._http.get(f"/v1/jobs/{job_id}")).json()
+        return result
+
+    def wait(self, job_id: str, timeout: float = 600.0, poll: float = 0.05) -> dict[str, Any]:
+        """Poll a job until it is finished (or ``timeout`` passes: TimeoutError)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if job["status"] in ("succeeded", "failed", "cancelled"):
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} is still {job['status']} after {timeout} s")
+            time.sleep(poll)
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._check(self._http.delete(f"/v1/jobs/{job_id}")).json()
+        return result
+
+    def result(self, job_id: str) -> Forest:
+        """The forest of a succeeded job, fetched as npz."""
+        response = self._check(self._http.get(f"/v1/jobs/{job_id}/result", headers={"accept": OCTET}))
+        return _forest_from_npz(response)
+
+    def result_json(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._check(self._http.get(f"/v1/jobs/{job_id}/result")).json()
+        return result
+
+    def one_shot(self, body: bytes, fmt: str = "npz") -> Forest:
+        response = self._http.post(
+            "/v1/mst", content=body, params={"format": fmt}, headers={"content-type": OCTET, "accept": OCTET}
+        )
+        return _forest_from_npz(self._check(response))
+
+    def ready(self) -> bool:
+        try:
+            return self._http.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+
+def _format_of(path: Path) -> str:
+    suffix = path.suffix.lower().lstrip(".")
+    return {"txt": "edgelist", "el": "edgelist", "gr": "dimacs"}.get(suffix, suffix or "npz")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m service.client", description="Talk to an MST service.")
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("upload", help="upload a graph file")
+    p.add_argument("file", type=Path)
+    p.add_argument("--format", default=None)
+    sub.add_parser("list", help="list graphs")
+    p = sub.add_parser("mst", help="submit a job for a graph")
+    p.add_argument("graph_id")
+    p.add_argument("--wait", type=float, default=60.0)
+    p = sub.add_parser("job", help="show a job")
+    p.add_argument("job_id")
+    p = sub.add_parser("result", help="fetch a result")
+    p.add_argument("job_id")
+    p.add_argument("--out", type=Path, default=None, help="write the npz here instead of printing JSON")
+    p = sub.add_parser("delete", help="delete a graph")
+    p.add_argument("graph_id")
+    p = sub.add_parser("oneshot", help="compute the forest of a file without storing it")
+    p.add_argument("file", type=Path)
+    p.add_argument("--format", default=None)
+    args = parser.parse_args(argv)
+    out: Any
+    try:
+        with Client(args.url) as mst:
+            if args.command == "upload":
+                out = mst.upload_file(args.file, args.format)
+            elif args.command == "list":
+                out = mst.graphs()
+            elif args.command == "mst":
+                out = mst.submit(args.graph_id, wait=args.wait)
+            elif args.command == "job":
+                out = mst.job(args.job_id)
+            elif args.command == "result" and args.out is not None:
+                forest = mst.result(args.job_id)
+                np.savez(args.out, edge_ids=forest.edge_ids, weights=forest.weights)
+                out = {"written": str(args.out), "num_edges": int(forest.edge_ids.size)}
+            elif args.command == "result":
+                out = mst.result_json(args.job_id)
+            elif args.command == "delete":
+                mst.delete_graph(args.graph_id)
+                out = {"deleted": args.graph_id}
+            else:
+                forest = mst.one_shot(args.file.read_bytes(), args.format or _format_of(args.file))
+                out = {
+                    "num_edges": int(forest.edge_ids.size),
+                    "total_weight": forest.total_weight,
+                    "num_components": forest.num_components,
+                    "compute_ms": forest.compute_ms,
+                }
+    except ClientError as exc:
+        print(json.dumps(exc.problem, indent=2), file=sys.stderr)
+        return 1
+    except httpx.TransportError as exc:
+        print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Tests of the routers, against a live server."""

@@ -1,0 +1,69 @@
+"""/healthz, /readyz, /metrics and the problem answers of unknown routes, against a live server."""
+
+from __future__ import annotations
+
+import re
+
+from ..live import LiveServer
+from .test_graphs import problem
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of the exposition text (summed over the labels not given)."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        m = re.match(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
+        if not m:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(m.group(2))
+            found = True
+    assert found, f"no sample {name}{labels}"
+    return total
+
+
+def test_healthz(live: LiveServer) -> None:
+    response = live.client.get("/healthz")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_readyz_describes_the_worker(live: LiveServer) -> None:
+    response = live.client.get("/readyz")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ready"
+    [worker] = body["workers"]
+    assert worker["state"] in ("ready", "reloading") and worker["backend"] == "cpu"
+    assert worker["pid"] > 0 and worker["heartbeat_age_s"] < 5 and worker["total_bytes"] > 0
+
+
+def test_metrics_count_requests_jobs_and_resident_graphs(live: LiveServer) -> None:
+    before = live.client.get("/metrics").text
+    graph = live.upload_npz([0, 1, 2], [1, 2, 0], [1.0, 2.0, 3.0])
+    for _ in range(3):
+        assert live.submit(graph["id"], wait=30).status_code == 200
+    live.client.get("/v1/graphs/g_missing")
+    response = live.client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    after = response.text
+    route = "/v1/graphs/{graph_id}/mst"
+    assert (
+        metric(after, "mst_http_requests_total", route=route, status="200")
+        - (metric(before, "mst_http_requests_total", route=route, status="200") if route in before else 0)
+        == 3
+    )
+    assert metric(after, "mst_http_requests_total", route="/v1/graphs/{graph_id}", status="404") >= 1
+    assert metric(after, "mst_jobs_finished_total", status="succeeded") >= 3
+    assert metric(after, "mst_job_duration_seconds_count") >= 3
+    assert metric(after, "mst_job_compute_seconds_count") >= 3
+    assert metric(after, "mst_queue_depth", worker="0") == 0
+    graphs = len(live.client.get("/v1/graphs").json()["graphs"])
+    assert metric(after, "mst_resident_graphs", worker="0") == graphs
+    assert metric(after, "mst_device_bytes", worker="0") >= graph["residency"]["device_bytes"] > 0
+    assert metric(after, "mst_worker_up", worker="0") == 1
+
+
+def test_unknown_route_and_method_are_problems(live: LiveServer) -> None:
+    problem(live.client.get("/v2/nothing"), 404, "not_found")
+    problem(live.client.put("/v1/graphs"), 405, "method_not_allowed")

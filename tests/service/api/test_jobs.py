@@ -1,0 +1,162 @@
+"""/v1/jobs against a live server: ?wait, status, results, cancel, 409s, concurrency."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from tests.utils.graphs import random_graph
+
+from ..live import LiveServer
+from ..oracle import check_forest
+from .test_graphs import problem
+
+
+@contextmanager
+def frozen_worker(live: LiveServer) -> Iterator[None]:
+    """SIGSTOP the worker: jobs handed to it stay running, later ones stay queued (well under the heartbeat limit)."""
+    pid = live.worker_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def wait_status(live: LiveServer, job_id: str, status: str, timeout: float = 10.0) -> None:
+    live.poll(job_id, timeout, until=(status,))
+
+
+def test_wait_answers_200_with_the_finished_job(live: LiveServer) -> None:
+    graph = live.upload_npz([0, 1, 2], [1, 2, 0], [3, 1, 2])
+    response = live.submit(graph["id"], wait=30)
+    assert response.status_code == 200
+    job = response.json()
+    assert response.headers["location"] == f"/v1/jobs/{job['id']}"
+    assert job["status"] == "succeeded" and job["error"] is None
+    assert job["result"]["num_edges"] == 2 and job["result"]["total_weight"] == 3
+    assert job["result"]["num_components"] == 1 and job["result"]["compute_ms"] >= 0
+    assert live.client.get(f"/v1/jobs/{job['id']}").json() == job
+
+
+def test_wait_times_out_with_202(live: LiveServer) -> None:
+    graph = live.upload_npz([0, 1], [1, 2], [1, 1])
+    with frozen_worker(live):
+        started = time.monotonic()
+        response = live.submit(graph["id"], wait=0.3)
+        assert time.monotonic() - started >= 0.3
+        assert response.status_code == 202 and response.json()["status"] in ("queued", "running")
+    assert live.poll(response.json()["id"])["status"] == "succeeded"
+
+
+def test_wait_must_be_a_non_negative_number(live: LiveServer) -> None:
+    graph = live.upload_npz([0], [1], [1])
+    for bad in ("-1", "soon"):
+        body = problem(
+            live.client.post(f"/v1/graphs/{graph['id']}/mst", params={"wait": bad}), 422, "invalid_request"
+        )
+        assert body["field"] == "wait"
+
+
+def test_cancel_result_409_and_graph_delete_with_queued_jobs(live: LiveServer) -> None:
+    graph = live.upload_npz([0, 1, 2, 3], [1, 2, 3, 0], [4.0, 3.0, 2.0, 1.0])
+    other = live.upload_npz([0, 1], [1, 2], [1, 2])
+    with frozen_worker(live):
+        running = live.submit(graph["id"]).json()
+        wait_status(live, running["id"], "running")
+        queued = live.submit(graph["id"]).json()
+        doomed = live.submit(graph["id"]).json()
+        assert live.client.get(f"/v1/jobs/{queued['id']}").json()["status"] == "queued"
+
+        assert (
+            "queued"
+            in problem(live.client.get(f"/v1/jobs/{queued['id']}/result"), 409, "job_not_finished")["detail"]
+        )
+        problem(live.client.get(f"/v1/jobs/{running['id']}/result"), 409, "job_not_finished")
+        problem(live.client.delete(f"/v1/jobs/{running['id']}"), 409, "job_not_cancellable")
+
+        cancelled = live.client.delete(f"/v1/jobs/{queued['id']}")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        assert cancelled.json()["finished_at"] is not None
+        assert live.client.delete(f"/v1/jobs/{queued['id']}").json()["status"] == "cancelled"  # idempotent
+        problem(live.client.get(f"/v1/jobs/{queued['id']}/result"), 409, "job_not_finished")
+
+        # deleting the graph cancels its queued job; the running one still finishes
+        assert live.client.delete(f"/v1/graphs/{graph['id']}").status_code == 204
+        gone = live.client.get(f"/v1/jobs/{doomed['id']}").json()
+        assert gone["status"] == "cancelled" and gone["error"]["type"] == "graph_deleted"
+    done = live.poll(running["id"])
+    assert done["status"] == "succeeded" and done["result"]["total_weight"] == 6.0
+    result = live.client.get(f"/v1/jobs/{running['id']}/result").json()
+    assert result["edge_ids"] == [1, 2, 3]
+    problem(live.client.delete(f"/v1/jobs/{running['id']}"), 409, "job_not_cancellable")
+    assert live.poll(queued["id"])["status"] == "cancelled"  # never ran
+    assert live.submit(other["id"], wait=30).json()["status"] == "succeeded"
+
+
+def test_unknown_job_is_404(live: LiveServer) -> None:
+    for method, path in (("GET", "/v1/jobs/j_x"), ("GET", "/v1/jobs/j_x/result"), ("DELETE", "/v1/jobs/j_x")):
+        problem(live.client.request(method, path), 404, "job_not_found")
+
+
+def test_concurrent_clients_on_several_graphs(live: LiveServer) -> None:
+    graphs = [
+        random_graph(seed, 400, 3000, dtype=dt, num_weights=None, components=2)
+        for seed, dt in ((1, "int64"), (2, "float64"), (3, "int32"))
+    ]
+    ids = [live.upload_npz(g.src, g.dst, g.weight, g.num_vertices)["id"] for g in graphs]
+
+    def client_run(k: int) -> list[tuple[int, str]]:
+        out = []
+        with httpx.Client(base_url=live.url, timeout=60) as c:
+            for i in range(6):
+                which = (k + i) % len(ids)
+                r = c.post(f"/v1/graphs/{ids[which]}/mst", params={"wait": 30} if i % 2 else None)
+                assert r.status_code in (200, 202), r.text
+                out.append((which, r.json()["id"]))
+        return out
+
+    with ThreadPoolExecutor(6) as pool:
+        submitted = [item for chunk in pool.map(client_run, range(6)) for item in chunk]
+    assert len({job_id for _, job_id in submitted}) == 36
+    totals: dict[int, set[object]] = {}
+    for which, job_id in submitted:
+        job = live.poll(job_id)
+        assert job["status"] == "succeeded", job
+        assert job["graph_id"] == ids[which]
+        totals.setdefault(which, set()).add(job["result"]["total_weight"])
+    for which, g in enumerate(graphs):
+        assert len(totals[which]) == 1
+        job_id = next(j for w, j in submitted if w == which)
+        result = live.client.get(f"/v1/jobs/{job_id}/result").json()
+        check_forest(
+            result["edge_ids"], result["weights"], result["total_weight"], result["num_components"], g
+        )
+
+
+@pytest.mark.parametrize(
+    ("accept", "binary"),
+    [
+        (None, False),
+        ("application/json", False),
+        ("*/*", False),
+        ("application/octet-stream", True),
+        ("application/json;q=0.5, application/octet-stream", True),
+        ("application/octet-stream;q=0.2, application/json", False),
+    ],
+)
+def test_result_media_type_follows_accept(live: LiveServer, accept: str | None, binary: bool) -> None:
+    graph = live.upload_npz([0, 1], [1, 2], [1, 2])
+    job = live.submit(graph["id"], wait=30).json()
+    headers = {"accept": accept} if accept else {}
+    response = live.client.get(f"/v1/jobs/{job['id']}/result", headers=headers)
+    assert response.status_code == 200
+    expected = "application/octet-stream" if binary else "application/json"
+    assert response.headers["content-type"] == expected

@@ -1,0 +1,53 @@
+"""Fixtures of the service tests: live servers in subprocesses (real uvicorn, SQLite, worker)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .live import LiveServer
+
+#: settings of the shared server: CPU worker, small limits so 413s are cheap to provoke
+SHARED_ENV = {
+    "MST_BACKEND": "cpu",
+    "MST_HOST": "127.0.0.1",
+    "MST_LOG_LEVEL": "warning",
+    "MST_MAX_UPLOAD_BYTES": str(2_000_000),
+    "MST_MAX_JSON_BYTES": str(1_000_000),
+    "MST_MAX_EDGES": str(50_000),
+    "MST_MAX_WAIT_S": "30",
+}
+
+
+@pytest.fixture(scope="session")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One server shared by the API tests (they create their own graphs and jobs)."""
+    root = tmp_path_factory.mktemp("live")
+    server = LiveServer(root / "data", dict(SHARED_ENV), root / "server.log").start()
+    yield server
+    server.stop()
+
+
+ServerFactory = Callable[..., LiveServer]
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[ServerFactory]:
+    """Start servers of one's own (stopped at the end); ``data_dir`` defaults to a fresh folder."""
+    started: list[LiveServer] = []
+
+    def start(data_dir: Path | None = None, **env: str) -> LiveServer:
+        server = LiveServer(
+            data_dir or tmp_path / "data",
+            {**SHARED_ENV, **env},
+            tmp_path / f"server-{len(started)}.log",
+        )
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        if server.proc is not None and server.proc.poll() is None:
+            server.stop()

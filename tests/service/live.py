@@ -1,0 +1,135 @@
+"""A real service in a subprocess (``python -m service``) on a free port, for the tests."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+OCTET = "application/octet-stream"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def npz_body(src: Any, dst: Any, weight: Any, num_vertices: int | None = None) -> bytes:
+    buf = io.BytesIO()
+    arrays = {"src": np.asarray(src), "dst": np.asarray(dst), "weight": np.asarray(weight)}
+    if num_vertices is not None:
+        arrays["num_vertices"] = np.int64(num_vertices)
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+@dataclass
+class LiveServer:
+    """One ``python -m service`` process; ``client`` is an httpx client bound to it."""
+
+    data_dir: Path
+    env: dict[str, str]
+    log_path: Path
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    client: httpx.Client = field(init=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> LiveServer:
+        self.port = free_port()
+        env = {**os.environ, **self.env, "MST_PORT": str(self.port), "MST_DATA_DIR": str(self.data_dir)}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "service"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        self.client = httpx.Client(base_url=self.url, timeout=60.0)
+        self.wait_ready(timeout)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                response = self.client.get("/readyz")
+                if response.status_code == 200:
+                    body: dict[str, Any] = response.json()
+                    return body
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"the server was not ready within {timeout} s:\n{self.log()}")
+
+    def worker_pid(self) -> int:
+        pid = self.client.get("/readyz").json()["workers"][0]["pid"]
+        assert isinstance(pid, int)
+        return pid
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Stop the server (SIGTERM: graceful; SIGKILL: a crash) and return its exit code."""
+        self.client.close()
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        return int(self.proc.returncode)
+
+    # -- helpers of the REST API --------------------------------------------------------------
+
+    def upload_npz(self, src: Any, dst: Any, weight: Any, num_vertices: int | None = None) -> dict[str, Any]:
+        response = self.client.post(
+            "/v1/graphs", content=npz_body(src, dst, weight, num_vertices), headers={"content-type": OCTET}
+        )
+        assert response.status_code == 201, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def submit(self, graph_id: str, wait: float = 0.0) -> httpx.Response:
+        params = {"wait": wait} if wait else None
+        return self.client.post(f"/v1/graphs/{graph_id}/mst", params=params)
+
+    def poll(
+        self,
+        job_id: str,
+        timeout: float = 60.0,
+        until: tuple[str, ...] = ("succeeded", "failed", "cancelled"),
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            job: dict[str, Any] = self.client.get(f"/v1/jobs/{job_id}").json()
+            if job["status"] in until:
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} still {job['status']} after {timeout} s")
+            time.sleep(0.01)
+
+    def result_npz(self, job_id: str) -> tuple[np.ndarray, np.ndarray, httpx.Headers]:
+        response = self.client.get(f"/v1/jobs/{job_id}/result", headers={"accept": OCTET})
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"] == OCTET
+        with np.load(io.BytesIO(response.content), allow_pickle=False) as npz:
+            return npz["edge_ids"], npz["weights"], response.headers
