@@ -1,4 +1,4 @@
-"""/v1/graphs against a live server: uploads (JSON and binary), list, describe, delete, and every bad input."""
+"""/v1/graphs against a live server: JSON and binary uploads, list, describe, delete, bad input."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from .test_graphs import problem
 
 @contextmanager
 def frozen_worker(live: LiveServer) -> Iterator[None]:
-    """SIGSTOP the worker: jobs handed to it stay running, later ones stay queued (well under the heartbeat limit)."""
+    """SIGSTOP the worker briefly: handed-over jobs stay running, later ones stay queued."""
     pid = live.worker_pid()
     os.kill(pid, signal.SIGSTOP)
     try:
