@@ -94,7 +94,9 @@ class WorkerHandle:
         self._sources = sources
         self.state: WorkerState = "starting"
         self.info: dict[str, Any] = {}
+        #: why the worker last died or failed to start (kept after it is back, for /readyz)
         self.last_error: str | None = None
+        self._kill_reason: str | None = None
         self.restarts = 0
         self.generation = 0
         self.started_at = 0.0
@@ -190,8 +192,8 @@ class WorkerHandle:
             self._on_ready(message[1])
             return
         if head == "failed":
-            self.last_error = f"{type(message[1]).__name__}: {message[1]}"
-            log.error("worker %d failed to start: %s", self.index, self.last_error)
+            self._kill_reason = f"failed to start: {type(message[1]).__name__}: {message[1]}"
+            log.error("worker %d %s", self.index, self._kill_reason)
             return  # the process exits next; _on_exit restarts it
         req_id, ok, payload = message
         self._in_flight -= 1
@@ -208,7 +210,6 @@ class WorkerHandle:
 
     def _on_ready(self, info: dict[str, Any]) -> None:
         self.info = info
-        self.last_error = None
         self.free_bytes, self.total_bytes = int(info["free_bytes"]), int(info["total_bytes"])
         self.state = "reloading"
         log.info(
@@ -265,8 +266,10 @@ class WorkerHandle:
         self.state = "stopped" if self._stopping else "dead"
         assert self._accepting is not None
         self._accepting.clear()
+        self.last_error = self._kill_reason or f"the process exited (exit code {code})"
+        self._kill_reason = None
         lost = WorkerLostError(
-            f"worker {self.index} (pid {self.pid}) exited (exit code {code}) while handling the request; "
+            f"worker {self.index} (pid {self.pid}) was lost while handling the request ({self.last_error}); "
             "it is being restarted, submit again."
         )
         for fut in self._futures.values():
@@ -299,7 +302,7 @@ class WorkerHandle:
         """SIGKILL the process (a stale heartbeat, a start that takes too long); it is restarted."""
         if self._process is not None and self._process.is_alive():
             log.error("killing worker %d (pid %s): %s", self.index, self.pid, reason)
-            self.last_error = reason
+            self._kill_reason = reason
             self._process.kill()
 
     async def stop(self, timeout: float = 5.0) -> None:

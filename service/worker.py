@@ -23,6 +23,7 @@ so its replacement starts from a fresh CUDA context.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -188,16 +189,23 @@ class _Worker:
                 return  # the API process is gone
             op, req_id, *args = request
             if op == STOP:
-                conn.send((req_id, True, {}))
+                with contextlib.suppress(OSError, ValueError):
+                    conn.send((req_id, True, {}))
                 return
             try:
                 payload = handlers[op](*args)
             except BaseException as exc:
-                conn.send((req_id, False, _portable(exc)))
-                if isinstance(exc, DeviceError) or not isinstance(exc, Exception):
-                    return  # a fresh process gets a fresh CUDA context
+                fatal = isinstance(exc, DeviceError) or not isinstance(exc, Exception)
+                reply: tuple[Any, ...] = (req_id, False, _portable(exc))
             else:
-                conn.send((req_id, True, payload))
+                fatal = False
+                reply = (req_id, True, payload)
+            try:
+                conn.send(reply)
+            except (OSError, ValueError):
+                return  # the API process is gone
+            if fatal:
+                return  # a fresh process gets a fresh CUDA context
 
     def _read(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, gpu_core.Graph]:
         """Parse a spool file and make it a resident graph; (the parsed edge arrays, the graph)."""

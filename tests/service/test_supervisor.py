@@ -1,0 +1,103 @@
+"""Worker failures against a live server: SIGKILL mid-job, a stopped heartbeat; restart and reload.
+
+Documented outcome (service/supervisor.py): the job the worker was running is
+``failed`` with ``error.type == "worker_lost"`` (not re-queued); the worker is
+restarted, reloads its graphs from the spool, and ``/readyz`` is 503 until it
+answers again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+
+import gpu_core
+
+from .conftest import ServerFactory
+from .live import LiveServer
+
+
+def readiness_after_loss(server: LiveServer, old_pid: int, timeout: float = 60.0) -> tuple[bool, dict]:
+    """(whether /readyz said 503 meanwhile, the readiness body once a new worker is ready)."""
+    saw_503 = False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = server.client.get("/readyz")
+        if response.status_code == 503:
+            saw_503 = True
+            assert response.json()["status"] == "not_ready"
+        elif response.json()["workers"][0]["pid"] != old_pid:
+            return saw_503, response.json()
+        time.sleep(0.005)
+    raise AssertionError(f"no new worker within {timeout} s:\n{server.log()}")
+
+
+def running_then_stopped(server: LiveServer, graph_id: str, pid: int) -> str:
+    """Submit jobs until one is caught running; leave the worker SIGSTOPped in the middle of it."""
+    for _ in range(5):
+        job_id = server.submit(graph_id).json()["id"]
+        status = server.poll(job_id, until=("running", "succeeded", "failed"))["status"]
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.2)  # a reply already in the pipe would be processed by now
+        if server.client.get(f"/v1/jobs/{job_id}").json()["status"] == "running" and status == "running":
+            return job_id
+        os.kill(pid, signal.SIGCONT)
+    raise AssertionError("never caught a job running")
+
+
+def test_sigkill_mid_job_fails_it_with_worker_lost_and_the_worker_comes_back(
+    server_factory: ServerFactory,
+) -> None:
+    server = server_factory(
+        MST_MAX_EDGES=str(10_000_000),
+        MST_MAX_UPLOAD_BYTES=str(200_000_000),
+        MST_HEARTBEAT_INTERVAL_S="0.1",
+        MST_HEARTBEAT_TIMEOUT_S="1.5",
+    )
+    rng = np.random.default_rng(5)
+    n, m = 500_000, 2_000_000
+    src, dst = rng.integers(0, n, m).astype(np.int32), rng.integers(0, n, m).astype(np.int32)
+    weight = rng.integers(-1000, 1000, m).astype(np.int32)
+    big = server.upload_npz(src, dst, weight, n)
+    small = server.upload_npz([0, 1, 2], [1, 2, 0], [5, 6, 7])
+    expected = gpu_core.minimum_spanning_forest(src, dst, weight, num_vertices=n, backend="cpu")
+    pid = server.worker_pid()
+
+    job_id = running_then_stopped(server, big["id"], pid)
+    queued = server.submit(small["id"]).json()["id"]
+    os.kill(pid, signal.SIGKILL)
+
+    saw_503, ready = readiness_after_loss(server, pid)
+    assert saw_503, "/readyz should answer 503 while no worker is up"
+    assert ready["workers"][0]["restarts"] == 1
+    lost = server.poll(job_id)
+    assert lost["status"] == "failed" and lost["error"]["type"] == "worker_lost", lost
+    assert "exited (exit code -9)" in lost["error"]["message"]
+    assert lost["result"] is None
+    # the job queued behind it was not lost: it runs on the new worker
+    assert server.poll(queued)["status"] == "succeeded"
+
+    # the graphs were reloaded from the spool and still answer
+    again = server.submit(big["id"], wait=60).json()
+    assert again["status"] == "succeeded", again
+    assert again["result"]["total_weight"] == expected.total_weight
+    assert again["result"]["num_components"] == expected.num_components
+    edge_ids, _, _ = server.result_npz(again["id"])
+    assert np.array_equal(edge_ids, expected.edge_ids)
+    assert server.client.get(f"/v1/graphs/{big['id']}").json()["residency"]["status"] == "resident"
+    assert server.client.get(f"/v1/jobs/{job_id}/result").status_code == 409
+
+    # a worker that stops beating (SIGSTOP) is killed and replaced too; its job is lost
+    pid = server.worker_pid()
+    os.kill(pid, signal.SIGSTOP)
+    stuck = server.submit(small["id"]).json()["id"]
+    _, ready = readiness_after_loss(server, pid, timeout=30)
+    assert ready["workers"][0]["restarts"] == 2
+    assert "no heartbeat" in ready["workers"][0]["last_error"]
+    stuck_job = server.poll(stuck)
+    assert stuck_job["status"] == "failed" and stuck_job["error"]["type"] == "worker_lost"
+    assert server.submit(small["id"], wait=30).json()["result"]["total_weight"] == 11
+    assert 'mst_worker_restarts{worker="0"} 2.0' in server.client.get("/metrics").text
