@@ -1,12 +1,13 @@
-"""gpu_core: exact minimum spanning forests with ECL-MST on the GPU (CuPy), and the same answer on the CPU (NumPy).
+"""gpu_core: exact minimum spanning forests with ECL-MST on the GPU (CuPy), the same answer on the CPU.
 
 >>> import numpy as np, gpu_core
->>> f = gpu_core.minimum_spanning_forest(np.array([0, 1, 0]), np.array([1, 2, 2]), np.array([1, 1, 1]), backend="cpu")
+>>> src, dst, weight = np.array([0, 1, 0]), np.array([1, 2, 2]), np.array([1, 1, 1])
+>>> f = gpu_core.minimum_spanning_forest(src, dst, weight, backend="cpu")
 >>> f.edge_ids.tolist(), f.total_weight, f.num_components
 ([0, 1], 2, 1)
 """
 
-from . import errors
+from . import errors, formats
 from ._forest import SpanningForest
 from ._graph import Backend, Graph, gpu_available, minimum_spanning_forest, resolve_backend, warm_up
 from ._validate import WEIGHT_DTYPES
@@ -19,6 +20,7 @@ __all__ = [
     "Graph",
     "SpanningForest",
     "errors",
+    "formats",
     "gpu_available",
     "minimum_spanning_forest",
     "read_graph",

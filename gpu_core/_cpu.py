@@ -68,9 +68,7 @@ class CpuGraph:
         return make_forest(edge_ids, self.weight[edge_ids], n, self.backend, elapsed_ms)
 
 
-def _boruvka(
-    cu: IntArray, cv: IntArray, rank: IntArray, rep: IntArray, chosen: list[IntArray]
-) -> None:
+def _boruvka(cu: IntArray, cv: IntArray, rank: IntArray, rep: IntArray, chosen: list[IntArray]) -> None:
     """Run Borůvka rounds on a worklist until it is empty; updates ``rep`` in place."""
     n = rep.shape[0]
     none = np.iinfo(rank.dtype).max

@@ -28,6 +28,8 @@ from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
 INT32_MAX = 2**31 - 1
 BLOCK = 256
 BLOCKS_PER_SM = 8
+#: rows with at least this many slots are cut into chunks of this many, one warp each
+CHUNK_SLOTS = 256
 #: counters on the device: worklist A size, worklist B size, forest size, phase-1 leftover
 SIZE_A, SIZE_B, FOREST_SIZE, PHASE1_LEFT, NUM_COUNTERS = 0, 1, 2, 3, 4
 
@@ -115,17 +117,23 @@ class GpuGraph:
         self.row_ptr = cp.zeros(n + 1, dtype=cp.int32)
         if k:
             self.row_ptr[1:] = cp.cumsum(cp.bincount(rows, minlength=n)).astype(cp.int32)
+        self.threshold = filter_threshold(n, k)
+        # split[v]: where the slots of row v with rank >= threshold start (the filter's second phase).
+        self.split = self.row_ptr[:-1].copy()
+        if k:
+            light_rows = rows[by_row][self.adj[:, 1] < self.threshold]
+            self.split += cp.bincount(light_rows, minlength=n).astype(cp.int32)
+            del light_rows
         del rows, cols, by_row, u, v
+        self.heavy_chunks = self._heavy_chunks(cp)
 
         # Workspace, kept with the graph so a computation allocates nothing.
-        self.threshold = filter_threshold(n, k)
         capacity = max(self.threshold, k - self.threshold, 1)
         self._items_a = cp.empty(3 * capacity, dtype=cp.int32)
         self._items_b = cp.empty(3 * capacity, dtype=cp.int32)
         self._lightest0 = cp.empty(max(n, 1), dtype=cp.uint32)
         self._lightest1 = cp.empty(max(n, 1), dtype=cp.uint32)
         self._parent = cp.empty(max(n, 1), dtype=cp.int32)
-        self._split = cp.empty(max(n, 1), dtype=cp.int32)
         self._forest = cp.empty(max(n, 1), dtype=cp.int32)
         self._counters = cp.zeros(NUM_COUNTERS, dtype=cp.int32)
         self._counters_host = cp.cuda.alloc_pinned_memory(4 * NUM_COUNTERS)
@@ -134,12 +142,28 @@ class GpuGraph:
         self._max_blocks = sms * BLOCKS_PER_SM
         self._capacity = capacity
 
+    def _heavy_chunks(self, cp: Any) -> Any:
+        """{row, first slot} of every CHUNK_SLOTS-slot chunk of the rows with at least CHUNK_SLOTS slots."""
+        degree = cp.diff(self.row_ptr)
+        heavy = cp.flatnonzero(degree >= CHUNK_SLOTS).astype(cp.int32)
+        per_row = (degree[heavy] + CHUNK_SLOTS - 1) // CHUNK_SLOTS
+        ends = cp.cumsum(per_row)
+        total = int(ends[-1]) if heavy.size else 0
+        chunks = cp.empty((total, 2), dtype=cp.int32)
+        if total:
+            task = cp.arange(total, dtype=cp.int32)
+            which = cp.searchsorted(ends, task, side="right")
+            chunks[:, 0] = heavy[which]
+            chunks[:, 1] = self.row_ptr[heavy[which]] + (task - (ends[which] - per_row[which])) * CHUNK_SLOTS
+        return chunks
+
     @property
     def nbytes(self) -> int:
         """Device bytes held: graph (CSR, rank map, weights) and its workspace."""
         arrays = (
-            self.weight, self.rank_to_id, self.adj, self.row_ptr, self._items_a, self._items_b,
-            self._lightest0, self._lightest1, self._parent, self._split, self._forest, self._counters,
+            self.weight, self.rank_to_id, self.adj, self.row_ptr, self.split, self.heavy_chunks,
+            self._items_a, self._items_b, self._lightest0, self._lightest1, self._parent, self._forest,
+            self._counters,
         )  # fmt: skip
         return int(sum(a.nbytes for a in arrays))
 
@@ -154,18 +178,21 @@ class GpuGraph:
         n = self.num_vertices
         kernel("reset_state")(
             self._grid(n), (BLOCK,),
-            (np.int32(n), self._parent, self._lightest0, self._lightest1, self._counters, np.int32(NUM_COUNTERS)),
+            (np.int32(n), self._parent, self._lightest0, self._lightest1, self._counters,
+             np.int32(NUM_COUNTERS)),
         )  # fmt: skip
 
     def _launch_init(self, second_phase: bool) -> None:
         n = self.num_vertices
         if second_phase:
-            kernel("clear_lightest")(self._grid(n), (BLOCK,), (np.int32(n), self._lightest0, self._lightest1))
+            kernel("prepare_second_phase")(
+                self._grid(n), (BLOCK,), (np.int32(n), self._parent, self._lightest0, self._lightest1)
+            )
         name = "init_worklist<true>" if second_phase else "init_worklist<false>"
         kernel(name)(
             self._grid(n), (BLOCK,),
-            (self.row_ptr, self.adj, np.int32(n), np.int32(self.threshold), self._split, self._parent,
-             self._items_a, self._counter(SIZE_A)),
+            (self.row_ptr, self.split, self.adj, np.int32(n), np.int32(CHUNK_SLOTS), self.heavy_chunks,
+             np.int32(self.heavy_chunks.shape[0]), self._parent, self._items_a, self._counter(SIZE_A)),
         )  # fmt: skip
 
     def _launch_pair(self) -> None:

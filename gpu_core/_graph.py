@@ -111,7 +111,8 @@ class Graph:
 
     @property
     def weight_dtype(self) -> np.dtype[Any]:
-        return np.dtype(self._impl.weight.dtype)
+        dtype: np.dtype[Any] = np.dtype(self._impl.weight.dtype)
+        return dtype
 
     @property
     def nbytes(self) -> int:

@@ -12,7 +12,7 @@ NAME_EXPRESSIONS: tuple[str, ...] = ("init_worklist<false>", "init_worklist<true
 
 
 def kernel_source(name: str = KERNEL_FILE) -> str:
-    """The text of a ``.cu`` file shipped in ``gpu_core/kernels``, with a ``#line`` so NVRTC errors name it."""
+    """A ``.cu`` file of ``gpu_core/kernels``, with a ``#line`` so NVRTC errors name the file."""
     text = resources.files("gpu_core").joinpath("kernels", name).read_text(encoding="utf-8")
     return f'#line 1 "{name}"\n{text}'
 

@@ -45,13 +45,35 @@ def _first_index(xp: ModuleType, mask: Any) -> int:
     return int(xp.flatnonzero(mask)[0])
 
 
+def _weight_dtype_error(dtype: Any) -> UnsupportedDtypeError:
+    allowed = ", ".join(str(d) for d in WEIGHT_DTYPES)
+    return UnsupportedDtypeError(
+        f"'weight' has dtype {dtype}; supported weight dtypes are {allowed}. "
+        "Convert explicitly if the conversion is exact for your data.",
+        field="weight",
+    )
+
+
 def _as_array(xp: ModuleType, value: Any, field: str) -> Any:
-    try:
-        arr = xp.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise GraphValidationError(f"'{field}' is not an array of numbers: {exc}", field=field) from None
+    if type(value).__module__.split(".")[0] != xp.__name__:
+        # Lists and host arrays are looked at with NumPy first, so every backend
+        # names the same problem (CuPy refuses strings and objects with its own errors).
+        try:
+            host = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise GraphValidationError(f"'{field}' is not an array of numbers: {exc}", field=field) from None
+        if host.dtype.kind not in "biuf" and host.size:
+            if field == "weight":
+                raise _weight_dtype_error(host.dtype)
+            raise UnsupportedDtypeError(
+                f"'{field}' must hold integer vertex ids, got dtype {host.dtype}.", field=field
+            )
+        value = host
+    arr = xp.asarray(value)
     if arr.ndim != 1:
-        raise EdgeListShapeError(f"'{field}' must be one-dimensional, got shape {tuple(arr.shape)}.", field=field)
+        raise EdgeListShapeError(
+            f"'{field}' must be one-dimensional, got shape {tuple(arr.shape)}.", field=field
+        )
     return arr
 
 
@@ -70,10 +92,11 @@ def _check_ids(xp: ModuleType, ids: Any, field: str) -> Any:
     return ids.astype(np.int64, copy=False)
 
 
-def validate_edges(
-    xp: ModuleType, src: Any, dst: Any, weight: Any, num_vertices: int | None
-) -> EdgeList:
-    """Check an edge list and return it with int64 ids; raise a :class:`GraphValidationError` naming the first problem."""
+def validate_edges(xp: ModuleType, src: Any, dst: Any, weight: Any, num_vertices: int | None) -> EdgeList:
+    """Check an edge list and return it with int64 ids.
+
+    Raises a :class:`GraphValidationError` that names the first problem (field and edge index).
+    """
     src_a = _as_array(xp, src, "src")
     dst_a = _as_array(xp, dst, "dst")
     w = _as_array(xp, weight, "weight")
@@ -87,12 +110,7 @@ def validate_edges(
     if m == 0 and w.dtype.kind not in "iuf":
         w = w.astype(np.float64)
     if w.dtype not in WEIGHT_DTYPES:
-        allowed = ", ".join(str(d) for d in WEIGHT_DTYPES)
-        raise UnsupportedDtypeError(
-            f"'weight' has dtype {w.dtype}; supported weight dtypes are {allowed}. "
-            "Convert explicitly if the conversion is exact for your data.",
-            field="weight",
-        )
+        raise _weight_dtype_error(w.dtype)
     src_a = _check_ids(xp, src_a, "src")
     dst_a = _check_ids(xp, dst_a, "dst")
 
@@ -117,17 +135,14 @@ def validate_edges(
             )
         n = int(num_vertices)
         if n < 0:
-            raise GraphValidationError(
-                f"'num_vertices' must be non-negative, got {n}.", field="num_vertices"
-            )
+            raise GraphValidationError(f"'num_vertices' must be non-negative, got {n}.", field="num_vertices")
     if lo < 0 or hi >= n:
         for field, ids in (("src", src_a), ("dst", dst_a)):
             bad = (ids < 0) | (ids >= n)
             if bool(bad.any()):
                 index = _first_index(xp, bad)
                 raise VertexIdError(
-                    f"'{field}[{index}]' = {int(ids[index])} is outside [0, {n}) "
-                    f"(num_vertices = {n}).",
+                    f"'{field}[{index}]' = {int(ids[index])} is outside [0, {n}) (num_vertices = {n}).",
                     field=field,
                     index=index,
                 )

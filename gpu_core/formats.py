@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -31,12 +32,17 @@ def _bad(fmt: str, detail: str) -> GraphValidationError:
 
 
 def read_npz(data: bytes) -> EdgeArrays:
-    """An ``.npz`` archive with arrays ``src``, ``dst``, ``weight`` and optionally a scalar ``num_vertices``."""
+    """An ``.npz`` archive with arrays ``src``, ``dst``, ``weight`` and optionally ``num_vertices``."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        loaded = np.load(io.BytesIO(data), allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise _bad("npz", "the body is a single .npy array; send an .npz archive (numpy.savez)")
+        with loaded as npz:
             missing = [k for k in ("src", "dst", "weight") if k not in npz.files]
             if missing:
-                raise _bad("npz", f"missing array(s) {', '.join(missing)}; found {', '.join(npz.files) or 'none'}")
+                raise _bad(
+                    "npz", f"missing array(s) {', '.join(missing)}; found {', '.join(npz.files) or 'none'}"
+                )
             n = None
             if "num_vertices" in npz.files:
                 nv = npz["num_vertices"]
@@ -78,7 +84,7 @@ def _text_columns(data: bytes, fmt: str, comments: str, skip_prefix: str | None 
         line = raw.strip()
         if not line or line[0] in comments:
             continue
-        rows.append(line.split() + [f"@{lineno}"])
+        rows.append([*line.split(), f"@{lineno}"])
     if skip_prefix is not None:
         rows = [r for r in rows if r[0] != skip_prefix]
     return rows
@@ -86,8 +92,9 @@ def _text_columns(data: bytes, fmt: str, comments: str, skip_prefix: str | None 
 
 def _numbers(tokens: list[str], fmt: str, where: str) -> np.ndarray[Any, Any]:
     try:
-        ints = np.array([int(t) for t in tokens], dtype=np.int64)
-        return ints
+        return np.array([int(t) for t in tokens], dtype=np.int64)
+    except OverflowError:
+        raise _bad(fmt, f"{where} must fit in int64 (or be written as decimals)") from None
     except ValueError:
         pass
     try:
@@ -104,8 +111,8 @@ def _columns(rows: list[list[str]], fmt: str, first: int, with_weight: bool) -> 
     try:
         src = np.array([int(r[first]) for r in rows], dtype=np.int64)
         dst = np.array([int(r[first + 1]) for r in rows], dtype=np.int64)
-    except ValueError:
-        raise _bad(fmt, "vertex ids must be integers") from None
+    except (ValueError, OverflowError):
+        raise _bad(fmt, "vertex ids must be integers within int64") from None
     if with_weight:
         weight = _numbers([r[first + 2] for r in rows], fmt, "weights")
     else:

@@ -40,7 +40,10 @@ namespace {
 
 constexpr int kWarpSize = 32;
 // Vertices with at least this many slots to scan are processed by a whole warp.
-constexpr int kWarpDegree = 4;
+#ifndef MST_WARP_DEGREE
+#define MST_WARP_DEGREE 16
+#endif
+constexpr int kWarpDegree = MST_WARP_DEGREE;
 constexpr unsigned kNoEdge = 0xffffffffu;
 
 __device__ __forceinline__ int lane_id() { return threadIdx.x & (kWarpSize - 1); }
@@ -112,111 +115,113 @@ extern "C" __global__ void reset_state(int n, int* __restrict__ parent, unsigned
   if (tid < num_counters) counters[tid] = 0;
 }
 
-// Between the two filtering phases: both copies of `lightest` empty again.
-extern "C" __global__ void clear_lightest(int n, unsigned* __restrict__ lightest0,
-                                          unsigned* __restrict__ lightest1) {
+// Between the two filtering phases: both copies of `lightest` empty again, and every
+// vertex pointing straight at its root. The second phase looks up the set of both
+// endpoints of every remaining edge, starting from original vertex ids whose paths
+// grew in every round of the first phase; flattening them once is far cheaper.
+// Concurrent writes only ever store a root, an ancestor of the old value.
+extern "C" __global__ void prepare_second_phase(int n, int* parent, unsigned* __restrict__ lightest0,
+                                                unsigned* __restrict__ lightest1) {
   for (int v = blockIdx.x * blockDim.x + threadIdx.x; v < n; v += grid_stride()) {
     lightest0[v] = kNoEdge;
     lightest1[v] = kNoEdge;
+    const int root = find_root_live(parent, v);
+    if (parent[v] != root) parent[v] = root;
   }
 }
 
-// Algorithm 2, lines 1-11: fill the first worklist from the CSR, each undirected edge
-// once (from its smaller endpoint). Hybrid parallelism: a vertex with fewer than
-// kWarpDegree slots to scan is handled by its own thread, a larger one by the whole
-// warp, its slots spread over the lanes.
-//
-// Filtering (average degree >= 4). Phase 1 (kSecondPhase = false) takes the edges with
-// rank < threshold, i.e. a prefix of each row, and records in split[v] where the rest of
-// row v starts. Phase 2 takes the remaining slots, replaces both endpoints by their sets
-// and drops edges inside one set: most heavy edges never reach the worklist.
+// Whether slot edge e of vertex v (whose set is set_v) goes on the worklist, and as what.
+// Each undirected edge is taken once, from its smaller endpoint. In the second phase
+// both endpoints are replaced by their sets and edges inside one set are filtered out.
 template <bool kSecondPhase>
-__global__ void init_worklist(const int* __restrict__ row_ptr, const int2* __restrict__ adj, int n,
-                              int threshold, int* __restrict__ split, const int* __restrict__ parent,
-                              Item* __restrict__ worklist, int* __restrict__ worklist_size) {
+__device__ __forceinline__ bool take_slot(int v, int set_v, int2 e, const int* __restrict__ parent,
+                                          Item& item) {
+  if (v >= e.x) return false;  // only process in one direction
+  if (!kSecondPhase) {
+    item = Item{v, e.x, e.y};
+    return true;
+  }
+  const int set_n = find_root(parent, e.x);
+  item = Item{set_v, set_n, e.y};
+  return set_v != set_n;
+}
+
+// The whole warp scans slots [beg, end) of vertex v, 32 at a time.
+template <bool kSecondPhase>
+__device__ __forceinline__ void warp_scan(int v, int set_v, int beg, int end, const int2* __restrict__ adj,
+                                          const int* __restrict__ parent, Item* __restrict__ worklist,
+                                          int* __restrict__ worklist_size) {
+  for (int chunk = beg; chunk < end; chunk += kWarpSize) {
+    const int s = chunk + lane_id();
+    Item item{};
+    const bool push = s < end && take_slot<kSecondPhase>(v, set_v, adj[s], parent, item);
+    warp_push(push, item, worklist, worklist_size);
+  }
+}
+
+// Algorithm 2, lines 1-11: fill the first worklist from the CSR.
+//
+// Filtering (average degree >= 4): the first phase takes the edges with rank below the
+// threshold, which are slots [row_ptr[v], split[v]) of every row (rows are rank-sorted);
+// the second phase takes slots [split[v], row_ptr[v + 1]) after the first phase has run.
+//
+// Hybrid parallelism. A vertex with fewer than kWarpDegree slots to scan is handled by
+// its own thread, a larger one by the whole warp, its slots spread over the lanes. The
+// paper switches at 4; on an H200 16 was faster on every graph measured (a 1024x1024
+// grid, whose inner vertices have degree 4, ran 1.8x faster), see the notes in README.
+// Rows of `chunk` or more slots (the hubs of skewed graphs) would leave one warp
+// working long after the rest have finished, so they are cut into chunks of `chunk`
+// slots, listed once per graph in heavy_chunks = {row, first slot}, one warp a chunk.
+template <bool kSecondPhase>
+__global__ void init_worklist(const int* __restrict__ row_ptr, const int* __restrict__ split,
+                              const int2* __restrict__ adj, int n, int chunk,
+                              const int2* __restrict__ heavy_chunks, int num_heavy_chunks,
+                              const int* __restrict__ parent, Item* __restrict__ worklist,
+                              int* __restrict__ worklist_size) {
   const int lane = lane_id();
   for (int first = warp_start(); first < n; first += grid_stride()) {
     const int v = first + lane;
-    const bool valid = v < n;
     int beg = 0;
     int end = 0;
-    if (valid) {
+    if (v < n && row_ptr[v + 1] - row_ptr[v] < chunk) {
       beg = kSecondPhase ? split[v] : row_ptr[v];
-      end = row_ptr[v + 1];
+      end = kSecondPhase ? row_ptr[v + 1] : split[v];
     }
-    int set_v = v;
-    if (kSecondPhase && valid && beg < end) set_v = find_root(parent, v);
+    const int set_v = (kSecondPhase && beg < end) ? find_root(parent, v) : v;
 
-    // Thread path: at most kWarpDegree - 1 slots, the same number of steps in every lane.
-    const bool by_thread = valid && end - beg < kWarpDegree;
-    int heavy_from = end;
+    // Thread path: fewer than kWarpDegree slots, the same number of steps in every lane.
+    const bool by_thread = end - beg < kWarpDegree;
     for (int j = 0; j < kWarpDegree - 1; ++j) {
-      const int s = beg + j;
-      bool push = false;
       Item item{};
-      if (by_thread && s < end) {
-        const int2 e = adj[s];  // {neighbor, rank}
-        if (!kSecondPhase) {
-          if (e.y >= threshold) {
-            heavy_from = min(heavy_from, s);
-          } else if (v < e.x) {
-            push = true;
-            item = Item{v, e.x, e.y};
-          }
-        } else if (v < e.x) {
-          const int set_n = find_root(parent, e.x);
-          if (set_v != set_n) {
-            push = true;
-            item = Item{set_v, set_n, e.y};
-          }
-        }
-      }
+      const bool push =
+          by_thread && beg + j < end && take_slot<kSecondPhase>(v, set_v, adj[beg + j], parent, item);
       warp_push(push, item, worklist, worklist_size);
     }
-    if (!kSecondPhase && by_thread) split[v] = heavy_from;
 
-    // Warp path: the warp takes its large rows one after the other.
-    unsigned pending = __ballot_sync(FULL_MASK, valid && !by_thread);
+    // Warp path: the warp takes its larger rows one after the other.
+    unsigned pending = __ballot_sync(FULL_MASK, !by_thread);
     while (pending) {
       const int owner = __ffs(pending) - 1;
       pending &= pending - 1;
-      const int wv = __shfl_sync(FULL_MASK, v, owner);
-      const int wbeg = __shfl_sync(FULL_MASK, beg, owner);
-      const int wend = __shfl_sync(FULL_MASK, end, owner);
-      const int wset = __shfl_sync(FULL_MASK, set_v, owner);
-      int wheavy = wend;
-      for (int chunk = wbeg; chunk < wend; chunk += kWarpSize) {
-        const int s = chunk + lane;
-        bool push = false;
-        bool heavy = false;
-        Item item{};
-        if (s < wend) {
-          const int2 e = adj[s];
-          if (!kSecondPhase) {
-            heavy = e.y >= threshold;
-            if (!heavy && wv < e.x) {
-              push = true;
-              item = Item{wv, e.x, e.y};
-            }
-          } else if (wv < e.x) {
-            const int set_n = find_root(parent, e.x);
-            if (wset != set_n) {
-              push = true;
-              item = Item{wset, set_n, e.y};
-            }
-          }
-        }
-        warp_push(push, item, worklist, worklist_size);
-        if (!kSecondPhase) {
-          const unsigned heavy_lanes = __ballot_sync(FULL_MASK, heavy);
-          if (heavy_lanes) {  // the rest of the row is heavier still
-            wheavy = chunk + __ffs(heavy_lanes) - 1;
-            break;
-          }
-        }
-      }
-      if (!kSecondPhase && lane == owner) split[v] = wheavy;
+      warp_scan<kSecondPhase>(__shfl_sync(FULL_MASK, v, owner), __shfl_sync(FULL_MASK, set_v, owner),
+                              __shfl_sync(FULL_MASK, beg, owner), __shfl_sync(FULL_MASK, end, owner), adj,
+                              parent, worklist, worklist_size);
     }
+  }
+
+  // Chunks of the heavy rows, one warp each.
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / kWarpSize;
+  const int num_warps = grid_stride() / kWarpSize;
+  for (int t = warp; t < num_heavy_chunks; t += num_warps) {
+    const int2 task = heavy_chunks[t];
+    const int v = task.x;
+    const int lo = kSecondPhase ? split[v] : row_ptr[v];
+    const int hi = kSecondPhase ? row_ptr[v + 1] : split[v];
+    const int beg = max(task.y, lo);
+    const int end = min(task.y + chunk, hi);
+    if (beg >= end) continue;  // uniform across the warp
+    const int set_v = kSecondPhase ? find_root(parent, v) : v;
+    warp_scan<kSecondPhase>(v, set_v, beg, end, adj, parent, worklist, worklist_size);
   }
 }
 
@@ -233,6 +238,10 @@ extern "C" __global__ void select_lightest(const Item* __restrict__ items, const
       const Item e = items[i];
       const int p = find_root(parent, e.u);
       const int q = find_root(parent, e.v);
+#ifdef MST_COMPRESS
+      if (p != e.u) const_cast<int*>(parent)[e.u] = p;
+      if (q != e.v) const_cast<int*>(parent)[e.v] = q;
+#endif
       if (p != q) {
         push = true;
         item = Item{p, q, e.rank};
@@ -250,7 +259,7 @@ extern "C" __global__ void select_lightest(const Item* __restrict__ items, const
 // size of the worklist the next iteration fills.
 extern "C" __global__ void link_lightest(const Item* __restrict__ items, const int* __restrict__ num_items,
                                          int* parent, const unsigned* __restrict__ lightest,
-                                         unsigned* __restrict__ lightest_next, int* __restrict__ num_refill,
+                                         unsigned* lightest_next, int* __restrict__ num_refill,
                                          const int* __restrict__ rank_to_id, int* __restrict__ forest,
                                          int* __restrict__ forest_size) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *num_refill = 0;
@@ -267,13 +276,16 @@ extern "C" __global__ void link_lightest(const Item* __restrict__ items, const i
         take = true;
         edge_id = rank_to_id[e.rank];
       }
-      lightest_next[e.u] = kNoEdge;
-      lightest_next[e.v] = kNoEdge;
+      // Clear the next iteration's copy; many items share an endpoint, so look before writing.
+      if (lightest_next[e.u] != kNoEdge) lightest_next[e.u] = kNoEdge;
+      if (lightest_next[e.v] != kNoEdge) lightest_next[e.v] = kNoEdge;
     }
     warp_push(take, edge_id, forest, forest_size);
   }
 }
 
 // Explicit instantiations, so nvcc compile checks cover the templates too.
-template __global__ void init_worklist<false>(const int*, const int2*, int, int, int*, const int*, Item*, int*);
-template __global__ void init_worklist<true>(const int*, const int2*, int, int, int*, const int*, Item*, int*);
+template __global__ void init_worklist<false>(const int*, const int*, const int2*, int, int, const int2*, int,
+                                              const int*, Item*, int*);
+template __global__ void init_worklist<true>(const int*, const int*, const int2*, int, int, const int2*, int,
+                                             const int*, Item*, int*);
