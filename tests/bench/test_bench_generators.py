@@ -25,7 +25,7 @@ def _assert_valid(edges: g.Edges) -> None:
     assert src.dtype == dst.dtype == np.int32
     assert src.shape == dst.shape == weight.shape
     assert src.size > 0
-    assert 0 <= min(src.min(), dst.min()) and max(src.max(), dst.max()) < n
+    assert min(src.min(), dst.min()) >= 0 and max(src.max(), dst.max()) < n
     assert np.isfinite(weight.astype(np.float64)).all() and (weight > 0).all()
 
 
@@ -52,7 +52,9 @@ def test_deterministic_by_seed(kind: str) -> None:
         assert np.array_equal(x, y)
     if kind != "grid":  # a grid's topology does not depend on the seed, its weights do
         c = SMALL[kind](seed=4)
-        assert c.src.shape != a.src.shape or not np.array_equal(c.src, a.src) or not np.array_equal(c.dst, a.dst)
+        assert (
+            c.src.shape != a.src.shape or not np.array_equal(c.src, a.src) or not np.array_equal(c.dst, a.dst)
+        )
     assert not np.array_equal(SMALL[kind](seed=4).weight, a.weight)
 
 
@@ -124,7 +126,13 @@ def test_road_is_sparse() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "dtype"),
-    [("int", np.int32), ("int64", np.int64), ("float", np.float32), ("float64", np.float64), ("ties", np.int32)],
+    [
+        ("int", np.int32),
+        ("int64", np.int64),
+        ("float", np.float32),
+        ("float64", np.float64),
+        ("ties", np.int32),
+    ],
 )
 def test_weight_kinds(kind: str, dtype: type) -> None:
     w = g.make_weights(10_000, kind, seed=1)

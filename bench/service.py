@@ -1,0 +1,467 @@
+"""Service-level benchmark: the REST API of ``python -m service``, driven over loopback with httpx.
+
+The server is started as a subprocess on a free loopback port with a fresh
+data directory and stopped afterwards. Measured on one graph:
+
+* upload throughput of ``POST /v1/graphs``, JSON and binary (``.npz``), in MB/s and edges/s;
+* end-to-end latency of ``POST /v1/graphs/{id}/mst?wait=S`` plus the binary
+  result fetch (``GET /v1/jobs/{id}/result``, ``Accept: application/octet-stream``)
+  on the resident graph, p50/p99 over N requests, against each job's
+  ``compute_ms`` (overhead = end-to-end - compute_ms);
+* result download throughput, JSON vs binary;
+* the one-shot ``POST /v1/mst`` (upload + compute + result in one call).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .generators import DEFAULT_CACHE, Edges, load_or_make
+from .suites import ServiceSpec
+from .timing import percentile, summarize
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NPZ = "application/octet-stream"
+
+
+@dataclass
+class ServiceOptions:
+    #: MST_BACKEND of the server: auto, gpu or cpu
+    backend: str = "auto"
+    #: override the spec's request / upload counts
+    requests: int | None = None
+    uploads: int | None = None
+    ready_timeout_s: float = 240.0
+    wait_s: float = 120.0
+    log_dir: Path | None = None
+    cache_dir: Path | None = DEFAULT_CACHE
+
+
+class ServiceUnavailable(RuntimeError):
+    """The server could not be started or did not become ready."""
+
+
+def service_present() -> bool:
+    """True when ``python -m service`` has something to run."""
+    try:
+        return importlib.util.find_spec("service.__main__") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_server(backend: str, log_path: Path | None, ready_timeout_s: float) -> Iterator[str]:
+    """Start ``python -m service`` on a free loopback port; yield its base URL; stop it."""
+    import httpx
+
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="mst-bench-") as data_dir:
+        env = {
+            **os.environ,
+            "MST_HOST": "127.0.0.1",
+            "MST_PORT": str(port),
+            "MST_DATA_DIR": data_dir,
+            "MST_BACKEND": backend,
+        }
+        log_file = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + ready_timeout_s
+            last = "no answer"
+            with httpx.Client(base_url=base, timeout=5.0) as client:
+                while True:
+                    if proc.poll() is not None:
+                        raise ServiceUnavailable(
+                            f"'python -m service' exited with code {proc.returncode} before it was ready"
+                            + (f"; see {log_path}" if log_path else "")
+                        )
+                    try:
+                        r = client.get("/readyz")
+                        if r.status_code == 200:
+                            break
+                        last = f"/readyz answered {r.status_code}: {r.text[:200]}"
+                    except httpx.TransportError as exc:
+                        last = f"{type(exc).__name__}"
+                    if time.monotonic() > deadline:
+                        raise ServiceUnavailable(
+                            f"the service was not ready after {ready_timeout_s:.0f} s ({last})"
+                        )
+                    time.sleep(0.2)
+            yield base
+        finally:
+            _stop(proc)
+            if log_path:
+                log_file.close()  # type: ignore[union-attr]
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    # Workers the server started live in its session: end any it left behind.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- bodies
+
+
+def json_body(edges: Edges) -> bytes:
+    src, dst, weight, n = edges
+    return json.dumps(
+        {"num_vertices": n, "src": src.tolist(), "dst": dst.tolist(), "weight": weight.tolist()},
+        separators=(",", ":"),
+    ).encode()
+
+
+def npz_body(edges: Edges) -> bytes:
+    src, dst, weight, n = edges
+    buf = io.BytesIO()
+    np.savez(buf, src=src, dst=dst, weight=weight, num_vertices=np.int64(n))
+    return buf.getvalue()
+
+
+def read_npz(data: bytes) -> dict[str, np.ndarray[Any, Any]]:
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def _ident(record: dict[str, Any], *keys: str) -> str:
+    for key in (*keys, "id"):
+        if key in record:
+            return str(record[key])
+    raise KeyError(f"no id field ({', '.join((*keys, 'id'))}) in {sorted(record)}")
+
+
+def _check(r: Any, *ok: int) -> Any:
+    if r.status_code not in ok:
+        raise RuntimeError(
+            f"{r.request.method} {r.request.url.path} answered {r.status_code}: {r.text[:500]}"
+        )
+    return r
+
+
+def _mb_per_s(nbytes: int, ms: float | None) -> float | None:
+    return nbytes / 1e6 / (ms / 1e3) if ms and ms > 0 else None
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def _upload(client: Any, body: bytes, fmt: str) -> tuple[float, str]:
+    if fmt == "json":
+        kwargs: dict[str, Any] = {"headers": {"content-type": "application/json"}}
+    else:
+        kwargs = {"headers": {"content-type": NPZ}, "params": {"format": "npz"}}
+    t0 = time.perf_counter()
+    r = _check(client.post("/v1/graphs", content=body, **kwargs), 200, 201)
+    ms = (time.perf_counter() - t0) * 1e3
+    return ms, _ident(r.json(), "graph_id")
+
+
+def _finished_job(client: Any, job: dict[str, Any], wait_s: float) -> dict[str, Any]:
+    """Poll a job the ``?wait=`` did not see finish."""
+    job_id = _ident(job, "job_id")
+    deadline = time.monotonic() + wait_s
+    while job.get("status") in ("queued", "running"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} still {job.get('status')} after {wait_s} s")
+        time.sleep(0.005)
+        job = _check(client.get(f"/v1/jobs/{job_id}"), 200).json()
+    if job.get("status") != "succeeded":
+        raise RuntimeError(f"job {job_id} ended {job.get('status')}: {job.get('error')}")
+    return job
+
+
+def _mst_request(client: Any, graph_id: str, wait_s: float) -> tuple[dict[str, Any], float]:
+    t0 = time.perf_counter()
+    r = _check(client.post(f"/v1/graphs/{graph_id}/mst", params={"wait": wait_s}), 200, 202)
+    job = _finished_job(client, r.json(), wait_s)
+    return job, (time.perf_counter() - t0) * 1e3
+
+
+def _fetch(client: Any, job_id: str, binary: bool) -> tuple[bytes, float]:
+    headers = {"accept": NPZ if binary else "application/json"}
+    t0 = time.perf_counter()
+    r = _check(client.get(f"/v1/jobs/{job_id}/result", headers=headers), 200)
+    content = r.content
+    return content, (time.perf_counter() - t0) * 1e3
+
+
+def _expected(edges: Edges) -> dict[str, Any] | None:
+    """Reference total weight (SciPy) for graphs small enough to check quickly."""
+    if edges.num_edges > 5_000_000 or not edges.stats.get("simple"):
+        return None
+    from scipy.sparse import coo_array
+    from scipy.sparse.csgraph import minimum_spanning_tree
+
+    src, dst, weight, n = edges
+    tree = minimum_spanning_tree(coo_array((weight, (src, dst)), shape=(n, n)).tocsr())
+    return {"total_weight": float(tree.sum()), "forest_edges": int(tree.nnz)}
+
+
+def _guarded(part: str, fn: Callable[[], dict[str, Any]], log: Callable[[str], None]) -> dict[str, Any]:
+    try:
+        out = fn()
+        out.setdefault("status", "ok")
+        return out
+    except Exception as exc:
+        log(f"  {part}: ERROR {type(exc).__name__}: {exc}")
+        return {
+            "status": "error",
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=6),
+        }
+
+
+def measure_service(
+    base: str, edges: Edges, spec: ServiceSpec, opts: ServiceOptions, log: Callable[[str], None]
+) -> dict[str, Any]:
+    import httpx
+
+    uploads = opts.uploads or spec.uploads
+    requests = opts.requests or spec.requests
+    out: dict[str, Any] = {}
+    m = edges.num_edges
+    with httpx.Client(base_url=base, timeout=httpx.Timeout(max(600.0, opts.wait_s + 60))) as client:
+        # ---- uploads
+        bodies: dict[str, Callable[[], bytes]] = {"npz": lambda: npz_body(edges)}
+        if m <= spec.json_max_edges:
+            bodies = {"json": lambda: json_body(edges), **bodies}
+        else:
+            out["upload_json"] = {"status": "skipped", "reason": f"more than {spec.json_max_edges:,} edges"}
+        graph_id: str | None = None
+        for fmt, make_body in bodies.items():
+
+            def upload(fmt: str = fmt, make_body: Callable[[], bytes] = make_body) -> dict[str, Any]:
+                nonlocal graph_id
+                t0 = time.perf_counter()
+                body = make_body()
+                encode_ms = (time.perf_counter() - t0) * 1e3
+                times = []
+                for i in range(uploads):
+                    ms, gid = _upload(client, body, fmt)
+                    times.append(ms)
+                    if graph_id is None and i == uploads - 1:
+                        graph_id = gid  # keep one resident graph for the MST requests
+                    else:
+                        _check(client.delete(f"/v1/graphs/{gid}"), 200, 202, 204)
+                s = summarize(times)
+                return {
+                    "ms": s,
+                    "bytes": len(body),
+                    "client_encode_ms": encode_ms,
+                    "mb_per_s": _mb_per_s(len(body), s["median"]),
+                    "edges_per_s": m / (s["median"] / 1e3),
+                }
+
+            out[f"upload_{fmt}"] = _guarded(f"upload {fmt}", upload, log)
+            r = out[f"upload_{fmt}"]
+            if r["status"] == "ok":
+                log(
+                    f"  upload {fmt}: {r['bytes'] / 1e6:.1f} MB in {r['ms']['median']:.1f} ms "
+                    f"= {r['mb_per_s']:.1f} MB/s"
+                )
+        if graph_id is None:
+            raise RuntimeError("no upload succeeded; nothing to compute on")
+
+        # ---- end-to-end latency on the resident graph
+        expected = _expected(edges)
+
+        def latency() -> dict[str, Any]:
+            for _ in range(2):  # first request may load the graph onto the device
+                job, _ = _mst_request(client, graph_id, opts.wait_s)
+            e2e, submit, fetch, compute, overhead = [], [], [], [], []
+            job = {}
+            last_content = b""
+            for _ in range(requests):
+                t0 = time.perf_counter()
+                job, submit_ms = _mst_request(client, graph_id, opts.wait_s)
+                content, fetch_ms = _fetch(client, _ident(job, "job_id"), binary=True)
+                total = (time.perf_counter() - t0) * 1e3
+                c = float(job["result"]["compute_ms"])
+                e2e.append(total)
+                submit.append(submit_ms)
+                fetch.append(fetch_ms)
+                compute.append(c)
+                overhead.append(total - c)
+                last_content = content
+            result = read_npz(last_content)
+            summary = job["result"]
+            got = {
+                "total_weight": summary.get("total_weight"),
+                "forest_edges": int(result["edge_ids"].shape[0]),
+            }
+            check = {"got": got, "expected": expected}
+            if summary.get("num_edges") is not None:
+                check["num_edges_matches_result"] = int(summary["num_edges"]) == got["forest_edges"]
+            if expected is not None:
+                check["total_weight_agrees"] = float(got["total_weight"]) == expected["total_weight"]
+                check["forest_edges_agree"] = got["forest_edges"] == expected["forest_edges"]
+            return {
+                "requests": requests,
+                "e2e_ms": _with_p99(e2e),
+                "submit_ms": _with_p99(submit),
+                "fetch_binary_ms": _with_p99(fetch),
+                "compute_ms": _with_p99(compute),
+                "overhead_ms": _with_p99(overhead),
+                "result_bytes_binary": len(last_content),
+                "backend": None,
+                "job_id": _ident(job, "job_id"),
+                "check": check,
+            }
+
+        out["latency"] = lat = _guarded("latency", latency, log)
+        with contextlib.suppress(Exception):  # where the graph lives, as the service reports it
+            residency = client.get(f"/v1/graphs/{graph_id}").json().get("residency")
+            out["residency"] = residency
+            if lat["status"] == "ok" and isinstance(residency, dict):
+                lat["backend"] = residency.get("backend")
+        if lat["status"] == "ok":
+            log(
+                f"  e2e p50 {lat['e2e_ms']['median']:.2f} ms, p99 {lat['e2e_ms']['p99']:.2f} ms; "
+                f"compute p50 {lat['compute_ms']['median']:.2f} ms; "
+                f"overhead p50 {lat['overhead_ms']['median']:.2f} ms"
+            )
+
+        # ---- result downloads, JSON vs binary
+        def downloads() -> dict[str, Any]:
+            job_id = lat["job_id"]
+            res: dict[str, Any] = {}
+            for kind, binary in (("json", False), ("binary", True)):
+                times, size = [], 0
+                for _ in range(max(uploads, 3)):
+                    content, ms = _fetch(client, job_id, binary)
+                    times.append(ms)
+                    size = len(content)
+                s = summarize(times)
+                res[kind] = {"ms": s, "bytes": size, "mb_per_s": _mb_per_s(size, s["median"])}
+            return res
+
+        if lat["status"] == "ok":
+            out["download"] = _guarded("download", downloads, log)
+
+        # ---- one-shot
+        def one_shot() -> dict[str, Any]:
+            res: dict[str, Any] = {}
+            for fmt, make_body in bodies.items():
+                body = make_body()
+                if fmt == "json":
+                    kwargs: dict[str, Any] = {"headers": {"content-type": "application/json"}}
+                else:
+                    kwargs = {"headers": {"content-type": NPZ, "accept": NPZ}, "params": {"format": "npz"}}
+                times = []
+                ctype = ""
+                for _ in range(uploads):
+                    t0 = time.perf_counter()
+                    r = _check(client.post("/v1/mst", content=body, **kwargs), 200)
+                    _ = r.content
+                    times.append((time.perf_counter() - t0) * 1e3)
+                    ctype = r.headers.get("content-type", "")
+                s = summarize(times)
+                res[fmt] = {
+                    "ms": s,
+                    "request_bytes": len(body),
+                    "response_content_type": ctype,
+                    "directed_edges_per_s": 2 * m / (s["median"] / 1e3),
+                }
+            return res
+
+        out["one_shot"] = _guarded("one-shot", one_shot, log)
+        with contextlib.suppress(Exception):
+            client.delete(f"/v1/graphs/{graph_id}")
+    return out
+
+
+def _with_p99(xs: list[float]) -> dict[str, Any]:
+    s = summarize(xs)
+    if xs:
+        s["p50"] = s["median"]
+        s["p99"] = percentile(xs, 99)
+    return s
+
+
+def run_service_benchmark(
+    spec: ServiceSpec, opts: ServiceOptions, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Start the server, measure, stop it; always returns a record (errors inside)."""
+    record: dict[str, Any] = {
+        "name": spec.name,
+        "type": "service",
+        "status": "ok",
+        "graph_name": spec.graph.name,
+    }
+    if not service_present():
+        record.update(
+            status="skipped",
+            reason="the service package is not there yet ('python -m service' has no __main__)",
+        )
+        log(f"[service] {spec.name}: skipped, {record['reason']}")
+        return record
+    try:
+        edges, source = load_or_make(spec.graph, opts.cache_dir)
+        record["graph"] = {
+            "num_vertices": edges.num_vertices,
+            "num_edges": edges.num_edges,
+            "directed_edges": edges.directed_edges,
+            "weight_dtype": str(edges.weight.dtype),
+            "obtained": source,
+        }
+        log_path = (opts.log_dir / f"{spec.name}-server.log") if opts.log_dir else None
+        if log_path:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            record["server_log"] = str(log_path)
+        log(f"[service] {spec.name}: starting 'python -m service' (MST_BACKEND={opts.backend})")
+        t0 = time.perf_counter()
+        with running_server(opts.backend, log_path, opts.ready_timeout_s) as base:
+            record["startup_s"] = round(time.perf_counter() - t0, 3)
+            record["backend_requested"] = opts.backend
+            record["results"] = measure_service(base, edges, spec, opts, log)
+    except Exception as exc:
+        record.update(
+            status="error", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8)
+        )
+        log(f"[service] {spec.name}: ERROR {record['error']}")
+        return record
+    errors = [k for k, v in record["results"].items() if isinstance(v, dict) and v.get("status") == "error"]
+    check = record["results"].get("latency", {}).get("check", {})
+    if errors:
+        record.update(status="error", error=f"failed: {', '.join(errors)}")
+    elif check.get("total_weight_agrees") is False or check.get("num_edges_matches_result") is False:
+        record.update(status="error", error=f"the service's forest does not match: {check}")
+    return record

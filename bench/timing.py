@@ -1,0 +1,73 @@
+"""Timing helpers: repeated measurements under a time budget, and their summary."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def summarize(samples_ms: Sequence[float]) -> dict[str, Any]:
+    """Median and spread of a list of milliseconds (``runs`` keeps every sample)."""
+    xs = sorted(float(x) for x in samples_ms)
+    if not xs:
+        return {"n": 0}
+    median = statistics.median(xs)
+    return {
+        "n": len(xs),
+        "median": median,
+        "min": xs[0],
+        "max": xs[-1],
+        "mean": statistics.fmean(xs),
+        "stdev": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+        "p90": percentile(xs, 90),
+        # relative spread: (max - min) / median
+        "spread": (xs[-1] - xs[0]) / median if median > 0 else 0.0,
+        "runs": [float(x) for x in samples_ms],
+    }
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (linear interpolation, like ``numpy.percentile``)."""
+    ys = sorted(xs)
+    if not ys:
+        return math.nan
+    pos = (len(ys) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ys) - 1)
+    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+
+
+def repeat(
+    fn: Callable[[], T], repeats: int, budget_s: float | None = None, min_runs: int = 1
+) -> tuple[list[float], T]:
+    """Call ``fn`` up to ``repeats`` times (at least ``min_runs``), stopping early once
+    ``budget_s`` seconds have gone by. Returns the wall times in milliseconds and the last result.
+    """
+    times: list[float] = []
+    start = time.perf_counter()
+    result: T
+    for i in range(max(repeats, min_runs, 1)):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+        if i + 1 >= min_runs and budget_s is not None and time.perf_counter() - start > budget_s:
+            break
+    return times, result
+
+
+def fmt_ms(ms: float | None) -> str:
+    """Milliseconds with 3 significant digits (µs below 1 ms kept as decimals)."""
+    if ms is None or (isinstance(ms, float) and math.isnan(ms)):
+        return "\u2013"
+    if ms >= 100:
+        return f"{ms:,.0f}"
+    if ms >= 10:
+        return f"{ms:.1f}"
+    if ms >= 1:
+        return f"{ms:.2f}"
+    return f"{ms:.3f}"
