@@ -30,6 +30,8 @@ BLOCK = 256
 BLOCKS_PER_SM = 8
 #: rows with at least this many slots are cut into chunks of this many, one warp each
 CHUNK_SLOTS = 256
+#: words of the forest bit set one thread of the compaction kernels reads (kernels/ecl_mst.cu)
+TILE_WORDS = 256 * 8
 #: counters on the device: worklist A size, worklist B size, forest size, phase-1 leftover
 SIZE_A, SIZE_B, FOREST_SIZE, PHASE1_LEFT, NUM_COUNTERS = 0, 1, 2, 3, 4
 
@@ -134,7 +136,10 @@ class GpuGraph:
         self._lightest0 = cp.empty(max(n, 1), dtype=cp.uint32)
         self._lightest1 = cp.empty(max(n, 1), dtype=cp.uint32)
         self._parent = cp.empty(max(n, 1), dtype=cp.int32)
+        self._in_forest = cp.empty(max((m + 31) // 32, 1), dtype=cp.uint32)
+        self._tile_counts = cp.empty(max(math.ceil(self._in_forest.size / TILE_WORDS), 1), dtype=cp.int32)
         self._forest = cp.empty(max(n, 1), dtype=cp.int32)
+        self._forest_weights = cp.empty(max(n, 1), dtype=self.weight.dtype)
         self._counters = cp.zeros(NUM_COUNTERS, dtype=cp.int32)
         self._counters_host = cp.cuda.alloc_pinned_memory(4 * NUM_COUNTERS)
 
@@ -162,8 +167,8 @@ class GpuGraph:
         """Device bytes held: graph (CSR, rank map, weights) and its workspace."""
         arrays = (
             self.weight, self.rank_to_id, self.adj, self.row_ptr, self.split, self.heavy_chunks,
-            self._items_a, self._items_b, self._lightest0, self._lightest1, self._parent, self._forest,
-            self._counters,
+            self._items_a, self._items_b, self._lightest0, self._lightest1, self._parent, self._in_forest,
+            self._tile_counts, self._forest, self._forest_weights, self._counters,
         )  # fmt: skip
         return int(sum(a.nbytes for a in arrays))
 
@@ -178,8 +183,8 @@ class GpuGraph:
         n = self.num_vertices
         kernel("reset_state")(
             self._grid(n), (BLOCK,),
-            (np.int32(n), self._parent, self._lightest0, self._lightest1, self._counters,
-             np.int32(NUM_COUNTERS)),
+            (np.int32(n), self._parent, self._lightest0, self._lightest1, self._in_forest,
+             np.int32(self._in_forest.size), self._counters, np.int32(NUM_COUNTERS)),
         )  # fmt: skip
 
     def _launch_init(self, second_phase: bool) -> None:
@@ -199,7 +204,7 @@ class GpuGraph:
         """Two iterations of Algorithm 2's loop: worklist A -> B, then B -> A."""
         grid = self._grid(self._capacity)
         select, link = kernel("select_lightest"), kernel("link_lightest")
-        size_a, size_b, forest_size = self._counter(SIZE_A), self._counter(SIZE_B), self._counter(FOREST_SIZE)
+        size_a, size_b = self._counter(SIZE_A), self._counter(SIZE_B)
         for items, size, next_items, next_size, lightest, lightest_next in (
             (self._items_a, size_a, self._items_b, size_b, self._lightest0, self._lightest1),
             (self._items_b, size_b, self._items_a, size_a, self._lightest1, self._lightest0),
@@ -208,8 +213,25 @@ class GpuGraph:
             link(
                 grid, (BLOCK,),
                 (next_items, next_size, self._parent, lightest, lightest_next, size, self.rank_to_id,
-                 self._forest, forest_size),
+                 self._in_forest),
             )  # fmt: skip
+
+    def _launch_extract(self) -> None:
+        """Forest bit set -> ascending edge ids in ``_forest``, their weights in ``_forest_weights``."""
+        words, tiles = np.int32(self._in_forest.size), self._tile_counts.size
+        grid = (min(tiles, self._max_blocks),)
+        kernel("count_forest_tiles")(grid, (BLOCK,), (self._in_forest, words, self._tile_counts))
+        kernel("scan_forest_tiles")(
+            (1,), (1024,), (self._tile_counts, np.int32(tiles), self._counter(FOREST_SIZE))
+        )
+        kernel("write_forest_ids")(grid, (BLOCK,), (self._in_forest, words, self._tile_counts, self._forest))
+        word = "unsigned" if self.weight.dtype.itemsize == 4 else "unsigned long long"
+        view = _cupy().uint32 if self.weight.dtype.itemsize == 4 else _cupy().uint64
+        kernel(f"gather_weights<{word}>")(
+            self._grid(self.num_vertices), (BLOCK,),
+            (self._forest, self._counter(FOREST_SIZE), self.weight.view(view),
+             self._forest_weights.view(view)),
+        )  # fmt: skip
 
     def _read_counters(self) -> np.ndarray[Any, np.dtype[np.int32]]:
         host = np.frombuffer(self._counters_host, dtype=np.int32, count=NUM_COUNTERS)
@@ -234,6 +256,7 @@ class GpuGraph:
         pairs2 = 0
         if self.threshold < self.num_loop_free:
             pairs2 = self._run_phase_stepwise(second_phase=True)
+        self._launch_extract()
         self._pairs = (pairs1, pairs2)
 
     def _capture(self) -> Any:
@@ -252,26 +275,28 @@ class GpuGraph:
                 self._launch_init(second_phase=True)
                 for _ in range(pairs2):
                     self._launch_pair()
+            self._launch_extract()
         finally:
             graph = stream.end_capture()
         return graph
 
-    def _run_device(self) -> int:
-        """Run ECL-MST; return the forest size. Forest edge ids are in ``self._forest``."""
+    def _run_device(self) -> None:
+        """Run ECL-MST and the extraction of the forest, on the stream."""
         if self._graph_exec is None and self._pairs is not None:
             self._graph_exec = self._capture()
         if self._graph_exec is not None:
             self._graph_exec.launch(self._stream)
             counters = self._read_counters()
-            done = counters[SIZE_A] == 0 and counters[SIZE_B] == 0 and counters[PHASE1_LEFT] == 0
-            if done:
-                return int(counters[FOREST_SIZE])
+            if counters[SIZE_A] == 0 and counters[SIZE_B] == 0 and counters[PHASE1_LEFT] == 0:
+                return
             self._graph_exec = None  # not as planned: fall back to the stepwise run below
         self._run_stepwise()
-        return int(self._read_counters()[FOREST_SIZE])
 
     def compute(self) -> tuple[Any, Any, float]:
-        """Run on the device: (edge ids int32 ascending, their weights, milliseconds), all on the device."""
+        """Run on the device: (edge ids int32 ascending, their weights, milliseconds).
+
+        The two arrays are views of this graph's device buffers, valid until its next computation.
+        """
         cp = _cupy()
         if self.num_loop_free == 0:
             return cp.empty(0, dtype=cp.int32), self.weight[:0], 0.0
@@ -279,12 +304,11 @@ class GpuGraph:
             with cp.cuda.Device(self.device_id), self._stream:
                 start, stop = cp.cuda.Event(), cp.cuda.Event()
                 start.record(self._stream)
-                count = self._run_device()
-                edge_ids = cp.sort(self._forest[:count])
-                weights = self.weight[edge_ids]
+                self._run_device()
                 stop.record(self._stream)
-                stop.synchronize()
-                return edge_ids, weights, float(cp.cuda.get_elapsed_time(start, stop))
+                count = int(self._read_counters()[FOREST_SIZE])
+                elapsed_ms = float(cp.cuda.get_elapsed_time(start, stop))
+                return self._forest[:count], self._forest_weights[:count], elapsed_ms
         except cp.cuda.memory.OutOfMemoryError as exc:
             raise DeviceMemoryError(f"out of device memory while computing: {exc}") from None
         except _device_errors() as exc:
@@ -292,6 +316,7 @@ class GpuGraph:
 
     def minimum_spanning_forest(self) -> SpanningForest:
         edge_ids, weights, elapsed_ms = self.compute()
-        return make_forest(
-            edge_ids.get().astype(np.int64), weights.get(), self.num_vertices, self.backend, elapsed_ms
-        )
+        with _cupy().cuda.Device(self.device_id):
+            ids_host, weights_host = edge_ids.get(stream=self._stream), weights.get(stream=self._stream)
+        ids = ids_host.astype(np.int64)
+        return make_forest(ids, weights_host, self.num_vertices, self.backend, elapsed_ms)

@@ -8,7 +8,12 @@ from typing import Any
 
 KERNEL_FILE = "ecl_mst.cu"
 #: templated kernels, instantiated through NVRTC name expressions
-NAME_EXPRESSIONS: tuple[str, ...] = ("init_worklist<false>", "init_worklist<true>")
+NAME_EXPRESSIONS: tuple[str, ...] = (
+    "init_worklist<false>",
+    "init_worklist<true>",
+    "gather_weights<unsigned>",
+    "gather_weights<unsigned long long>",
+)
 
 
 def kernel_source(name: str = KERNEL_FILE) -> str:

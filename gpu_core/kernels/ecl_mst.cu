@@ -21,7 +21,7 @@
 //                    atomicMin their rank into both sets' `lightest` slot (guarded
 //                    by a plain load first: most atomics would not lower it);
 //   link_lightest    an edge that is the lightest of either endpoint set joins the
-//                    sets (lock-free, atomicCAS) and enters the forest.
+//                    sets (lock-free, atomicCAS) and enters the forest (a bit per edge id).
 // The paper's third kernel (clearing the minima) is folded into link_lightest:
 // `lightest` has two copies used in alternate iterations, and link_lightest clears
 // the copy the next iteration will use at the endpoints of its own items, which
@@ -103,15 +103,17 @@ __device__ __forceinline__ int grid_stride() { return gridDim.x * blockDim.x; }
 }  // namespace
 
 // Per run: every vertex its own set, both copies of `lightest` empty, counters zero.
+// Also: no edge in the forest yet (one bit per edge id).
 extern "C" __global__ void reset_state(int n, int* __restrict__ parent, unsigned* __restrict__ lightest0,
-                                       unsigned* __restrict__ lightest1, int* __restrict__ counters,
-                                       int num_counters) {
+                                       unsigned* __restrict__ lightest1, unsigned* __restrict__ in_forest,
+                                       int num_words, int* __restrict__ counters, int num_counters) {
   const int tid = blockIdx.x * blockDim.x + threadIdx.x;
   for (int v = tid; v < n; v += grid_stride()) {
     parent[v] = v;
     lightest0[v] = kNoEdge;
     lightest1[v] = kNoEdge;
   }
+  for (int w = tid; w < num_words; w += grid_stride()) in_forest[w] = 0u;
   if (tid < num_counters) counters[tid] = 0;
 }
 
@@ -141,7 +143,7 @@ __device__ __forceinline__ bool take_slot(int v, int set_v, int2 e, const int* _
     item = Item{v, e.x, e.y};
     return true;
   }
-  const int set_n = find_root(parent, e.x);
+  const int set_n = parent[e.x];  // prepare_second_phase left every vertex pointing at its root
   item = Item{set_v, set_n, e.y};
   return set_v != set_n;
 }
@@ -163,7 +165,8 @@ __device__ __forceinline__ void warp_scan(int v, int set_v, int beg, int end, co
 //
 // Filtering (average degree >= 4): the first phase takes the edges with rank below the
 // threshold, which are slots [row_ptr[v], split[v]) of every row (rows are rank-sorted);
-// the second phase takes slots [split[v], row_ptr[v + 1]) after the first phase has run.
+// the second phase takes slots [split[v], row_ptr[v + 1]) after the first phase has run
+// and prepare_second_phase has pointed every vertex at its root (one read finds a set).
 //
 // Hybrid parallelism. A vertex with fewer than kWarpDegree slots to scan is handled by
 // its own thread, a larger one by the whole warp, its slots spread over the lanes. The
@@ -187,7 +190,7 @@ __global__ void init_worklist(const int* __restrict__ row_ptr, const int* __rest
       beg = kSecondPhase ? split[v] : row_ptr[v];
       end = kSecondPhase ? row_ptr[v + 1] : split[v];
     }
-    const int set_v = (kSecondPhase && beg < end) ? find_root(parent, v) : v;
+    const int set_v = (kSecondPhase && beg < end) ? parent[v] : v;
 
     // Thread path: fewer than kWarpDegree slots, the same number of steps in every lane.
     const bool by_thread = end - beg < kWarpDegree;
@@ -220,7 +223,7 @@ __global__ void init_worklist(const int* __restrict__ row_ptr, const int* __rest
     const int beg = max(task.y, lo);
     const int end = min(task.y + chunk, hi);
     if (beg >= end) continue;  // uniform across the warp
-    const int set_v = kSecondPhase ? find_root(parent, v) : v;
+    const int set_v = kSecondPhase ? parent[v] : v;
     warp_scan<kSecondPhase>(v, set_v, beg, end, adj, parent, worklist, worklist_size);
   }
 }
@@ -260,28 +263,125 @@ extern "C" __global__ void select_lightest(const Item* __restrict__ items, const
 extern "C" __global__ void link_lightest(const Item* __restrict__ items, const int* __restrict__ num_items,
                                          int* parent, const unsigned* __restrict__ lightest,
                                          unsigned* lightest_next, int* __restrict__ num_refill,
-                                         const int* __restrict__ rank_to_id, int* __restrict__ forest,
-                                         int* __restrict__ forest_size) {
+                                         const int* __restrict__ rank_to_id,
+                                         unsigned* __restrict__ in_forest) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *num_refill = 0;
   const int size = *num_items;
   for (int first = warp_start(); first < size; first += grid_stride()) {
     const int i = first + lane_id();
-    bool take = false;
-    int edge_id = 0;
     if (i < size) {
       const Item e = items[i];
       const unsigned r = static_cast<unsigned>(e.rank);
       if (lightest[e.u] == r || lightest[e.v] == r) {
         link_sets(parent, e.u, e.v);
-        take = true;
-        edge_id = rank_to_id[e.rank];
+        const int edge_id = rank_to_id[e.rank];
+        atomicOr(&in_forest[edge_id >> 5], 1u << (edge_id & 31));
       }
       // Clear the next iteration's copy; many items share an endpoint, so look before writing.
       if (lightest_next[e.u] != kNoEdge) lightest_next[e.u] = kNoEdge;
       if (lightest_next[e.v] != kNoEdge) lightest_next[e.v] = kNoEdge;
     }
-    warp_push(take, edge_id, forest, forest_size);
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// The forest as ascending edge ids: compaction of the in_forest bit set, in three kernels
+// (count per tile, scan the tile counts, write), so a whole run needs no sort and no host.
+
+constexpr int kScanBlock = 256;    // threads of the count and write kernels
+constexpr int kWordsPerThread = 8;  // consecutive bit-set words per thread
+constexpr int kTileWords = kScanBlock * kWordsPerThread;
+
+namespace {
+
+// Exclusive prefix sum over the block; *total gets the block's sum. All threads must call.
+__device__ int block_exclusive_sum(int x, int* total) {
+  __shared__ int warp_sums[32];
+  const int lane = lane_id();
+  const int warp = threadIdx.x / kWarpSize;
+  const int num_warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
+  int inclusive = x;
+  for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+    const int y = __shfl_up_sync(FULL_MASK, inclusive, offset);
+    if (lane >= offset) inclusive += y;
+  }
+  if (lane == kWarpSize - 1) warp_sums[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    int s = lane < num_warps ? warp_sums[lane] : 0;
+    for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+      const int y = __shfl_up_sync(FULL_MASK, s, offset);
+      if (lane >= offset) s += y;
+    }
+    warp_sums[lane] = s;
+  }
+  __syncthreads();
+  const int result = (warp ? warp_sums[warp - 1] : 0) + inclusive - x;
+  *total = warp_sums[num_warps - 1];
+  __syncthreads();  // warp_sums may be reused by the next call
+  return result;
+}
+
+__device__ __forceinline__ int thread_bits(const unsigned* __restrict__ words, int num_words, int first) {
+  int count = 0;
+  for (int k = 0; k < kWordsPerThread; ++k) {
+    if (first + k < num_words) count += __popc(words[first + k]);
+  }
+  return count;
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kScanBlock)
+    count_forest_tiles(const unsigned* __restrict__ in_forest, int num_words, int* __restrict__ tile_counts) {
+  for (int tile = blockIdx.x; tile * kTileWords < num_words; tile += gridDim.x) {
+    const int first = tile * kTileWords + threadIdx.x * kWordsPerThread;
+    int total;
+    block_exclusive_sum(thread_bits(in_forest, num_words, first), &total);
+    if (threadIdx.x == 0) tile_counts[tile] = total;
+  }
+}
+
+// One block: tile counts -> exclusive tile offsets, and the forest size.
+extern "C" __global__ void scan_forest_tiles(int* __restrict__ tile_counts, int num_tiles,
+                                             int* __restrict__ forest_size) {
+  const int per_thread = (num_tiles + blockDim.x - 1) / blockDim.x;
+  const int first = threadIdx.x * per_thread;
+  int sum = 0;
+  for (int k = 0; k < per_thread && first + k < num_tiles; ++k) sum += tile_counts[first + k];
+  int total;
+  int offset = block_exclusive_sum(sum, &total);
+  for (int k = 0; k < per_thread && first + k < num_tiles; ++k) {
+    const int c = tile_counts[first + k];
+    tile_counts[first + k] = offset;
+    offset += c;
+  }
+  if (threadIdx.x == 0) *forest_size = total;
+}
+
+extern "C" __global__ void __launch_bounds__(kScanBlock)
+    write_forest_ids(const unsigned* __restrict__ in_forest, int num_words,
+                     const int* __restrict__ tile_offsets, int* __restrict__ forest) {
+  for (int tile = blockIdx.x; tile * kTileWords < num_words; tile += gridDim.x) {
+    const int first = tile * kTileWords + threadIdx.x * kWordsPerThread;
+    int total;
+    int out = tile_offsets[tile] + block_exclusive_sum(thread_bits(in_forest, num_words, first), &total);
+    for (int k = 0; k < kWordsPerThread && first + k < num_words; ++k) {
+      unsigned bits = in_forest[first + k];
+      while (bits) {
+        forest[out++] = ((first + k) << 5) + __ffs(bits) - 1;
+        bits &= bits - 1;
+      }
+    }
+  }
+}
+
+// The forest's weights, copied as raw 4- or 8-byte words (the weight dtype does not matter).
+template <typename Word>
+__global__ void gather_weights(const int* __restrict__ forest, const int* __restrict__ forest_size,
+                               const Word* __restrict__ weight, Word* __restrict__ out) {
+  const int size = *forest_size;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += grid_stride()) out[i] = weight[forest[i]];
 }
 
 // Explicit instantiations, so nvcc compile checks cover the templates too.
@@ -289,3 +389,6 @@ template __global__ void init_worklist<false>(const int*, const int*, const int2
                                               const int*, Item*, int*);
 template __global__ void init_worklist<true>(const int*, const int*, const int2*, int, int, const int2*, int,
                                              const int*, Item*, int*);
+template __global__ void gather_weights<unsigned>(const int*, const int*, const unsigned*, unsigned*);
+template __global__ void gather_weights<unsigned long long>(const int*, const int*, const unsigned long long*,
+                                                           unsigned long long*);
