@@ -17,10 +17,12 @@ import json
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -201,6 +203,42 @@ def test_healthcheck_passes_when_ready_and_fails_when_not(readyz_server: tuple[i
 def test_healthcheck_default_url_follows_mst_port(readyz_server: tuple[int, dict[str, int]]) -> None:
     port, _ = readyz_server
     assert _run_healthcheck(env={"MST_PORT": str(port)}).returncode == 0
+
+
+def test_entrypoint_serves_until_the_healthcheck_passes_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """What the container does, without a container: entrypoint -> mst-service -> /readyz 200 -> stop."""
+    port = _free_port()
+    scripts = Path(sys.executable).parent  # the venv's bin/, where pip put mst-service
+    assert (scripts / "mst-service").exists()
+    env = {
+        **os.environ,
+        "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}",
+        "MST_HOST": "127.0.0.1",
+        "MST_PORT": str(port),
+        "MST_DATA_DIR": str(tmp_path / "data"),
+        "MST_BACKEND": "cpu",
+    }
+    log = (tmp_path / "service.log").open("w+")
+    server = subprocess.Popen([str(ENTRYPOINT)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            check = _run_healthcheck(env={"MST_PORT": str(port)})
+            if check.returncode == 0:
+                break
+            assert server.poll() is None, "the service exited early:\n" + Path(log.name).read_text()
+            assert time.monotonic() < deadline, "not ready after 90 s:\n" + Path(log.name).read_text()
+            time.sleep(0.5)
+        assert (tmp_path / "data").is_dir()
+        server.send_signal(signal.SIGTERM)  # what `docker stop` sends
+        # uvicorn shuts down gracefully, then re-raises the signal it caught: 0 or -SIGTERM.
+        assert server.wait(timeout=30) in (0, -signal.SIGTERM)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
+        log.close()
+    assert "entrypoint:" in Path(log.name).read_text()
 
 
 def test_image_and_compose_health_checks_run_the_shipped_script() -> None:
