@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ from .catalog import Catalog
 from .errors import PROBLEM_JSON, install_handlers
 from .jobs import Jobs
 from .metrics import Metrics, MetricsMiddleware
-from .models import GraphUpload
+from .models import GraphUpload, Problem
 from .settings import Settings
 from .store import Store
 from .supervisor import GraphSource, Supervisor
@@ -75,12 +76,23 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["GraphUpload"] = GraphUpload.model_json_schema(ref_template="#/components/schemas/{model}")
+    problem_ref = {"$ref": "#/components/schemas/Problem"}
     for path in schema.get("paths", {}).values():
         for operation in path.values():
             for code, response in operation.get("responses", {}).items():
                 content = response.get("content", {})
-                if code.isdigit() and int(code) >= 400 and "/Problem" in str(content.get("application/json")):
+                body = str(content.get("application/json"))
+                if code == "422" and "HTTPValidationError" in body:
+                    response["description"] = "Invalid input; the problem names the field (and edge index)."
+                    content.pop("application/json")
+                    content[PROBLEM_JSON] = {"schema": problem_ref}
+                elif code.isdigit() and int(code) >= 400 and "/Problem" in body:
                     content[PROBLEM_JSON] = content.pop("application/json")
+    if "HTTPValidationError" not in json.dumps(schema["paths"]):
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+    if "Problem" not in components:
+        components["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
     app.openapi_schema = schema
     return schema
 

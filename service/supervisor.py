@@ -13,8 +13,9 @@ Placement: a new graph goes to the worker with the most free device memory
 (as the worker last reported it, less what is being loaded); a job goes to
 the worker that holds its graph.
 
-Failure: a worker that exits, or whose heartbeat stamp is older than
-``MST_HEARTBEAT_TIMEOUT_S`` (it is then SIGKILLed), is restarted with a
+Failure: a worker that exits, whose heartbeat stamp is older than
+``MST_HEARTBEAT_TIMEOUT_S`` once it is up, or that is not up within
+``MST_WORKER_START_TIMEOUT_S`` (it is then SIGKILLed), is restarted with a
 back-off. Every request in flight on it fails with :class:`WorkerLostError`;
 the job it was running is marked **failed** with ``error.type =
 "worker_lost"`` and is not re-queued, because a job that killed its worker
@@ -163,11 +164,14 @@ class WorkerHandle:
         self._in_flight = 0
         self._outbox.clear()
         threading.Thread(
-            target=self._reader, args=(conn, self.generation), name=f"worker-{self.index}-reader", daemon=True
+            target=self._reader,
+            args=(conn, process, self.generation),
+            name=f"worker-{self.index}-reader",
+            daemon=True,
         ).start()
         log.info("worker %d started (pid %d, backend %s)", self.index, process.pid, self.config.backend)
 
-    def _reader(self, conn: Connection, generation: int) -> None:
+    def _reader(self, conn: Connection, process: Any, generation: int) -> None:
         assert self._loop is not None
         while True:
             try:
@@ -181,6 +185,7 @@ class WorkerHandle:
                 self._loop.call_soon_threadsafe(self._on_message, generation, message)
             except RuntimeError:  # the loop is closed: the API is shutting down
                 return
+        process.join(2.0)  # reap it, so its exit code is known
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._on_exit, generation)
 
@@ -577,7 +582,8 @@ class Supervisor:
                 if handle.state in ("dead", "stopped"):
                     continue
                 age = handle.heartbeat_age()
-                if age > self.settings.heartbeat_timeout_s:
+                # a starting worker is judged by MST_WORKER_START_TIMEOUT_S only: imports may be slow
+                if handle.state != "starting" and age > self.settings.heartbeat_timeout_s:
                     handle.kill(f"no heartbeat for {age:.1f} s (MST_HEARTBEAT_TIMEOUT_S)")
                 elif (
                     handle.state == "starting"

@@ -28,7 +28,7 @@ def free_port() -> int:
 
 def npz_body(src: Any, dst: Any, weight: Any, num_vertices: int | None = None) -> bytes:
     buf = io.BytesIO()
-    arrays = {"src": np.asarray(src), "dst": np.asarray(dst), "weight": np.asarray(weight)}
+    arrays: dict[str, Any] = {"src": np.asarray(src), "dst": np.asarray(dst), "weight": np.asarray(weight)}
     if num_vertices is not None:
         arrays["num_vertices"] = np.int64(num_vertices)
     np.savez(buf, **arrays)

@@ -1,0 +1,51 @@
+"""service.client against a live server, and its CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.client import Client, ClientError, main
+
+from .live import LiveServer
+
+
+def test_client_round_trip(live: LiveServer) -> None:
+    with Client(live.url) as mst:
+        assert mst.ready()
+        graph = mst.upload_arrays([0, 1, 2], [1, 2, 0], np.array([1.5, 0.5, 2.5], dtype=np.float32))
+        assert graph["weight_dtype"] == "float32" and graph["id"] in [g["id"] for g in mst.graphs()]
+        job = mst.wait(mst.submit(graph["id"])["id"])
+        forest = mst.result(job["id"])
+        assert forest.edge_ids.tolist() == [0, 1] and forest.weights.dtype == np.float32
+        assert forest.total_weight == 2.0 and forest.num_components == 1
+        assert mst.result_json(job["id"])["edge_ids"] == [0, 1]
+        assert mst.job(job["id"]) == job
+        one = mst.one_shot(b"0 1 3\n1 2 4\n", "edgelist")
+        assert one.total_weight == 7
+        json_graph = mst.upload_json([0], [1], [5])
+        assert mst.graph(json_graph["id"])["source_format"] == "json"
+        mst.delete_graph(json_graph["id"])
+        with pytest.raises(ClientError) as info:
+            mst.graph(json_graph["id"])
+        assert info.value.status == 404 and info.value.problem["code"] == "graph_not_found"
+
+
+def test_cli(live: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    edges = tmp_path / "g.txt"
+    edges.write_text("0 1 2\n1 2 2\n0 2 1\n")
+    assert main(["--url", live.url, "upload", str(edges)]) == 0
+    graph = json.loads(capsys.readouterr().out)
+    assert graph["source_format"] == "edgelist"
+    assert main(["--url", live.url, "mst", graph["id"], "--wait", "30"]) == 0
+    job = json.loads(capsys.readouterr().out)
+    out = tmp_path / "forest.npz"
+    assert main(["--url", live.url, "result", job["id"], "--out", str(out)]) == 0
+    capsys.readouterr()
+    with np.load(out) as npz:
+        assert npz["edge_ids"].tolist() == [0, 2]
+    assert main(["--url", live.url, "job", "j_nope"]) == 1
+    assert "job_not_found" in capsys.readouterr().err

@@ -1,0 +1,137 @@
+"""The worker process on its own: the pipe protocol, spool files in and out, errors that pickle."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpu_core import errors as core
+from service import worker
+from service.errors import PayloadTooLargeError, WorkerInternalError
+
+from .live import npz_body
+
+CTX = multiprocessing.get_context("spawn")
+
+
+class Worker:
+    def __init__(self, tmp: Path, max_edges: int = 1000) -> None:
+        self.conn, child = CTX.Pipe()
+        self.heartbeat = CTX.RawValue("d", 0.0)
+        config = worker.WorkerConfig(0, "cpu", None, str(tmp), max_edges, 0.05)
+        self.proc = CTX.Process(target=worker.main, args=(child, self.heartbeat, config), daemon=True)
+        self.proc.start()
+        child.close()
+        self.ids = iter(range(1, 10**6))
+
+    def call(self, op: str, *args: Any) -> tuple[bool, Any]:
+        req_id = next(self.ids)
+        self.conn.send((op, req_id, *args))
+        assert self.conn.poll(60), "the worker did not answer"
+        got_id, ok, payload = self.conn.recv()
+        assert got_id == req_id
+        return ok, payload
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+    tmp = tmp_path_factory.mktemp("worker")
+    wk = Worker(tmp)
+    assert wk.conn.poll(60)
+    head, info = wk.conn.recv()
+    assert head == "ready", info
+    assert info["backend"] == "cpu" and info["pid"] == wk.proc.pid and info["total_bytes"] > 0
+    wk.tmp = tmp  # type: ignore[attr-defined]
+    yield wk
+    ok, _ = wk.call(worker.STOP)
+    assert ok
+    wk.proc.join(10)
+    assert wk.proc.exitcode == 0
+
+
+def write(tmp: Path, name: str, body: bytes) -> str:
+    path = tmp / name
+    path.write_bytes(body)
+    return str(path)
+
+
+def test_heartbeat_moves(w: Worker) -> None:
+    first = w.heartbeat.value
+    time.sleep(0.2)
+    assert w.heartbeat.value > first and time.monotonic() - w.heartbeat.value < 1
+
+
+def test_load_compute_drop(w: Worker) -> None:
+    tmp: Path = w.tmp  # type: ignore[attr-defined]
+    path = write(
+        tmp, "g.npz", npz_body([0, 1, 2, 3], [1, 2, 0, 3], np.array([2, 1, 3, 9], dtype=np.int32), 6)
+    )
+    ok, summary = w.call(worker.LOAD, "g_1", path, "npz", None, None)
+    assert ok, summary
+    assert (summary["num_vertices"], summary["num_edges"], summary["weight_dtype"]) == (6, 4, "int32")
+    result = str(tmp / "r.npz")
+    ok, forest = w.call(worker.MST, "g_1", result)
+    assert ok and (forest["num_edges"], forest["total_weight"], forest["num_components"]) == (2, 3, 4)
+    with np.load(result) as npz:
+        assert npz["edge_ids"].tolist() == [0, 1] and npz["weights"].dtype == np.int32
+    assert not [p for p in tmp.iterdir() if p.suffix == ".part"]
+    ok, _ = w.call(worker.DROP, "g_1")
+    ok, err = w.call(worker.MST, "g_1", result)
+    assert not ok and isinstance(err, WorkerInternalError) and "not resident" in str(err)
+
+
+def test_text_upload_gets_a_canonical_npz(w: Worker) -> None:
+    tmp: Path = w.tmp  # type: ignore[attr-defined]
+    path = write(tmp, "g.mtx", b"%%MatrixMarket matrix coordinate real general\n3 3 2\n1 2 0.5\n2 3 1.5\n")
+    canonical = str(tmp / "canonical.npz")
+    ok, summary = w.call(worker.LOAD, "g_2", path, "mtx", None, canonical)
+    assert ok and summary["weight_dtype"] == "float64"
+    with np.load(canonical) as npz:
+        assert (
+            npz["src"].tolist() == [0, 1]
+            and npz["weight"].tolist() == [0.5, 1.5]
+            and int(npz["num_vertices"]) == 3
+        )
+
+
+def test_errors_come_back_typed(w: Worker) -> None:
+    tmp: Path = w.tmp  # type: ignore[attr-defined]
+    bad = write(tmp, "bad.npz", npz_body([0, 7], [1, 0], [1.0, 1.0], 3))
+    ok, err = w.call(worker.LOAD, "g_3", bad, "npz", None, None)
+    assert not ok and isinstance(err, core.VertexIdError) and (err.field, err.index) == ("src", 1)
+    big = write(tmp, "big.npz", npz_body(np.zeros(1001, np.int64), np.ones(1001, np.int64), np.ones(1001)))
+    ok, err = w.call(worker.LOAD, "g_4", big, "npz", None, None)
+    assert not ok and isinstance(err, PayloadTooLargeError) and "1001" in str(err)
+    ok, err = w.call(worker.ONESHOT, str(tmp / "missing.npz"), "npz", None, str(tmp / "o.npz"))
+    assert not ok and isinstance(err, WorkerInternalError) and "FileNotFoundError" in str(err)
+    ok, pong = w.call(worker.PING)
+    assert ok and pong["probe_ms"] >= 0  # still serving after errors
+
+
+def test_worker_exits_when_the_api_goes_away(tmp_path: Path) -> None:
+    wk = Worker(tmp_path)
+    assert wk.conn.poll(60) and wk.conn.recv()[0] == "ready"
+    wk.conn.close()
+    wk.proc.join(10)
+    assert wk.proc.exitcode == 0
+
+
+def test_start_failure_is_reported(tmp_path: Path) -> None:
+    conn: Connection
+    conn, child = CTX.Pipe()
+    config = worker.WorkerConfig(0, "gpu-please", None, str(tmp_path), 10, 0.05)
+    proc = CTX.Process(target=worker.main, args=(child, CTX.RawValue("d", 0.0), config), daemon=True)
+    proc.start()
+    child.close()
+    assert conn.poll(60)
+    head, err = conn.recv()
+    assert head == "failed" and "backend" in str(err)
+    proc.join(10)
+    conn.close()
