@@ -386,8 +386,27 @@ def test_auto_backend_picks_gpu_only_when_available() -> None:
     assert_matches_oracles(g.minimum_spanning_forest(), *graph.arrays, 10)
 
 
-def test_warm_up_cpu() -> None:
-    assert gpu_core.warm_up("cpu") == "cpu"
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_warm_up(backend: Backend) -> None:
+    assert gpu_core.warm_up(backend) == backend
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_interleaved_graphs_keep_their_own_state(backend: Backend) -> None:
+    """Several resident graphs computed in turn (each keeps its own workspace and plan)."""
+    graphs = [
+        dense_graph(41, 400, 3000, dtype=np.int64, num_weights=3),
+        grid_graph(20, 25, 42, dtype=np.float32),
+        random_graph(43, 300, 500, dtype=np.float64, components=5, isolated=10),
+        rmat_graph(8, 4, 44, dtype=np.int32),
+    ]
+    prepared = [gpu_core.Graph(g.src, g.dst, g.weight, g.num_vertices, backend=backend) for g in graphs]
+    expected = [kruskal_edge_ids(*g.arrays, g.num_vertices) for g in graphs]
+    for _ in range(3):
+        for g, p, ids in zip(graphs, prepared, expected, strict=True):
+            result = p.minimum_spanning_forest()
+            assert result.edge_ids.tolist() == ids, repr(g)
+            assert_valid_forest(result, *g.arrays, g.num_vertices)
 
 
 # ---------------------------------------------------------------- GPU against CPU
