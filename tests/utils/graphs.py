@@ -323,3 +323,42 @@ ROUNDED_TO: dict[str, Any] = {"float64": np.float32, "int32": np.float32, "int64
 def rounded(weight: np.ndarray) -> np.ndarray:
     """``weight`` rounded to the narrower type a careless backend might key on."""
     return weight.astype(ROUNDED_TO[weight.dtype.name])
+
+
+#: row lengths around the GPU backend's switches (warp processing, chunked hub rows)
+LADDER_DEGREES = (3, 4, 5, 15, 16, 17, 31, 32, 33, 255, 256, 257, 511, 512, 513, 1000, 4097)
+
+
+def hub_ladder_graph(
+    seed: int = 0,
+    num_vertices: int = 3000,
+    *,
+    degrees: tuple[int, ...] = LADDER_DEGREES,
+    dtype: Any = np.int32,
+    num_weights: int | None = 5,
+) -> EdgeGraph:
+    """Hubs whose rows have exactly the given lengths (edges to random other vertices, some
+    parallel), so every boundary of a degree-based work split is hit on both sides."""
+    rng = np.random.default_rng(seed)
+    hubs = rng.choice(num_vertices, size=len(degrees), replace=False)
+    others = np.setdiff1d(np.arange(num_vertices), hubs)
+    src = np.repeat(hubs, degrees).astype(np.int64)
+    dst = rng.choice(others, size=src.size).astype(np.int64)
+    flip = rng.random(src.size) < 0.5
+    src, dst = np.where(flip, dst, src), np.where(flip, src, dst)
+    size = num_weights if num_weights is not None else src.size
+    weight = draw_weights(rng, weight_pool(rng, dtype, size), src.size)
+    order = rng.permutation(src.size)
+    return EdgeGraph(src[order], dst[order], weight[order], num_vertices, f"hub-ladder-{num_vertices}")
+
+
+def star_graph(num_leaves: int, seed: int = 0, *, dtype: Any = np.float64, num_weights: int = 1) -> EdgeGraph:
+    """One hub joined to every other vertex (and a few leaves twice): a single huge row."""
+    rng = np.random.default_rng(seed)
+    leaves = np.concatenate(
+        [np.arange(1, num_leaves + 1), rng.integers(1, num_leaves + 1, size=num_leaves // 10)]
+    )
+    hub = np.zeros(leaves.size, dtype=np.int64)
+    weight = draw_weights(rng, weight_pool(rng, dtype, num_weights), leaves.size)
+    order = rng.permutation(leaves.size)
+    return EdgeGraph(hub, leaves[order], weight[order], num_leaves + 1, f"star-{num_leaves}")
