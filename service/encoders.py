@@ -83,12 +83,21 @@ class _NpzResponse(FileResponse):
     chunk_size = 4 * 1024 * 1024  # loopback and LAN go faster with large writes
 
 
+#: results up to this size are answered from memory: fewer thread hops than a streamed file
+SMALL_RESULT_BYTES = 1 << 20
+
+
 def npz_response(path: Path, summary: dict[str, Any], filename: str, delete_after: bool = False) -> Response:
+    headers = {**summary_headers(summary), "Content-Disposition": f'attachment; filename="{filename}"'}
+    if path.stat().st_size <= SMALL_RESULT_BYTES:
+        body = path.read_bytes()
+        if delete_after:
+            path.unlink(missing_ok=True)
+        return Response(body, media_type=NPZ_MEDIA_TYPE, headers=headers)
     return _NpzResponse(
         path,
         media_type=NPZ_MEDIA_TYPE,
-        filename=filename,
-        headers=summary_headers(summary),
+        headers=headers,
         background=BackgroundTask(path.unlink, missing_ok=True) if delete_after else None,
     )
 
