@@ -300,7 +300,8 @@ def light_clique_graph(seed: int = 0, num_vertices: int = 600, dtype: Any = np.i
 
 def rounding_triangle(dtype: Any) -> EdgeGraph:
     """A triangle whose exact forest is {0, 2} but {0, 1} if the weights were rounded to
-    the next narrower type (float32 for float64 and int32, float64 for int64): edge 2 is
+    a narrower type (float32 for float64 and int32, float64 for int64, float16 for
+    float32): edge 2 is
     the lightest, edge 0 the middle one, and rounding makes all three tie, so the tie
     rule would keep the two smallest ids instead."""
     dtype = np.dtype(dtype)
@@ -310,6 +311,8 @@ def rounding_triangle(dtype: Any) -> EdgeGraph:
         weight = np.array([2**60 + 1, 2**60 + 2, 2**60], dtype=dtype)
     elif dtype == np.int32:
         weight = np.array([2**30 + 1, 2**30 + 2, 2**30], dtype=dtype)
+    elif dtype == np.float32:
+        weight = np.array([1 + 2.0**-23, 1 + 2.0**-22, 1.0], dtype=dtype)
     else:
         raise ValueError(f"no narrower type to round {dtype} to")
     src = np.array([0, 1, 2], dtype=np.int64)
@@ -317,7 +320,12 @@ def rounding_triangle(dtype: Any) -> EdgeGraph:
     return EdgeGraph(src, dst, weight, 3, f"rounding-triangle-{dtype}")
 
 
-ROUNDED_TO: dict[str, Any] = {"float64": np.float32, "int32": np.float32, "int64": np.float64}
+ROUNDED_TO: dict[str, Any] = {
+    "float64": np.float32,
+    "int32": np.float32,
+    "int64": np.float64,
+    "float32": np.float16,
+}
 
 
 def rounded(weight: np.ndarray) -> np.ndarray:
