@@ -1,4 +1,8 @@
-"""Dependencies of the routers as ``Annotated`` aliases (``StoreDep``, ``JobsDep``, ...)."""
+"""Dependencies of the routers as ``Annotated`` aliases (``StoreDep``, ``JobsDep``, ...).
+
+They are ``async def`` on purpose: FastAPI runs plain ``def`` dependencies in a thread pool,
+a thread hop per dependency per request.
+"""
 
 from __future__ import annotations
 
@@ -28,31 +32,31 @@ class Services:
     metrics: Metrics
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     services: Services | None = getattr(request.app.state, "services", None)
     if services is None:
         raise ServiceUnavailableError("the service is starting or stopping; retry shortly.")
     return services
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_store(services: Annotated[Services, Depends(get_services)]) -> Store:
+async def get_store(services: Annotated[Services, Depends(get_services)]) -> Store:
     return services.store
 
 
-def get_jobs(services: Annotated[Services, Depends(get_services)]) -> Jobs:
+async def get_jobs(services: Annotated[Services, Depends(get_services)]) -> Jobs:
     return services.jobs
 
 
-def get_catalog(services: Annotated[Services, Depends(get_services)]) -> Catalog:
+async def get_catalog(services: Annotated[Services, Depends(get_services)]) -> Catalog:
     return services.catalog
 
 
-def get_supervisor(services: Annotated[Services, Depends(get_services)]) -> Supervisor:
+async def get_supervisor(services: Annotated[Services, Depends(get_services)]) -> Supervisor:
     return services.supervisor
 
 
