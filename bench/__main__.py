@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated subset of {','.join(ENGINES)} (default all)",
     )
     p.add_argument("--networkx-max-edges", type=int, default=600_000)
-    p.add_argument("--igraph-max-edges", type=int, default=40_000_000)
+    p.add_argument("--igraph-max-edges", type=int, default=10_000_000)
     p.add_argument(
         "--cpu-max-edges", type=int, default=None, help="skip the CPU backend above this many edges"
     )

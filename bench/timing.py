@@ -45,8 +45,9 @@ def percentile(xs: Sequence[float], q: float) -> float:
 def repeat(
     fn: Callable[[], T], repeats: int, budget_s: float | None = None, min_runs: int = 1
 ) -> tuple[list[float], T]:
-    """Call ``fn`` up to ``repeats`` times (at least ``min_runs``), stopping early once
-    ``budget_s`` seconds have gone by. Returns the wall times in milliseconds and the last result.
+    """Call ``fn`` up to ``repeats`` times (at least ``min_runs``), stopping early when the next
+    run, expected to take as long as the last one, would end past ``budget_s`` seconds.
+    Returns the wall times in milliseconds and the last result.
     """
     times: list[float] = []
     start = time.perf_counter()
@@ -55,7 +56,8 @@ def repeat(
         t0 = time.perf_counter()
         result = fn()
         times.append((time.perf_counter() - t0) * 1e3)
-        if i + 1 >= min_runs and budget_s is not None and time.perf_counter() - start > budget_s:
+        elapsed = time.perf_counter() - start
+        if i + 1 >= min_runs and budget_s is not None and elapsed + times[-1] / 1e3 > budget_s:
             break
     return times, result
 
