@@ -402,6 +402,8 @@ def _checks(record: dict[str, Any], is_float: bool) -> dict[str, Any]:
     digests = {k: v["edge_ids_sha256"] for k, v in done.items() if "edge_ids_sha256" in v}
     if "gpu" in digests and "cpu" in digests:
         checks["same_edges_gpu_cpu"] = digests["gpu"] == digests["cpu"]
+    if "gpu" in done:
+        checks["gpu_deterministic"] = bool(done["gpu"].get("deterministic", True))
     return checks
 
 
@@ -550,6 +552,15 @@ def finalize(record: dict[str, Any]) -> dict[str, Any]:
     elif checks.get("total_weight_agrees") is False:
         record["status"] = "error"
         record["error"] = f"total weights disagree: {checks['totals']}"
+    elif checks.get("components_agree") is False:
+        record["status"] = "error"
+        record["error"] = f"component counts disagree: {checks['components']}"
+    elif checks.get("same_edges_gpu_cpu") is False:
+        record["status"] = "error"
+        record["error"] = "the GPU and CPU backends chose different edge ids"
+    elif checks.get("gpu_deterministic") is False:
+        record["status"] = "error"
+        record["error"] = "the GPU backend returned different forests on repeated runs"
     return record
 
 
