@@ -171,7 +171,7 @@ __device__ __forceinline__ void warp_scan(int v, int set_v, int beg, int end, co
 // Hybrid parallelism. A vertex with fewer than kWarpDegree slots to scan is handled by
 // its own thread, a larger one by the whole warp, its slots spread over the lanes. The
 // paper switches at 4; on an H200 16 was faster on every graph measured (a 1024x1024
-// grid, whose inner vertices have degree 4, ran 1.8x faster), see the notes in README.
+// grid, whose inner vertices have degree 4, ran 2x faster); see bench/NOTES.md.
 // Rows of `chunk` or more slots (the hubs of skewed graphs) would leave one warp
 // working long after the rest have finished, so they are cut into chunks of `chunk`
 // slots, listed once per graph in heavy_chunks = {row, first slot}, one warp a chunk.
@@ -241,10 +241,6 @@ extern "C" __global__ void select_lightest(const Item* __restrict__ items, const
       const Item e = items[i];
       const int p = find_root(parent, e.u);
       const int q = find_root(parent, e.v);
-#ifdef MST_COMPRESS
-      if (p != e.u) const_cast<int*>(parent)[e.u] = p;
-      if (q != e.v) const_cast<int*>(parent)[e.v] = q;
-#endif
       if (p != q) {
         push = true;
         item = Item{p, q, e.rank};
