@@ -31,10 +31,11 @@ class CpuGraph:
 
     backend = "cpu"
 
-    def __init__(self, edges: EdgeList) -> None:
+    def __init__(self, edges: EdgeList, weight: Any = None) -> None:
         self.num_vertices = edges.num_vertices
         self.num_edges = int(edges.weight.shape[0])
-        self.weight = np.asarray(edges.weight)
+        # A copy when it is the caller's own array, which the caller may reuse.
+        self.weight = edges.weight.copy() if edges.weight is weight else np.asarray(edges.weight)
         index = np.int32 if max(self.num_vertices, self.num_edges) < 2**31 else np.int64
         # A stable sort orders equal weights by position, i.e. by edge id: the tie rule.
         order = np.argsort(self.weight, kind="stable").astype(index, copy=False)

@@ -68,6 +68,7 @@ class GpuGraph:
             raise DeviceError(f"CUDA failed while building the graph: {exc}") from None
         self._graph_exec: Any = None  # the captured whole-run CUDA graph, once the plan is known
         self._pairs: tuple[int, int] | None = None  # iteration pairs of phase 1 and phase 2
+        self._can_capture = True
 
     # -- building -----------------------------------------------------------------------
     def _build(self, cp: Any, src: Any, dst: Any, weight: Any, num_vertices: int | None) -> None:
@@ -86,7 +87,8 @@ class GpuGraph:
             )
         self.num_vertices = n
         self.num_edges = m
-        self.weight = edges.weight  # input order, for the forest's weights
+        # Input order, for the forest's weights; a copy, so the caller may reuse its own array.
+        self.weight = edges.weight.copy() if edges.weight is weight else edges.weight
 
         # Rank edges by (weight, edge_id): CuPy's argsort is stable, so ties keep id order.
         order = cp.argsort(edges.weight)
@@ -282,8 +284,11 @@ class GpuGraph:
 
     def _run_device(self) -> None:
         """Run ECL-MST and the extraction of the forest, on the stream."""
-        if self._graph_exec is None and self._pairs is not None:
-            self._graph_exec = self._capture()
+        if self._graph_exec is None and self._pairs is not None and self._can_capture:
+            try:
+                self._graph_exec = self._capture()
+            except _device_errors():
+                self._can_capture = False  # stream capture unsupported here: stay stepwise
         if self._graph_exec is not None:
             self._graph_exec.launch(self._stream)
             counters = self._read_counters()

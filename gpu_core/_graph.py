@@ -92,8 +92,9 @@ class Graph:
 
             self._impl = GpuGraph(src, dst, weight, num_vertices)
         else:
-            edges = validate_edges(np, _to_host(src), _to_host(dst), _to_host(weight), num_vertices)
-            self._impl = CpuGraph(edges)
+            host_weight = _to_host(weight)
+            edges = validate_edges(np, _to_host(src), _to_host(dst), host_weight, num_vertices)
+            self._impl = CpuGraph(edges, host_weight)
 
     @property
     def backend(self) -> str:

@@ -495,3 +495,17 @@ def test_large_graphs_gpu_matches_cpu_and_scipy(name: str) -> None:
     scale = float(np.abs(w).sum()) + abs(float(w.min())) * graph.num_vertices
     assert_total_close(float(gpu.total_weight), total, scale, f"{name}: total weight vs SciPy")
     assert math.isfinite(gpu.compute_ms)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_keeps_its_own_copy_of_the_weights(backend: Backend) -> None:
+    src = np.array([0, 1, 2, 0])
+    dst = np.array([1, 2, 0, 2])
+    weight = np.array([1.0, 2.0, 3.0, 0.5])
+    graph = gpu_core.Graph(src, dst, weight, backend=backend)
+    before = graph.minimum_spanning_forest()
+    weight[:] = 100.0  # the caller reuses its buffer
+    after = graph.minimum_spanning_forest()
+    assert after.edge_ids.tolist() == before.edge_ids.tolist() == [0, 3]
+    assert after.weights.tolist() == [1.0, 0.5]
+    assert after.total_weight == 1.5
