@@ -51,6 +51,9 @@ class CpuGraph:
     def nbytes(self) -> int:
         return int(self.weight.nbytes + self.rank_to_id.nbytes + self.u.nbytes + self.v.nbytes)
 
+    def prepare(self) -> None:
+        """Nothing to do: the rank order was built with the graph."""
+
     def minimum_spanning_forest(self) -> SpanningForest:
         start = time.perf_counter()
         n = self.num_vertices

@@ -284,11 +284,8 @@ class GpuGraph:
 
     def _run_device(self) -> None:
         """Run ECL-MST and the extraction of the forest, on the stream."""
-        if self._graph_exec is None and self._pairs is not None and self._can_capture:
-            try:
-                self._graph_exec = self._capture()
-            except _device_errors():
-                self._can_capture = False  # stream capture unsupported here: stay stepwise
+        if self._graph_exec is None and self._pairs is not None:
+            self.prepare()
         if self._graph_exec is not None:
             self._graph_exec.launch(self._stream)
             counters = self._read_counters()
@@ -296,6 +293,18 @@ class GpuGraph:
                 return
             self._graph_exec = None  # not as planned: fall back to the stepwise run below
         self._run_stepwise()
+
+    def prepare(self) -> None:
+        """Run once and capture the run as a CUDA graph, so the next computation replays it."""
+        if self._pairs is None and self.num_loop_free:
+            self.compute()
+        if self._graph_exec is None and self._pairs is not None and self._can_capture:
+            cp = _cupy()
+            with cp.cuda.Device(self.device_id), self._stream:
+                try:
+                    self._graph_exec = self._capture()
+                except _device_errors():
+                    self._can_capture = False
 
     def compute(self) -> tuple[Any, Any, float]:
         """Run on the device: (edge ids int32 ascending, their weights, milliseconds).

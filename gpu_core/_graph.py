@@ -25,6 +25,8 @@ class _Prepared(Protocol):
     @property
     def nbytes(self) -> int: ...
 
+    def prepare(self) -> None: ...
+
     def minimum_spanning_forest(self) -> SpanningForest: ...
 
 
@@ -119,6 +121,17 @@ class Graph:
     def nbytes(self) -> int:
         """Bytes the prepared graph holds (device memory on the GPU backend)."""
         return self._impl.nbytes
+
+    def prepare(self) -> None:
+        """Do now the one-time work of the first computation.
+
+        On the GPU the first computation reads the worklist sizes back every two
+        iterations to learn how many iterations the graph takes, and the second
+        one captures the whole run as a CUDA graph; later computations replay it
+        with a single read-back. ``prepare`` does both, so that no request pays
+        for them. The CPU backend has nothing to prepare.
+        """
+        self._impl.prepare()
 
     def minimum_spanning_forest(self) -> SpanningForest:
         """Compute the minimum spanning forest (see :func:`minimum_spanning_forest`)."""

@@ -509,3 +509,19 @@ def test_graph_keeps_its_own_copy_of_the_weights(backend: Backend) -> None:
     assert after.edge_ids.tolist() == before.edge_ids.tolist() == [0, 3]
     assert after.weights.tolist() == [1.0, 0.5]
     assert after.total_weight == 1.5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prepare_then_compute_gives_the_same_forest(backend: Backend) -> None:
+    rng = np.random.default_rng(7)
+    n, m = 3000, 30000  # average degree 20: the filtered path, two phases
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    weight = rng.integers(0, 50, m).astype(np.int64)
+    expected = gpu_core.minimum_spanning_forest(src, dst, weight, num_vertices=n, backend="cpu")
+    graph = gpu_core.Graph(src, dst, weight, n, backend=backend)
+    graph.prepare()
+    graph.prepare()  # idempotent
+    for _ in range(3):
+        forest = graph.minimum_spanning_forest()
+        assert forest.edge_ids.tolist() == expected.edge_ids.tolist()
+        assert forest.total_weight == expected.total_weight
