@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from . import npzio
 from .errors import PayloadTooLargeError, ServiceError, WorkerInternalError
 
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
@@ -207,11 +208,26 @@ class _Worker:
             if fatal:
                 return  # a fresh process gets a fresh CUDA context
 
+    @staticmethod
+    def _parse(path: str, fmt: str) -> Any:
+        """The edge arrays of a spool file: a plain npz is mapped (no copy), the rest is parsed."""
+        import gpu_core
+        from gpu_core.formats import EdgeArrays
+
+        if fmt == "npz":
+            arrays = npzio.read_npz(path, ("src", "dst", "weight"))
+            nv = None if arrays is None else arrays.get("num_vertices")
+            if arrays is not None and (nv is None or (nv.shape == () and nv.dtype.kind in "iu")):
+                n = None if nv is None else int(nv)
+                return EdgeArrays(arrays["src"], arrays["dst"], arrays["weight"], n)
+            # anything unusual: the engine's reader decides, and words its errors
+        return gpu_core.read_graph(Path(path).read_bytes(), fmt)
+
     def _read(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, gpu_core.Graph]:
         """Parse a spool file and make it a resident graph; (the parsed edge arrays, the graph)."""
         import gpu_core
 
-        edges = gpu_core.read_graph(Path(path).read_bytes(), fmt)
+        edges = self._parse(path, fmt)
         if edges.weight.shape[:1] and int(edges.weight.shape[0]) > self.config.max_edges:
             raise PayloadTooLargeError(
                 f"the graph has {int(edges.weight.shape[0])} edges, more than this service's limit of "
@@ -227,12 +243,8 @@ class _Worker:
         """Write a parsed upload as the spool's npz (fsynced), so reloads skip parsing."""
         import numpy as np
 
-        with open(out, "wb") as f:
-            np.savez(
-                f, src=edges.src, dst=edges.dst, weight=edges.weight, num_vertices=np.int64(num_vertices)
-            )
-            f.flush()
-            os.fsync(f.fileno())
+        arrays = {"src": edges.src, "dst": edges.dst, "weight": edges.weight}
+        npzio.write_npz_file(out, {**arrays, "num_vertices": np.int64(num_vertices)}, sync=True)
 
     def _summary(self, graph: gpu_core.Graph) -> dict[str, Any]:
         free, total = self._memory()
@@ -257,11 +269,8 @@ class _Worker:
         return self._summary(graph)
 
     def _write_result(self, forest: Any, result_path: str) -> None:
-        import numpy as np
-
         tmp = self.tmp_dir / f"{os.path.basename(result_path)}.{os.getpid()}.part"
-        with open(tmp, "wb") as f:
-            np.savez(f, edge_ids=forest.edge_ids, weights=forest.weights)
+        npzio.write_npz_file(tmp, {"edge_ids": forest.edge_ids, "weights": forest.weights})
         os.replace(tmp, result_path)
 
     @staticmethod

@@ -1,0 +1,184 @@
+"""Fast ``.npz`` input and output for the spool: stored (uncompressed) zip archives of ``.npy`` members.
+
+:func:`numpy.savez` goes through :mod:`zipfile`, which costs most of a
+millisecond even for a few kilobytes, and :func:`numpy.load` of an archive
+reads each member through a Python file object in 256 KiB pieces. Both are
+on the hot paths of the service (a result per job, a graph per upload), so:
+
+* :func:`write_npz` writes the same archive :func:`numpy.savez` writes
+  (stored members ``<name>.npy`` in format 1.0, CRC-32 checked by any zip
+  reader), straight from the arrays' buffers;
+* :func:`read_npz` maps a stored archive into memory and returns its arrays
+  as views of that map (copy-on-write, so the file is never modified),
+  checking each member's CRC-32 as :mod:`zipfile` does. It answers ``None``
+  for anything it does not handle (compressed members, other names, format
+  3.0 headers, Fortran-ordered matrices, object arrays...), and the caller then
+  falls back to :func:`numpy.load`, so errors read the same as before.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import struct
+import time
+import zipfile
+import zlib
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+import numpy as np
+
+_LOCAL = struct.Struct("<4s2B4HL2L2H")  # local file header (30 bytes)
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # central directory entry (46 bytes)
+_END = struct.Struct("<4s4H2LH")  # end of central directory (22 bytes)
+_LIMIT = 0xFFFFFFFF  # beyond this an archive needs zip64 records: left to numpy.savez
+_VERSION = 20  # 2.0: what zipfile writes for stored members without zip64
+
+
+def _npy_header(array: np.ndarray[Any, Any]) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(array))
+    return buf.getvalue()
+
+
+def _contiguous(value: Any) -> np.ndarray[Any, Any]:
+    array = np.asarray(value)
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)  # keeps 0-d arrays 0-d
+
+
+def _dos_time() -> tuple[int, int]:
+    t = time.localtime()
+    date = (t.tm_year - 1980) << 9 | t.tm_mon << 5 | t.tm_mday
+    return date, t.tm_hour << 11 | t.tm_min << 5 | t.tm_sec // 2
+
+
+def write_npz(fileobj: BinaryIO, arrays: Mapping[str, Any]) -> None:
+    """Write ``arrays`` as an uncompressed ``.npz`` archive (what :func:`numpy.savez` writes)."""
+    prepared = {name: _contiguous(a) for name, a in arrays.items()}
+    try:
+        if any(a.dtype.hasobject for a in prepared.values()):
+            raise ValueError("object arrays")
+        headers = {name: _npy_header(a) for name, a in prepared.items()}
+        if sum(a.nbytes + len(headers[name]) + 200 for name, a in prepared.items()) >= _LIMIT:
+            raise ValueError("needs zip64")
+    except ValueError:  # object arrays, huge headers, or big enough to need zip64 records
+        np.savez(fileobj, **prepared)  # type: ignore[arg-type]
+        return
+    date, clock = _dos_time()
+    central: list[bytes] = []
+    offset = 0
+    for name, array in prepared.items():
+        member = f"{name}.npy".encode()
+        header = headers[name]
+        data = memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+        crc = zlib.crc32(data, zlib.crc32(header))
+        size = len(header) + data.nbytes
+        local = _LOCAL.pack(b"PK\x03\x04", _VERSION, 0, 0, 0, clock, date, crc, size, size, len(member), 0)
+        fileobj.write(local + member + header)
+        fileobj.write(data)
+        central.append(
+            _CENTRAL.pack(
+                b"PK\x01\x02",
+                _VERSION,
+                3,
+                _VERSION,
+                0,
+                0,
+                0,
+                clock,
+                date,
+                crc,
+                size,
+                size,
+                len(member),
+                0,
+                0,
+                0,
+                0,
+                0o600 << 16,
+                offset,
+            )
+            + member
+        )
+        offset += len(local) + len(member) + size
+    directory = b"".join(central)
+    end = _END.pack(b"PK\x05\x06", 0, 0, len(central), len(central), len(directory), offset, 0)
+    fileobj.write(directory + end)
+
+
+def write_npz_file(path: str | os.PathLike[str], arrays: Mapping[str, Any], *, sync: bool = False) -> None:
+    """:func:`write_npz` to a new file at ``path``; with ``sync``, fsynced before it is closed."""
+    with open(path, "wb") as f:
+        write_npz(f, arrays)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | None:
+    """One stored ``.npy`` member as a view of the mapped archive, or None when it is not that simple."""
+    start = info.header_offset
+    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1 or start + 30 > len(view):
+        return None
+    sig, *_, name_len, extra_len = _LOCAL.unpack_from(view, start)
+    if sig != b"PK\x03\x04":
+        return None
+    begin = start + 30 + name_len + extra_len
+    end = begin + info.file_size
+    if end > len(view):
+        return None
+    member = view[begin:end]
+    if zlib.crc32(member) != info.CRC:
+        return None  # numpy.load says what is wrong
+    fp = io.BytesIO(member[: min(len(member), 1 << 16)])  # the header only
+    try:
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+        else:
+            return None
+    except ValueError:
+        return None
+    if dtype.hasobject or (fortran and len(shape) > 1):
+        return None
+    count = int(np.prod(shape, dtype=np.int64))
+    offset = fp.tell()
+    if offset + count * dtype.itemsize != len(member):
+        return None
+    return np.frombuffer(member, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+
+def read_npz(
+    path: str | os.PathLike[str], required: tuple[str, ...]
+) -> dict[str, np.ndarray[Any, Any]] | None:
+    """The arrays of a stored ``.npz`` file, mapped copy-on-write; None where numpy.load must decide.
+
+    ``required`` members must all be there (``<name>.npy``); every member must be
+    a plain array. The map lives as long as the arrays do.
+    """
+    with open(path, "rb") as f:
+        try:
+            with zipfile.ZipFile(f) as archive:
+                names = archive.infolist()
+        except Exception:  # not a zip archive numpy.load would take: it says why
+            return None
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return None
+        mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+    view = memoryview(mapped)
+    out: dict[str, np.ndarray[Any, Any]] = {}
+    for info in names:
+        if not info.filename.endswith(".npy") or info.filename[:-4] in out:
+            return None
+        array = _member(view, info)
+        if array is None:
+            return None
+        out[info.filename[:-4]] = array
+    if any(name not in out for name in required):
+        return None
+    return out

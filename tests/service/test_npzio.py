@@ -1,0 +1,81 @@
+"""The spool's own npz writer and mapped reader agree with numpy's, and step aside when unsure."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service import npzio
+
+DTYPES = ["<i4", ">i4", "<i8", ">i8", "<f4", "<f8", ">f8", "bool"]
+
+
+def sample(dtype: str, n: int = 257) -> np.ndarray:
+    rng = np.random.default_rng(len(dtype) + n)
+    values = rng.normal(size=n) * 1000
+    return values.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_written_archives_load_with_numpy(dtype: str) -> None:
+    arrays = {"edge_ids": np.arange(257, dtype=np.int64), "weights": sample(dtype), "n": np.int64(7)}
+    buf = io.BytesIO()
+    npzio.write_npz(buf, arrays)
+    assert zipfile.ZipFile(io.BytesIO(buf.getvalue())).testzip() is None  # CRCs right
+    with np.load(io.BytesIO(buf.getvalue()), allow_pickle=False) as npz:
+        assert sorted(npz.files) == ["edge_ids", "n", "weights"]
+        for name, value in arrays.items():
+            assert npz[name].dtype == np.asarray(value).dtype and npz[name].shape == np.shape(value)
+            assert np.array_equal(npz[name], value)
+
+
+def test_empty_and_non_contiguous_arrays() -> None:
+    buf = io.BytesIO()
+    npzio.write_npz(buf, {"a": np.zeros(0, np.float32), "b": np.arange(10)[::3]})
+    with np.load(io.BytesIO(buf.getvalue())) as npz:
+        assert npz["a"].shape == (0,) and npz["a"].dtype == np.float32
+        assert npz["b"].tolist() == [0, 3, 6, 9]
+
+
+@pytest.mark.parametrize("writer", ["numpy", "ours"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reader_maps_stored_archives(tmp_path: Path, writer: str, dtype: str) -> None:
+    arrays = {"src": np.arange(50, dtype=np.int32), "dst": np.arange(50)[::-1], "weight": sample(dtype, 50)}
+    path = tmp_path / "g.npz"
+    if writer == "numpy":
+        np.savez(path, **arrays, num_vertices=np.int64(60))
+    else:
+        npzio.write_npz_file(path, {**arrays, "num_vertices": np.int64(60)}, sync=True)
+    got = npzio.read_npz(path, ("src", "dst", "weight"))
+    assert got is not None
+    for name, value in arrays.items():
+        assert got[name].dtype == value.dtype and np.array_equal(got[name], value)
+    assert got["num_vertices"].shape == () and int(got["num_vertices"]) == 60
+    got["weight"][0] = 0  # copy-on-write: writable, and the file keeps its bytes
+    with np.load(path) as npz:
+        assert np.array_equal(npz["weight"], arrays["weight"])
+
+
+def test_reader_steps_aside(tmp_path: Path) -> None:
+    path = tmp_path / "g.npz"
+    src = np.arange(100)
+    np.savez_compressed(path, src=src, dst=src, weight=src)
+    assert npzio.read_npz(path, ("src",)) is None  # compressed: numpy decides
+    np.savez(path, src=src, dst=src)
+    assert npzio.read_npz(path, ("src", "dst", "weight")) is None  # a required array is missing
+    buf = io.BytesIO()
+    np.savez(buf, src=src)
+    damaged = bytearray(buf.getvalue())
+    damaged[150] ^= 0xFF  # inside the array's bytes: the CRC no longer matches
+    path.write_bytes(bytes(damaged))
+    assert npzio.read_npz(path, ("src",)) is None
+    for body in (b"", b"not a zip", np.arange(3).tobytes()):
+        path.write_bytes(body)
+        assert npzio.read_npz(path, ("src",)) is None
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("src.npy", b"not an npy header")
+    assert npzio.read_npz(path, ("src",)) is None
