@@ -11,7 +11,6 @@ both win.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -34,6 +33,11 @@ log = logging.getLogger("service.jobs")
 
 _QUEUED = frozenset({"queued"})
 _RUNNING = frozenset({"running"})
+
+
+def _resolve(future: asyncio.Future[JobRecord | None], job: JobRecord | None) -> None:
+    if not future.done():
+        future.set_result(job)
 
 
 @dataclass
@@ -85,7 +89,8 @@ class Jobs:
         self._store = store
         self._supervisor = supervisor
         self._metrics = metrics
-        self._finished: dict[str, asyncio.Event] = {}
+        #: futures of the requests waiting (``?wait=``) for a job to finish; resolved with its record
+        self._waiters: dict[str, set[asyncio.Future[JobRecord | None]]] = {}
 
     def get(self, job_id: str) -> JobRecord:
         job = self._store.get_job(job_id)
@@ -113,15 +118,27 @@ class Jobs:
             else:
                 handle.enqueue(JobTask(self, job.id, job.graph_id))
 
-    async def wait(self, job_id: str, timeout: float) -> JobRecord:
-        """The job once finished, or as it is after ``timeout`` seconds."""
-        job = self.get(job_id)
+    async def wait(self, job_id: str, timeout: float, current: JobRecord | None = None) -> JobRecord:
+        """The job once finished, or as it is after ``timeout`` seconds.
+
+        ``current``: the job's record as the caller just read or wrote it (saves reading it again).
+        """
+        job = current if current is not None else self.get(job_id)
         if job.finished or timeout <= 0:
             return job
-        event = self._finished.setdefault(job_id, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
-        return self.get(job_id)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[JobRecord | None] = loop.create_future()
+        waiters = self._waiters.setdefault(job_id, set())
+        waiters.add(done)
+        timer = loop.call_later(timeout, _resolve, done, None)
+        try:
+            finished = await done
+        finally:
+            timer.cancel()
+            waiters.discard(done)
+            if not waiters and self._waiters.get(job_id) is waiters:
+                del self._waiters[job_id]
+        return finished if finished is not None else self.get(job_id)
 
     def cancel(self, job_id: str) -> JobRecord:
         job = self.get(job_id)
@@ -197,9 +214,8 @@ class Jobs:
         )
         if job is not None:
             self._metrics.job_finished(job)
-        event = self._finished.pop(job_id, None)
-        if event is not None:
-            event.set()
+        for waiter in self._waiters.pop(job_id, ()):
+            _resolve(waiter, job)
         return job
 
     async def one_shot(self, path: Path, fmt: str, estimate: int) -> tuple[dict[str, Any], Path]:

@@ -3,8 +3,9 @@
 One worker per GPU (``MST_GPUS``, default all visible), or one CPU worker
 where there is none. Each :class:`WorkerHandle` owns:
 
-* the process (``spawn``), one duplex pipe, and a reader thread that turns
-  the worker's replies into resolved asyncio futures on the API's loop;
+* the process (``spawn``), one duplex pipe whose replies the API's event
+  loop reads as soon as they arrive (``add_reader``: no thread, no hop) and
+  turns into resolved asyncio futures;
 * the residency map of the graphs placed on it, and its job queue: jobs run
   one at a time, dispatched by an asyncio task, so a queued job can be
   cancelled until it is handed to the worker.
@@ -34,7 +35,6 @@ import itertools
 import logging
 import multiprocessing
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -163,31 +163,30 @@ class WorkerHandle:
         self.started_at = time.monotonic()
         self._in_flight = 0
         self._outbox.clear()
-        threading.Thread(
-            target=self._reader,
-            args=(conn, process, self.generation),
-            name=f"worker-{self.index}-reader",
-            daemon=True,
-        ).start()
+        assert self._loop is not None
+        self._loop.add_reader(conn.fileno(), self._readable, conn, process, self.generation)
         log.info("worker %d started (pid %d, backend %s)", self.index, process.pid, self.config.backend)
 
-    def _reader(self, conn: Connection, process: Any, generation: int) -> None:
+    def _readable(self, conn: Connection, process: Any, generation: int) -> None:
+        """The pipe has data: handle every message there (the worker writes each in one piece)."""
         assert self._loop is not None
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                break
-            except Exception as exc:  # an unpicklable reply: still a reply, say what it was
-                log.error("worker %d sent a message that cannot be read: %r", self.index, exc)
-                continue
-            try:
-                self._loop.call_soon_threadsafe(self._on_message, generation, message)
-            except RuntimeError:  # the loop is closed: the API is shutting down
-                return
-        process.join(2.0)  # reap it, so its exit code is known
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._on_exit, generation)
+        try:
+            while conn.poll():
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    raise
+                except Exception as exc:  # an unpicklable reply: still a reply, say what it was
+                    log.error("worker %d sent a message that cannot be read: %r", self.index, exc)
+                    continue
+                self._on_message(generation, message)
+        except (EOFError, OSError):  # the worker is gone
+            self._loop.remove_reader(conn.fileno())
+            self._background(self._reap(process, generation))
+
+    async def _reap(self, process: Any, generation: int) -> None:
+        await asyncio.to_thread(process.join, 2.0)  # so its exit code is known
+        self._on_exit(generation)
 
     def _on_message(self, generation: int, message: tuple[Any, ...]) -> None:
         if generation != self.generation:
@@ -376,7 +375,8 @@ class WorkerHandle:
 
     async def request(self, op: str, *args: Any) -> dict[str, Any]:
         """Send one request once the worker accepts them, and await its answer."""
-        await self.wait_accepting(self._settings.worker_start_timeout_s)
+        if not self.accepting:
+            await self.wait_accepting(self._settings.worker_start_timeout_s)
         result: dict[str, Any] = await self._send(op, *args)
         return result
 

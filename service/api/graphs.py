@@ -114,7 +114,7 @@ async def submit_job(
     catalog.get(graph_id)
     job = jobs.submit(graph_id)
     if wait > 0:
-        job = await jobs.wait(job.id, min(wait, settings.max_wait_s))
+        job = await jobs.wait(job.id, min(wait, settings.max_wait_s), current=job)
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if job.finished:
         response.status_code = status.HTTP_200_OK
