@@ -47,6 +47,11 @@ def job_out(job: JobRecord) -> JobOut:
     )
 
 
+def job_response(job: JobRecord, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A job record as JSON, serialized once by pydantic (the route's ``response_model`` documents it)."""
+    return Response(job_out(job).model_dump_json(), status_code, headers, JSON_MEDIA_TYPE)
+
+
 def wants_binary(accept: str | None) -> bool:
     """True when the Accept header prefers application/octet-stream to JSON."""
     if not accept:

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import worker as worker_module
 from .errors import (
+    GraphNotFoundError,
     JobNotCancellableError,
     JobNotFinishedError,
     JobNotFoundError,
@@ -101,7 +102,9 @@ class Jobs:
     def submit(self, graph_id: str) -> JobRecord:
         """Record a queued job for a stored graph and queue it on the graph's worker."""
         handle = self._supervisor.holder(graph_id)
-        if handle is None:
+        if handle is None:  # a placed graph always has its record (placed after, forgotten after)
+            if self._store.get_graph(graph_id) is None:
+                raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
             raise ServiceUnavailableError(f"graph {graph_id} is not placed on any worker yet; retry shortly.")
         job = JobRecord(id=new_id("j"), graph_id=graph_id, status="queued", created_at=time.time())
         self._store.add_job(job)

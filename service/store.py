@@ -108,21 +108,33 @@ _GRAPH_COLUMNS = [f.name for f in fields(GraphRecord)]
 _JOB_COLUMNS = [f.name for f in fields(JobRecord)]
 
 
+_REAL_COLUMNS = ("created_at", "started_at", "finished_at", "compute_ms")
+
+
 def _job_from_row(row: sqlite3.Row) -> JobRecord:
     values = dict(row)
     tw = values["total_weight"]
     values["total_weight"] = None if tw is None else json.loads(tw)
+    for name in _REAL_COLUMNS:  # RETURNING hands back 1.0 as 1: no column affinity applied
+        if values[name] is not None:
+            values[name] = float(values[name])
     return JobRecord(**values)
 
 
+def _column_value(name: str, value: Any) -> Any:
+    if name == "total_weight" and value is not None:
+        return json.dumps(value)  # keeps ints beyond int64 and floats exact
+    return value
+
+
 def _job_values(job: JobRecord) -> list[Any]:
-    out: list[Any] = []
-    for name in _JOB_COLUMNS:
-        value = getattr(job, name)
-        if name == "total_weight" and value is not None:
-            value = json.dumps(value)  # keeps ints beyond int64 and floats exact
-        out.append(value)
-    return out
+    return [_column_value(name, getattr(job, name)) for name in _JOB_COLUMNS]
+
+
+_INSERT_JOB = f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) VALUES ({', '.join('?' * len(_JOB_COLUMNS))})"
+_JOB_SETTABLE = frozenset(_JOB_COLUMNS[1:])
+#: UPDATE ... RETURNING (SQLite 3.35): a transition in one statement instead of BEGIN/SELECT/UPDATE/COMMIT
+_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
 
 
 def fsync_dir(path: Path) -> None:
@@ -217,9 +229,8 @@ class Store:
     # -- jobs ---------------------------------------------------------------------------------
 
     def add_job(self, job: JobRecord) -> None:
-        marks = ", ".join("?" * len(_JOB_COLUMNS))
-        with self._tx() as db:
-            db.execute(f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) VALUES ({marks})", _job_values(job))
+        with self._lock:  # one statement: its own transaction (autocommit)
+            self._db.execute(_INSERT_JOB, _job_values(job))
 
     def get_job(self, job_id: str) -> JobRecord | None:
         with self._lock:
@@ -234,6 +245,19 @@ class Store:
 
     def transition(self, job_id: str, allowed_from: frozenset[str], **changes: Any) -> JobRecord | None:
         """Apply ``changes`` when the job's status is in ``allowed_from``; the new record, else None."""
+        if _RETURNING:  # one guarded UPDATE ... RETURNING: a single statement, atomic on its own
+            names = list(changes)
+            if not set(names) <= _JOB_SETTABLE:
+                raise ValueError(f"not job columns: {sorted(set(names) - _JOB_SETTABLE)}")
+            values = [_column_value(name, changes[name]) for name in names]
+            statuses = sorted(allowed_from)
+            sql = (
+                f"UPDATE jobs SET {', '.join(f'{n} = ?' for n in names)} "
+                f"WHERE id = ? AND status IN ({', '.join('?' * len(statuses))}) RETURNING *"
+            )
+            with self._lock:
+                rows = self._db.execute(sql, [*values, job_id, *statuses]).fetchall()
+            return _job_from_row(rows[0]) if rows else None
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
 
-from ..encoders import job_out
+from ..encoders import job_response
 from ..models import GraphFormat, GraphList, GraphOut, JobOut
 from ..uploads import receive_graph
-from .deps import CatalogDep, JobsDep, ServicesDep, SettingsDep
+from .deps import CatalogDep, ServicesDep, services_of
 from .docs import BINARY_SCHEMA, problems
 
 router = APIRouter(prefix="/v1/graphs", tags=["graphs"])
@@ -97,11 +97,8 @@ async def delete_graph(graph_id: str, catalog: CatalogDep) -> Response:
     },
 )
 async def submit_job(
+    request: Request,
     graph_id: str,
-    response: Response,
-    catalog: CatalogDep,
-    jobs: JobsDep,
-    settings: SettingsDep,
     wait: Annotated[
         float,
         Query(
@@ -109,13 +106,11 @@ async def submit_job(
             description="Block up to this many seconds (capped by MST_MAX_WAIT_S) for the job to finish.",
         ),
     ] = 0.0,
-) -> JobOut:
+) -> Response:
     """Queue a minimum-spanning-forest job: 202 with the job, or 200 with the job finished within ?wait."""
-    catalog.get(graph_id)
-    job = jobs.submit(graph_id)
+    services = services_of(request)
+    job = services.jobs.submit(graph_id)
     if wait > 0:
-        job = await jobs.wait(job.id, min(wait, settings.max_wait_s), current=job)
-    response.headers["Location"] = f"/v1/jobs/{job.id}"
-    if job.finished:
-        response.status_code = status.HTTP_200_OK
-    return job_out(job)
+        job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
+    code = status.HTTP_200_OK if job.finished else status.HTTP_202_ACCEPTED
+    return job_response(job, code, {"Location": f"/v1/jobs/{job.id}"})

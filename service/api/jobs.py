@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 
-from ..encoders import job_out, job_summary, json_result, npz_response, wants_binary
+from ..encoders import job_out, job_response, job_summary, json_result, npz_response, wants_binary
 from ..models import JobOut, ResultOut
-from .deps import JobsDep
+from .deps import JobsDep, services_of
 from .docs import BINARY_SCHEMA, problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -17,9 +17,9 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 @router.get(
     "/{job_id}", operation_id="getJob", response_model=JobOut, summary="Job status", responses=problems(404)
 )
-async def get_job(job_id: str, jobs: JobsDep) -> JobOut:
+async def get_job(job_id: str, request: Request) -> Response:
     """Status, timestamps, ``error`` on failure and the result summary (with ``compute_ms``) on success."""
-    return job_out(jobs.get(job_id))
+    return job_response(services_of(request).jobs.get(job_id))
 
 
 @router.get(
@@ -42,10 +42,10 @@ async def get_job(job_id: str, jobs: JobsDep) -> JobOut:
     },
 )
 async def get_job_result(
-    job_id: str, jobs: JobsDep, accept: Annotated[str | None, Header(include_in_schema=False)] = None
+    job_id: str, request: Request, accept: Annotated[str | None, Header(include_in_schema=False)] = None
 ) -> Response:
     """The edge ids (ascending) and weights of a succeeded job's forest; 409 while it has not succeeded."""
-    job, path = jobs.result_path(job_id)
+    job, path = services_of(request).jobs.result_path(job_id)
     summary = job_summary(job)
     if wants_binary(accept):
         return npz_response(path, summary, filename=f"{job.id}.npz")
