@@ -8,9 +8,10 @@ on the hot paths of the service (a result per job, a graph per upload), so:
 * :func:`write_npz` writes the same archive :func:`numpy.savez` writes
   (stored members ``<name>.npy`` in format 1.0, CRC-32 checked by any zip
   reader), straight from the arrays' buffers;
-* :func:`read_npz` maps a stored archive into memory and returns its arrays
-  as views of that map (copy-on-write, so the file is never modified),
-  checking each member's CRC-32 as :mod:`zipfile` does. It answers ``None``
+* :func:`read_npz` maps a stored archive into memory (read-only, pages
+  populated in one go: page faults one by one cost more than a copy) and
+  returns its arrays as read-only views of that map, checking each member's
+  CRC-32 as :mod:`zipfile` does. It answers ``None``
   for anything it does not handle (compressed members, other names, format
   3.0 headers, Fortran-ordered matrices, object arrays...), and the caller then
   falls back to :func:`numpy.load`, so errors read the same as before.
@@ -35,6 +36,7 @@ _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # central directory entry (46 bytes)
 _END = struct.Struct("<4s4H2LH")  # end of central directory (22 bytes)
 _LIMIT = 0xFFFFFFFF  # beyond this an archive needs zip64 records: left to numpy.savez
 _VERSION = 20  # 2.0: what zipfile writes for stored members without zip64
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux
 
 
 def _npy_header(array: np.ndarray[Any, Any]) -> bytes:
@@ -117,6 +119,11 @@ def write_npz_file(path: str | os.PathLike[str], arrays: Mapping[str, Any], *, s
             os.fsync(f.fileno())
 
 
+def map_file(fd: int, size: int) -> mmap.mmap:
+    """A read-only shared map of ``size`` bytes of an open file, its pages populated up front."""
+    return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+
+
 def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | None:
     """One stored ``.npy`` member as a view of the mapped archive, or None when it is not that simple."""
     start = info.header_offset
@@ -155,7 +162,7 @@ def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | N
 def read_npz(
     path: str | os.PathLike[str], required: tuple[str, ...]
 ) -> dict[str, np.ndarray[Any, Any]] | None:
-    """The arrays of a stored ``.npz`` file, mapped copy-on-write; None where numpy.load must decide.
+    """The arrays of a stored ``.npz`` file, mapped read-only; None where numpy.load must decide.
 
     ``required`` members must all be there (``<name>.npy``); every member must be
     a plain array. The map lives as long as the arrays do.
@@ -169,7 +176,7 @@ def read_npz(
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             return None
-        mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+        mapped = map_file(f.fileno(), size)
     view = memoryview(mapped)
     out: dict[str, np.ndarray[Any, Any]] = {}
     for info in names:

@@ -48,7 +48,9 @@ async def get_job_result(
     job, path = services_of(request).jobs.result_path(job_id)
     summary = job_summary(job)
     if wants_binary(accept):
-        return npz_response(path, summary, filename=f"{job.id}.npz")
+        return await npz_response(
+            path, summary, filename=f"{job.id}.npz", byte_range=request.headers.get("range")
+        )
     return json_result(path, summary, job_id=job.id, graph_id=job.graph_id)
 
 

@@ -59,7 +59,7 @@ async def compute_mst(
     finally:
         upload.discard()
     if wants_binary(accept):
-        return npz_response(result, summary, filename="forest.npz", delete_after=True)
+        return await npz_response(result, summary, filename="forest.npz", delete_after=True)
     try:
         return json_result(result, summary)
     finally:
