@@ -17,14 +17,34 @@ import io
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import numpy as np
 
 OCTET = "application/octet-stream"
+
+#: pieces a binary body is sent in. httpx sends one ``bytes`` body with ``sock.send`` and
+#: ``buffer = buffer[n:]`` after each partial send, a copy of the rest every time: quadratic,
+#: about 130 MB/s for a 150 MB body on loopback. Views of 4 MiB go as fast as the socket.
+_PIECE = 4 << 20
+
+
+def _pieces(body: bytes) -> Iterator[bytes]:
+    view = memoryview(body)
+    for start in range(0, len(view), _PIECE):
+        yield cast(bytes, view[start : start + _PIECE])  # a view: httpx sends any bytes-like piece
+
+
+def _binary_headers(body: bytes, accept: str | None = None) -> dict[str, str]:
+    """Content-Length given, so the pieces go as one plain body (not chunked transfer encoding)."""
+    headers = {"content-type": OCTET, "content-length": str(len(body))}
+    if accept is not None:
+        headers["accept"] = accept
+    return headers
 
 
 class ClientError(Exception):
@@ -101,7 +121,7 @@ class Client:
 
     def upload_bytes(self, body: bytes, fmt: str = "npz") -> dict[str, Any]:
         response = self._http.post(
-            "/v1/graphs", content=body, params={"format": fmt}, headers={"content-type": OCTET}
+            "/v1/graphs", content=_pieces(body), params={"format": fmt}, headers=_binary_headers(body)
         )
         result: dict[str, Any] = self._check(response).json()
         return result
@@ -164,7 +184,7 @@ class Client:
 
     def one_shot(self, body: bytes, fmt: str = "npz") -> Forest:
         response = self._http.post(
-            "/v1/mst", content=body, params={"format": fmt}, headers={"content-type": OCTET, "accept": OCTET}
+            "/v1/mst", content=_pieces(body), params={"format": fmt}, headers=_binary_headers(body, OCTET)
         )
         return _forest_from_npz(self._check(response))
 
