@@ -24,6 +24,7 @@ so its replacement starts from a fresh CUDA context.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import threading
@@ -79,6 +80,7 @@ def main(conn: Connection, heartbeat: Any, config: WorkerConfig) -> None:
         conn.send(("failed", _portable(exc)))
         conn.close()
         return
+    gc.freeze()  # the engine and its warm-up state stay: no full collections walking them per job
     conn.send(("ready", info))
     worker.serve(conn)
 
