@@ -33,13 +33,13 @@ OCTET = "application/octet-stream"
 _PIECE = 4 << 20
 
 
-def _pieces(body: bytes) -> Iterator[bytes]:
+def body_pieces(body: bytes) -> Iterator[bytes]:
     view = memoryview(body)
     for start in range(0, len(view), _PIECE):
         yield cast(bytes, view[start : start + _PIECE])  # a view: httpx sends any bytes-like piece
 
 
-def _binary_headers(body: bytes, accept: str | None = None) -> dict[str, str]:
+def binary_headers(body: bytes, accept: str | None = None) -> dict[str, str]:
     """Content-Length given, so the pieces go as one plain body (not chunked transfer encoding)."""
     headers = {"content-type": OCTET, "content-length": str(len(body))}
     if accept is not None:
@@ -121,7 +121,7 @@ class Client:
 
     def upload_bytes(self, body: bytes, fmt: str = "npz") -> dict[str, Any]:
         response = self._http.post(
-            "/v1/graphs", content=_pieces(body), params={"format": fmt}, headers=_binary_headers(body)
+            "/v1/graphs", content=body_pieces(body), params={"format": fmt}, headers=binary_headers(body)
         )
         result: dict[str, Any] = self._check(response).json()
         return result
@@ -184,7 +184,7 @@ class Client:
 
     def one_shot(self, body: bytes, fmt: str = "npz") -> Forest:
         response = self._http.post(
-            "/v1/mst", content=_pieces(body), params={"format": fmt}, headers=_binary_headers(body, OCTET)
+            "/v1/mst", content=body_pieces(body), params={"format": fmt}, headers=binary_headers(body, OCTET)
         )
         return _forest_from_npz(self._check(response))
 

@@ -267,6 +267,7 @@ class _Worker:
         if canonical is not None:
             self._write_canonical(edges, graph.num_vertices, canonical)
         del edges
+        graph.prepare()  # the first run's one-time work (GPU: iteration count, CUDA graph) happens here
         self.graphs[graph_id] = graph
         return self._summary(graph)
 
