@@ -29,7 +29,7 @@ def test_written_archives_load_with_numpy(dtype: str) -> None:
     with np.load(io.BytesIO(buf.getvalue()), allow_pickle=False) as npz:
         assert sorted(npz.files) == ["edge_ids", "n", "weights"]
         for name, value in arrays.items():
-            assert npz[name].dtype == np.asarray(value).dtype and npz[name].shape == np.shape(value)
+            assert npz[name].dtype == np.asarray(value).dtype and npz[name].shape == np.asarray(value).shape
             assert np.array_equal(npz[name], value)
 
 
