@@ -19,6 +19,19 @@ _DESCRIPTIONS = {
 }
 
 
+def graph_upload_body(binary_description: str) -> dict[str, Any]:
+    """``openapi_extra=`` of routes that take a graph: JSON columns or a binary file."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/GraphUpload"}},
+                "application/octet-stream": {"schema": BINARY_SCHEMA, "description": binary_description},
+            },
+        }
+    }
+
+
 def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     """``responses=`` entries for problem+json errors (the app's OpenAPI hook fixes their media type)."""
     return {code: {"model": Problem, "description": _DESCRIPTIONS[code]} for code in codes}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response, status
 
@@ -10,23 +10,14 @@ from ..encoders import job_response
 from ..models import GraphFormat, GraphList, GraphOut, JobOut
 from ..uploads import receive_graph
 from .deps import CatalogDep, ServicesDep, services_of
-from .docs import BINARY_SCHEMA, problems
+from .docs import graph_upload_body, problems
 
 router = APIRouter(prefix="/v1/graphs", tags=["graphs"])
 
-_UPLOAD_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {"schema": {"$ref": "#/components/schemas/GraphUpload"}},
-            "application/octet-stream": {
-                "schema": BINARY_SCHEMA,
-                "description": "A graph file in the format named by ?format= (default npz: arrays src, dst, "
-                "weight and an optional scalar num_vertices).",
-            },
-        },
-    }
-}
+_UPLOAD_BODY = graph_upload_body(
+    "A graph file in the format named by ?format= (default npz: arrays src, dst, "
+    "weight and an optional scalar num_vertices)."
+)
 
 
 @router.post(

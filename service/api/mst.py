@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
@@ -10,22 +10,11 @@ from ..encoders import json_result, npz_response, wants_binary
 from ..models import GraphFormat, ResultOut
 from ..uploads import receive_graph
 from .deps import ServicesDep
-from .docs import BINARY_SCHEMA, problems
+from .docs import BINARY_SCHEMA, graph_upload_body, problems
 
 router = APIRouter(prefix="/v1/mst", tags=["mst"])
 
-_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {"schema": {"$ref": "#/components/schemas/GraphUpload"}},
-            "application/octet-stream": {
-                "schema": BINARY_SCHEMA,
-                "description": "A graph file, see ?format=.",
-            },
-        },
-    }
-}
+_BODY = graph_upload_body("A graph file, see ?format=.")
 
 
 @router.post(
