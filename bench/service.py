@@ -228,9 +228,11 @@ def _mst_request(client: Any, graph_id: str, wait_s: float) -> tuple[dict[str, A
 
 def _fetch(client: Any, job_id: str, binary: bool) -> tuple[bytes, float]:
     headers = {"accept": NPZ if binary else "application/json"}
+    from service.client import read_response  # large reads, as the bundled client does
+
     t0 = time.perf_counter()
-    r = _check(client.get(f"/v1/jobs/{job_id}/result", headers=headers), 200)
-    content = r.content
+    r, content = read_response(client, "GET", f"/v1/jobs/{job_id}/result", headers=headers)
+    _check(r, 200)
     return content, (time.perf_counter() - t0) * 1e3
 
 

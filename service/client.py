@@ -39,6 +39,28 @@ def body_pieces(body: bytes) -> Iterator[bytes]:
         yield cast(bytes, view[start : start + _PIECE])  # a view: httpx sends any bytes-like piece
 
 
+#: pieces a response body is read in. httpx's default reads are small: a 12 MB npz comes in at
+#: about 750 MB/s on loopback; read 1 MiB at a time into one buffer, about 1.2 GB/s.
+_READ_PIECE = 1 << 20
+
+
+def read_response(http: httpx.Client, method: str, url: str, **kwargs: Any) -> tuple[httpx.Response, bytes]:
+    """Send a request and read its body in large pieces into one buffer: (the response, the body)."""
+    with http.stream(method, url, **kwargs) as response:
+        size = int(response.headers.get("content-length", "0") or 0)
+        if response.status_code >= 400 or size <= 0:
+            return response, response.read()
+        body = bytearray(size)
+        view = memoryview(body)
+        filled = 0
+        for piece in response.iter_raw(_READ_PIECE):
+            view[filled : filled + len(piece)] = piece
+            filled += len(piece)
+        if filled != size:
+            raise httpx.RemoteProtocolError(f"the body has {filled} bytes, Content-Length said {size}")
+        return response, cast(bytes, body)  # a bytearray serves wherever bytes are read
+
+
 def binary_headers(body: bytes, accept: str | None = None) -> dict[str, str]:
     """Content-Length given, so the pieces go as one plain body (not chunked transfer encoding)."""
     headers = {"content-type": OCTET, "content-length": str(len(body))}
@@ -75,8 +97,8 @@ def npz_bytes(src: Any, dst: Any, weight: Any, num_vertices: int | None = None) 
     return buf.getvalue()
 
 
-def _forest_from_npz(response: httpx.Response) -> Forest:
-    with np.load(io.BytesIO(response.content), allow_pickle=False) as npz:
+def _forest_from_npz(response: httpx.Response, body: bytes | None = None) -> Forest:
+    with np.load(io.BytesIO(response.content if body is None else body), allow_pickle=False) as npz:
         edge_ids, weights = npz["edge_ids"], npz["weights"]
     headers = response.headers
     return Forest(
@@ -175,8 +197,10 @@ class Client:
 
     def result(self, job_id: str) -> Forest:
         """The forest of a succeeded job, fetched as npz."""
-        response = self._check(self._http.get(f"/v1/jobs/{job_id}/result", headers={"accept": OCTET}))
-        return _forest_from_npz(response)
+        response, body = read_response(
+            self._http, "GET", f"/v1/jobs/{job_id}/result", headers={"accept": OCTET}
+        )
+        return _forest_from_npz(self._check(response), body)
 
     def result_json(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._check(self._http.get(f"/v1/jobs/{job_id}/result")).json()

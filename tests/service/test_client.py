@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import service.client as client_module
 from service.client import Client, ClientError, main
 
 from .live import LiveServer
@@ -49,3 +50,25 @@ def test_cli(live: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str
         assert npz["edge_ids"].tolist() == [0, 2]
     assert main(["--url", live.url, "job", "j_nope"]) == 1
     assert "job_not_found" in capsys.readouterr().err
+
+
+def test_large_result_read_in_pieces_and_errors_still_named(
+    live: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A path of 50k vertices: its forest is an 800 kB npz, read here in 64 KiB pieces.
+    monkeypatch.setattr(client_module, "_READ_PIECE", 64 << 10)
+    n = 50_000
+    src = np.arange(n - 1, dtype=np.int32)
+    dst = src + 1
+    weight = np.random.default_rng(3).random(n - 1)
+    with Client(live.url) as mst:
+        graph = mst.upload_arrays(src, dst, weight, num_vertices=n)
+        job = mst.wait(mst.submit(graph["id"])["id"], timeout=120)
+        forest = mst.result(job["id"])
+        summary = mst.result_json(job["id"])
+        assert forest.edge_ids.tolist() == summary["edge_ids"]
+        assert forest.weights.tolist() == summary["weights"]
+        assert len(forest.edge_ids) == n - forest.num_components
+        with pytest.raises(ClientError) as info:
+            mst.result("j_nope")
+        assert info.value.status == 404 and info.value.problem["code"] == "job_not_found"
