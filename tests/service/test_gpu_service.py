@@ -54,3 +54,39 @@ def test_gpu_worker_upload_submit_result_with_1e7_edges(server_factory: ServerFa
         f"upload {m} edges: {upload_s:.2f} s; compute_ms {job['result']['compute_ms']:.1f}, "
         f"{again['result']['compute_ms']:.1f}"
     )
+
+
+def _visible_gpus() -> int:
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+@pytest.mark.skipif(_visible_gpus() < 2, reason="needs two or more GPUs (one worker each)")
+def test_one_worker_per_gpu_and_graphs_placed_by_free_memory(server_factory: ServerFactory) -> None:
+    import gpu_core
+
+    server = server_factory(
+        MST_BACKEND="gpu", MST_MAX_EDGES=str(20_000_000), MST_MAX_UPLOAD_BYTES=str(1 << 30)
+    )
+    workers = server.client.get("/readyz").json()["workers"]
+    assert len(workers) == _visible_gpus() and len({w["device"] for w in workers}) == len(workers)
+    rng = np.random.default_rng(5)
+    placed = []
+    for n, m in ((1_000_000, 8_000_000), (50_000, 400_000), (50_000, 400_000)):
+        src = rng.integers(0, n, m).astype(np.int32)
+        dst = rng.integers(0, n, m).astype(np.int32)
+        weight = rng.random(m).astype(np.float32)
+        graph = server.upload_npz(src, dst, weight, n)
+        placed.append(graph["residency"]["worker"])
+        job = server.submit(graph["id"], wait=300).json()
+        assert job["status"] == "succeeded", job
+        edge_ids, weights, _ = server.result_npz(job["id"])
+        expected = gpu_core.minimum_spanning_forest(src, dst, weight, num_vertices=n, backend="cpu")
+        assert np.array_equal(edge_ids, expected.edge_ids) and np.array_equal(weights, expected.weights)
+    # the big graph takes memory on its GPU, so the next one goes to another worker
+    assert placed[1] != placed[0], placed
