@@ -20,6 +20,7 @@ Each part is guarded: a failure is recorded in its entry and the rest goes on.
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import importlib
@@ -506,30 +507,22 @@ def run_engine_benchmark(
     pe = peer_edges(edges) if any(p in opts.engines for p in ("scipy", "networkx", "igraph")) else None
     if pe is not None and pe.changed:
         record["peer_edges"] = {"num_edges": int(pe.src.shape[0]), "prepare_ms": pe.prepare_ms}
-    if pe is not None and "scipy" in opts.engines:
-        results["scipy"] = (
-            _skipped("SciPy is not installed")
-            if not _importable("scipy")
-            else _skipped(f"more than {opts.scipy_max_edges:,} edges")
-            if over(opts.scipy_max_edges)
-            else _guard("scipy", lambda: measure_scipy(pe, directed, opts, log), log)
-        )
-    if pe is not None and "networkx" in opts.engines:
-        results["networkx"] = (
-            _skipped("NetworkX is not installed")
-            if not _importable("networkx")
-            else _skipped(f"more than {opts.networkx_max_edges:,} edges (NetworkX is for small graphs)")
-            if over(opts.networkx_max_edges)
-            else _guard("networkx", lambda: measure_networkx(pe, directed, opts, log), log)
-        )
-    if pe is not None and "igraph" in opts.engines:
-        results["igraph"] = (
-            _skipped("igraph is not installed (pip install 'mst-service[bench]')")
-            if not _importable("igraph")
-            else _skipped(f"more than {opts.igraph_max_edges:,} edges")
-            if over(opts.igraph_max_edges)
-            else _guard("igraph", lambda: measure_igraph(pe, directed, opts, log), log)
-        )
+    peers = (  # engine, module, why it may be missing, edge cap and why, measure
+        ("scipy", "scipy", "SciPy is not installed", opts.scipy_max_edges, "", measure_scipy),
+        ("networkx", "networkx", "NetworkX is not installed", opts.networkx_max_edges,
+         " (NetworkX is for small graphs)", measure_networkx),
+        ("igraph", "igraph", "igraph is not installed (pip install 'mst-service[bench]')",
+         opts.igraph_max_edges, "", measure_igraph),
+    )  # fmt: skip
+    for engine, module, missing, cap, why_cap, measure in peers:
+        if pe is None or engine not in opts.engines:
+            continue
+        if not _importable(module):
+            results[engine] = _skipped(missing)
+        elif over(cap):
+            results[engine] = _skipped(f"more than {cap:,} edges{why_cap}")
+        else:
+            results[engine] = _guard(engine, functools.partial(measure, pe, directed, opts, log), log)
 
     finalize(record)
     for engine, entry in results.items():

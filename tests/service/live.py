@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from service.client import npz_bytes
+
 REPO = Path(__file__).resolve().parents[2]
 OCTET = "application/octet-stream"
 
@@ -26,13 +28,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def npz_body(src: Any, dst: Any, weight: Any, num_vertices: int | None = None) -> bytes:
-    buf = io.BytesIO()
-    arrays: dict[str, Any] = {"src": np.asarray(src), "dst": np.asarray(dst), "weight": np.asarray(weight)}
-    if num_vertices is not None:
-        arrays["num_vertices"] = np.int64(num_vertices)
-    np.savez(buf, **arrays)
-    return buf.getvalue()
+npz_body = npz_bytes  # the bundled client's npz upload body
 
 
 @dataclass
