@@ -35,8 +35,9 @@ def forest_total(weights: np.ndarray[Any, Any]) -> int | float:
     if weights.size == 0:
         return 0 if weights.dtype.kind in "iu" else 0.0
     if weights.dtype.kind in "iu":
-        bound = int(np.abs(weights.astype(np.float64)).max()) * int(weights.size)
-        if bound < 2**62:
+        # |sum| <= max|w| * count: within int64 for 32-bit weights (< 2^32 * 2^31); checked for 64-bit
+        bound = max(abs(int(weights.min())), abs(int(weights.max()))) if weights.dtype.itemsize > 4 else 2**32
+        if bound * int(weights.size) < 2**63:
             return int(weights.sum(dtype=np.int64))
         return sum(int(x) for x in weights.tolist())  # exact beyond int64
     return float(weights.sum(dtype=np.float64))

@@ -140,7 +140,7 @@ class GpuGraph:
         self._parent = cp.empty(max(n, 1), dtype=cp.int32)
         self._in_forest = cp.empty(max((m + 31) // 32, 1), dtype=cp.uint32)
         self._tile_counts = cp.empty(max(math.ceil(self._in_forest.size / TILE_WORDS), 1), dtype=cp.int32)
-        self._forest = cp.empty(max(n, 1), dtype=cp.int32)
+        self._forest = cp.empty(max(n, 1), dtype=cp.int64)  # written as the API's int64 edge ids
         self._forest_weights = cp.empty(max(n, 1), dtype=self.weight.dtype)
         self._counters = cp.zeros(NUM_COUNTERS, dtype=cp.int32)
         self._counters_host = cp.cuda.alloc_pinned_memory(4 * NUM_COUNTERS)
@@ -307,13 +307,13 @@ class GpuGraph:
                     self._can_capture = False
 
     def compute(self) -> tuple[Any, Any, float]:
-        """Run on the device: (edge ids int32 ascending, their weights, milliseconds).
+        """Run on the device: (edge ids int64 ascending, their weights, milliseconds).
 
         The two arrays are views of this graph's device buffers, valid until its next computation.
         """
         cp = _cupy()
         if self.num_loop_free == 0:
-            return cp.empty(0, dtype=cp.int32), self.weight[:0], 0.0
+            return cp.empty(0, dtype=cp.int64), self.weight[:0], 0.0
         try:
             with cp.cuda.Device(self.device_id), self._stream:
                 start, stop = cp.cuda.Event(), cp.cuda.Event()
@@ -330,7 +330,25 @@ class GpuGraph:
 
     def minimum_spanning_forest(self) -> SpanningForest:
         edge_ids, weights, elapsed_ms = self.compute()
-        with _cupy().cuda.Device(self.device_id):
-            ids_host, weights_host = edge_ids.get(stream=self._stream), weights.get(stream=self._stream)
-        ids = ids_host.astype(np.int64)
-        return make_forest(ids, weights_host, self.num_vertices, self.backend, elapsed_ms)
+        ids_host, weights_host = self._to_host(edge_ids, weights)
+        return make_forest(ids_host, weights_host, self.num_vertices, self.backend, elapsed_ms)
+
+    def _to_host(self, *arrays: Any) -> list[np.ndarray[Any, Any]]:
+        """Copy device arrays into page-locked host arrays: async copies on the stream, one sync.
+
+        Page-locked arrays come from CuPy's pinned pool (no allocation once warm) and copy at full
+        bus speed; pageable ``get()``s would each synchronize and fault fresh pages in.
+        """
+        import cupyx
+
+        cp = _cupy()
+        out = [cupyx.empty_pinned(a.shape, dtype=a.dtype) for a in arrays]
+        try:
+            with cp.cuda.Device(self.device_id):
+                for device, host in zip(arrays, out, strict=True):
+                    if host.nbytes:
+                        device.data.copy_to_host_async(host.ctypes.data, host.nbytes, self._stream)
+                self._stream.synchronize()
+        except _device_errors() as exc:
+            raise DeviceError(f"CUDA failed while copying the forest back: {exc}") from None
+        return out

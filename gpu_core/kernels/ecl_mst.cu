@@ -357,7 +357,7 @@ extern "C" __global__ void scan_forest_tiles(int* __restrict__ tile_counts, int 
 
 extern "C" __global__ void __launch_bounds__(kScanBlock)
     write_forest_ids(const unsigned* __restrict__ in_forest, int num_words,
-                     const int* __restrict__ tile_offsets, int* __restrict__ forest) {
+                     const int* __restrict__ tile_offsets, long long* __restrict__ forest) {
   for (int tile = blockIdx.x; tile * kTileWords < num_words; tile += gridDim.x) {
     const int first = tile * kTileWords + threadIdx.x * kWordsPerThread;
     int total;
@@ -365,7 +365,7 @@ extern "C" __global__ void __launch_bounds__(kScanBlock)
     for (int k = 0; k < kWordsPerThread && first + k < num_words; ++k) {
       unsigned bits = in_forest[first + k];
       while (bits) {
-        forest[out++] = ((first + k) << 5) + __ffs(bits) - 1;
+        forest[out++] = (long long)(((first + k) << 5) + __ffs(bits) - 1);  // int64: the API's dtype
         bits &= bits - 1;
       }
     }
@@ -374,7 +374,7 @@ extern "C" __global__ void __launch_bounds__(kScanBlock)
 
 // The forest's weights, copied as raw 4- or 8-byte words (the weight dtype does not matter).
 template <typename Word>
-__global__ void gather_weights(const int* __restrict__ forest, const int* __restrict__ forest_size,
+__global__ void gather_weights(const long long* __restrict__ forest, const int* __restrict__ forest_size,
                                const Word* __restrict__ weight, Word* __restrict__ out) {
   const int size = *forest_size;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += grid_stride()) out[i] = weight[forest[i]];
@@ -385,6 +385,6 @@ template __global__ void init_worklist<false>(const int*, const int*, const int2
                                               const int*, Item*, int*);
 template __global__ void init_worklist<true>(const int*, const int*, const int2*, int, int, const int2*, int,
                                              const int*, Item*, int*);
-template __global__ void gather_weights<unsigned>(const int*, const int*, const unsigned*, unsigned*);
-template __global__ void gather_weights<unsigned long long>(const int*, const int*, const unsigned long long*,
-                                                           unsigned long long*);
+template __global__ void gather_weights<unsigned>(const long long*, const int*, const unsigned*, unsigned*);
+template __global__ void gather_weights<unsigned long long>(const long long*, const int*,
+                                                           const unsigned long long*, unsigned long long*);
