@@ -222,7 +222,8 @@ def _instance(request: Request) -> str:
     return request.url.path
 
 
-async def _service_error(request: Request, exc: Exception) -> JSONResponse:
+async def service_error_response(request: Request, exc: Exception) -> JSONResponse:
+    """The problem response of a :class:`ServiceError` (the handler of that family)."""
     assert isinstance(exc, ServiceError)
     if exc.status >= 500:
         log.error("%s on %s %s: %s", exc.code, request.method, request.url.path, exc.message)
@@ -291,7 +292,7 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 def install_handlers(app: FastAPI) -> None:
     """Register the one handler of each error family on ``app``."""
-    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(ServiceError, service_error_response)
     app.add_exception_handler(core_errors.MSTError, _core_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -112,6 +113,13 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+@dataclass(frozen=True)
+class RouteLabel:
+    """Stands for a route in ``scope["route"]`` where no router ran (``service.fastpath``)."""
+
+    path: str
+
+
 class MetricsMiddleware:
     """Pure ASGI middleware counting requests by route template (not raw path: ids would explode labels)."""
 
@@ -154,6 +162,6 @@ def _route_template(scope: Scope) -> str:
     router = getattr(app, "router", None)
     for candidate in getattr(router, "routes", []):
         match, _ = candidate.matches(scope)
-        if match == Match.FULL:
+        if match == Match.FULL and hasattr(candidate, "path"):  # FastAPI 0.165's included routers have none
             return str(candidate.path)
     return "unmatched"

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 from ..encoders import job_response
 from ..models import GraphFormat, GraphList, GraphOut, JobOut
 from ..uploads import receive_graph
-from .deps import CatalogDep, ServicesDep, services_of
+from .deps import CatalogDep, Services, ServicesDep, services_of
 from .docs import graph_upload_body, problems
 
 router = APIRouter(prefix="/v1/graphs", tags=["graphs"])
@@ -99,7 +99,11 @@ async def submit_job(
     ] = 0.0,
 ) -> Response:
     """Queue a minimum-spanning-forest job: 202 with the job, or 200 with the job finished within ?wait."""
-    services = services_of(request)
+    return await submit_response(services_of(request), graph_id, wait)
+
+
+async def submit_response(services: Services, graph_id: str, wait: float) -> Response:
+    """Submit a job and wait up to ``wait`` seconds for it (also served by :mod:`service.fastpath`)."""
     job = services.jobs.submit(graph_id)
     if wait > 0:
         job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Request, Response
 
 from ..encoders import job_out, job_response, job_summary, json_result, npz_response, wants_binary
 from ..models import JobOut, ResultOut
-from .deps import JobsDep, services_of
+from .deps import JobsDep, Services, services_of
 from .docs import BINARY_SCHEMA, problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -45,12 +45,17 @@ async def get_job_result(
     job_id: str, request: Request, accept: Annotated[str | None, Header(include_in_schema=False)] = None
 ) -> Response:
     """The edge ids (ascending) and weights of a succeeded job's forest; 409 while it has not succeeded."""
-    job, path = services_of(request).jobs.result_path(job_id)
+    return await result_response(services_of(request), job_id, accept, request.headers.get("range"))
+
+
+async def result_response(
+    services: Services, job_id: str, accept: str | None, byte_range: str | None
+) -> Response:
+    """A succeeded job's forest, negotiated by ``Accept`` (also served by :mod:`service.fastpath`)."""
+    job, path = services.jobs.result_path(job_id)
     summary = job_summary(job)
     if wants_binary(accept):
-        return await npz_response(
-            path, summary, filename=f"{job.id}.npz", byte_range=request.headers.get("range")
-        )
+        return await npz_response(path, summary, filename=f"{job.id}.npz", byte_range=byte_range)
     return json_result(path, summary, job_id=job.id, graph_id=job.graph_id)
 
 

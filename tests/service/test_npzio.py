@@ -24,7 +24,9 @@ def sample(dtype: str, n: int = 257) -> np.ndarray:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_written_archives_load_with_numpy(dtype: str) -> None:
     arrays: dict[str, Any] = {
-        "edge_ids": np.arange(257, dtype=np.int64), "weights": sample(dtype), "n": np.int64(7)
+        "edge_ids": np.arange(257, dtype=np.int64),
+        "weights": sample(dtype),
+        "n": np.int64(7),
     }
     buf = io.BytesIO()
     npzio.write_npz(buf, arrays)
@@ -48,7 +50,9 @@ def test_empty_and_non_contiguous_arrays() -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reader_maps_stored_archives(tmp_path: Path, writer: str, dtype: str) -> None:
     arrays: dict[str, Any] = {
-        "src": np.arange(50, dtype=np.int32), "dst": np.arange(50)[::-1], "weight": sample(dtype, 50)
+        "src": np.arange(50, dtype=np.int32),
+        "dst": np.arange(50)[::-1],
+        "weight": sample(dtype, 50),
     }
     path = tmp_path / "g.npz"
     if writer == "numpy":
