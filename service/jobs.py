@@ -2,15 +2,22 @@
 
 A job is recorded ``queued`` in SQLite before the client hears of it, queued
 on the worker that holds its graph, moved to ``running`` when it is handed to
-the worker, and to ``succeeded`` (with its result file in the spool) or
-``failed`` when the worker answers. Each transition is a guarded update in
-the store, so a cancel and a dispatch racing for the same queued job cannot
-both win.
+the worker, and to ``succeeded`` or ``failed`` when the worker answers. Each
+transition is a guarded update in the store, so a cancel and a dispatch
+racing for the same queued job cannot both win.
+
+A succeeded job's result file is written by the worker right *after* its
+answer (see :mod:`service.worker`), so the answer to ``?wait=`` does not wait
+for the file; a request for the result waits for it instead (it is normally
+there before the client asks). If the file cannot be written (disk full) or
+the worker dies first, the job becomes ``failed`` with ``error.type =
+"result_lost"``, as after a power cut (see :mod:`service.store`): submit it again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -34,6 +41,7 @@ log = logging.getLogger("service.jobs")
 
 _QUEUED = frozenset({"queued"})
 _RUNNING = frozenset({"running"})
+_SUCCEEDED = frozenset({"succeeded"})
 
 
 def _resolve(future: asyncio.Future[JobRecord | None], job: JobRecord | None) -> None:
@@ -92,6 +100,8 @@ class Jobs:
         self._metrics = metrics
         #: futures of the requests waiting (``?wait=``) for a job to finish; resolved with its record
         self._waiters: dict[str, set[asyncio.Future[JobRecord | None]]] = {}
+        #: succeeded jobs whose result file the worker is still writing: the STORED note awaited
+        self._storing: dict[str, asyncio.Future[None]] = {}
 
     def get(self, job_id: str) -> JobRecord:
         job = self._store.get_job(job_id)
@@ -165,7 +175,11 @@ class Jobs:
             handle.remove(task.task_id)
             self._finish(task.task_id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
 
-    def result_path(self, job_id: str) -> tuple[JobRecord, Path]:
+    async def result_path(self, job_id: str) -> tuple[JobRecord, Path]:
+        """A succeeded job and its result file (once the worker has written it)."""
+        storing = self._storing.get(job_id)
+        if storing is not None:
+            await asyncio.wait([storing])  # _stored, called first, records a failure
         job = self.get(job_id)
         if job.status != "succeeded":
             why = f": {job.error_type}: {job.error_message}" if job.status == "failed" else ""
@@ -180,11 +194,12 @@ class Jobs:
             return  # cancelled meanwhile
         result_path = str(self._store.result_path(job.id))
         try:
-            summary = await handle.request(worker_module.MST, job.graph_id, result_path)
+            summary, stored = await handle.request_with_note(worker_module.MST, job.graph_id, result_path)
         except Exception as exc:
             log.warning("job %s failed: %s: %s", job.id, error_type(exc), exc)
             self._finish(job.id, _RUNNING, "failed", error_type(exc), str(exc))
             return
+        self._store_behind(job.id, stored)
         self._finish(
             job.id,
             _RUNNING,
@@ -195,6 +210,28 @@ class Jobs:
             total_weight=summary["total_weight"],
             num_components=int(summary["num_components"]),
             compute_ms=float(summary["compute_ms"]),
+        )
+
+    def _store_behind(self, job_id: str, note: asyncio.Future[None]) -> None:
+        """Hold requests for the job's result until ``note`` says the worker has written it."""
+        if note.done() and note.exception() is None:
+            return
+        self._storing[job_id] = note
+        note.add_done_callback(functools.partial(self._stored, job_id))
+
+    def _stored(self, job_id: str, note: asyncio.Future[None]) -> None:
+        """The worker has written a succeeded job's result file, or failed to."""
+        del self._storing[job_id]
+        error = note.exception()
+        if error is None:
+            return
+        log.error("job %s: the result could not be stored: %s", job_id, error)
+        self._store.transition(
+            job_id,
+            _SUCCEEDED,
+            status="failed",
+            error_type="result_lost",
+            error_message=f"The result could not be stored ({error}); submit the job again.",
         )
 
     def _finish(

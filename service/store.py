@@ -8,16 +8,18 @@ Layout under the data dir::
     spool/results/<id>.npz every finished job's forest: arrays edge_ids, weights
 
 Paths are only ever built from ids this module generated (random, 128 bits),
-never from client input. A payload is written to ``spool/tmp``, fsynced and
-renamed into place before its record is committed, so a record always has its
-file; a file without a record (a crash in between) is removed at start-up.
+never from client input. A graph payload is written to ``spool/tmp``, fsynced
+and renamed into place before its record is committed, so a graph record
+always has its file; a file without a record (a crash in between) is removed
+at start-up.
 
 Durability: the database runs ``synchronous=NORMAL`` in WAL mode, so a commit
 survives any crash or restart of the service's processes; graph payloads are
-also fsynced (with their folder). Result files are not fsynced (that would
-cost milliseconds per job): they survive crashes of the processes, and a
-result lost to a power cut is found at start-up and its job marked failed
-with ``error.type = "result_lost"`` (submit the job again).
+also fsynced (with their folder). Result files are written by the worker just
+after the job is recorded succeeded (see :mod:`service.jobs`) and are not
+fsynced (that would cost milliseconds per job). A result lost to a crash in
+between or to a power cut is found at start-up and its job marked failed with
+``error.type = "result_lost"`` (submit the job again).
 """
 
 from __future__ import annotations

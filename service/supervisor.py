@@ -114,6 +114,8 @@ class WorkerHandle:
         self._conn: Connection | None = None
         self._heartbeat: Any = None
         self._futures: dict[int, asyncio.Future[Any]] = {}
+        #: STORED notes awaited, by request id (see :meth:`request_with_note`)
+        self._notes: dict[int, asyncio.Future[None]] = {}
         self._outbox: deque[tuple[Any, ...]] = deque()
         self._in_flight = 0
         self._ids = itertools.count(1)
@@ -199,18 +201,19 @@ class WorkerHandle:
             self._kill_reason = f"failed to start: {type(message[1]).__name__}: {message[1]}"
             log.error("worker %d %s", self.index, self._kill_reason)
             return  # the process exits next; _on_exit restarts it
+        if head == worker_module.STORED:
+            _, req_id, error = message
+            _settle(self._notes.pop(req_id, None), None, error)
+            return
         req_id, ok, payload = message
         self._in_flight -= 1
         self._flush()
         fut = self._futures.pop(req_id, None)
         if isinstance(payload, dict) and "free_bytes" in payload:
             self.free_bytes, self.total_bytes = int(payload["free_bytes"]), int(payload["total_bytes"])
-        if fut is None or fut.done():
-            return
-        if ok:
-            fut.set_result(payload)
-        else:
-            fut.set_exception(payload)
+        if not ok:  # no note follows a failed request
+            _settle(self._notes.pop(req_id, None), None, payload)
+        _settle(fut, payload if ok else None, None if ok else payload)
 
     def _on_ready(self, info: dict[str, Any]) -> None:
         self.info = info
@@ -276,10 +279,10 @@ class WorkerHandle:
             f"worker {self.index} (pid {self.pid}) was lost while handling the request ({self.last_error}); "
             "it is being restarted, submit again."
         )
-        for fut in self._futures.values():
-            if not fut.done():
-                fut.set_exception(lost)
+        for fut in [*self._futures.values(), *self._notes.values()]:
+            _settle(fut, None, lost)
         self._futures.clear()
+        self._notes.clear()
         self._outbox.clear()
         self._in_flight = 0
         if self._conn is not None:
@@ -340,14 +343,19 @@ class WorkerHandle:
 
     # -- requests -----------------------------------------------------------------------------
 
-    def _send(self, op: str, *args: Any) -> asyncio.Future[Any]:
+    def _send(self, op: str, *args: Any, note: asyncio.Future[None] | None = None) -> asyncio.Future[Any]:
+        """Queue a request for the pipe; the future of its reply (and ``note`` awaits its STORED note)."""
         assert self._loop is not None
         fut: asyncio.Future[Any] = self._loop.create_future()
         if self.state not in ("reloading", "ready"):
-            fut.set_exception(WorkerLostError(f"worker {self.index} is not running; retry shortly."))
+            lost = WorkerLostError(f"worker {self.index} is not running; retry shortly.")
+            _settle(fut, None, lost)
+            _settle(note, None, lost)
             return fut
         req_id = next(self._ids)
         self._futures[req_id] = fut
+        if note is not None:
+            self._notes[req_id] = note
         self._outbox.append((op, req_id, *args))
         self._flush()
         return fut
@@ -379,6 +387,20 @@ class WorkerHandle:
             await self.wait_accepting(self._settings.worker_start_timeout_s)
         result: dict[str, Any] = await self._send(op, *args)
         return result
+
+    async def request_with_note(self, op: str, *args: Any) -> tuple[dict[str, Any], asyncio.Future[None]]:
+        """Like :meth:`request`, for a handler that works on after its reply (``worker.Reply``).
+
+        Returns the answer and a future of the STORED note that follows it: done when that work
+        is, failed with its error (or :class:`WorkerLostError` when the worker dies first).
+        """
+        if not self.accepting:
+            await self.wait_accepting(self._settings.worker_start_timeout_s)
+        assert self._loop is not None
+        note: asyncio.Future[None] = self._loop.create_future()
+        note.add_done_callback(_consume)  # its error is read where it matters, or not at all
+        result: dict[str, Any] = await self._send(op, *args, note=note)
+        return result, note
 
     async def load_new(
         self,
@@ -413,7 +435,7 @@ class WorkerHandle:
         """
         if (self.graphs.pop(graph_id, None) is not None or loaded) and self.accepting:
             fut = self._send(worker_module.DROP, graph_id)
-            fut.add_done_callback(lambda f: f.exception())  # consumed: a lost worker drops it anyway
+            fut.add_done_callback(_consume)  # a lost worker drops it anyway
 
     # -- queue --------------------------------------------------------------------------------
 
@@ -469,6 +491,22 @@ class WorkerHandle:
             "queue_depth": self.queue_depth,
             "last_error": self.last_error,
         }
+
+
+def _settle(fut: asyncio.Future[Any] | None, result: Any, error: BaseException | None) -> None:
+    """Resolve ``fut`` (if there is one still pending) with ``result``, or fail it with ``error``."""
+    if fut is None or fut.done():
+        return
+    if error is None:
+        fut.set_result(result)
+    else:
+        fut.set_exception(error)
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    """Mark a future's error as seen (no 'exception was never retrieved' warning)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _probe_child(conn: Connection, backend: str) -> None:

@@ -52,7 +52,7 @@ async def result_response(
     services: Services, job_id: str, accept: str | None, byte_range: str | None
 ) -> Response:
     """A succeeded job's forest, negotiated by ``Accept`` (also served by :mod:`service.fastpath`)."""
-    job, path = services.jobs.result_path(job_id)
+    job, path = await services.jobs.result_path(job_id)
     summary = job_summary(job)
     if wants_binary(accept):
         return await npz_response(path, summary, filename=f"{job.id}.npz", byte_range=byte_range)

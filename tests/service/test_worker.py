@@ -37,7 +37,15 @@ class Worker:
         assert self.conn.poll(60), "the worker did not answer"
         got_id, ok, payload = self.conn.recv()
         assert got_id == req_id
+        self.last_id = req_id
         return ok, payload
+
+    def note(self) -> BaseException | None:
+        """The STORED note that follows the last request's reply: its error, or None."""
+        assert self.conn.poll(60), "no STORED note came"
+        head, req_id, error = self.conn.recv()
+        assert (head, req_id) == (worker.STORED, self.last_id)
+        return error  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +87,27 @@ def test_load_compute_drop(w: Worker) -> None:
     result = str(tmp / "r.npz")
     ok, forest = w.call(worker.MST, "g_1", result)
     assert ok and (forest["num_edges"], forest["total_weight"], forest["num_components"]) == (2, 3, 4)
+    assert w.note() is None  # the file is written after the reply, then announced
     with np.load(result) as npz:
         assert npz["edge_ids"].tolist() == [0, 1] and npz["weights"].dtype == np.int32
     assert not [p for p in tmp.iterdir() if p.suffix == ".part"]
     ok, _ = w.call(worker.DROP, "g_1")
     ok, err = w.call(worker.MST, "g_1", result)
     assert not ok and isinstance(err, WorkerInternalError) and "not resident" in str(err)
+    ok, _ = w.call(worker.PING)
+    assert ok  # no note followed the failed request: the next message was this reply
+
+
+def test_a_result_that_cannot_be_written_is_reported_in_its_note(w: Worker) -> None:
+    tmp: Path = w.tmp  # type: ignore[attr-defined]
+    path = write(tmp, "g5.npz", npz_body([0, 1], [1, 2], np.array([2, 1], dtype=np.int32), 3))
+    assert w.call(worker.LOAD, "g_5", path, "npz", None, None)[0]
+    ok, forest = w.call(worker.MST, "g_5", str(tmp / "no-such-folder" / "r.npz"))
+    assert ok and forest["num_edges"] == 2  # the summary does not wait for the file
+    error = w.note()
+    assert isinstance(error, WorkerInternalError) and "FileNotFoundError" in str(error)
+    assert not [p for p in tmp.iterdir() if p.suffix == ".part"]  # nothing half-written left
+    assert w.call(worker.PING)[0]
 
 
 def test_text_upload_gets_a_canonical_npz(w: Worker) -> None:

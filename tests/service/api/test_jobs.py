@@ -14,6 +14,7 @@ import pytest
 
 from tests.utils.graphs import random_graph
 
+from ..conftest import ServerFactory
 from ..live import LiveServer
 from ..oracle import check_forest
 from .test_graphs import problem
@@ -160,3 +161,28 @@ def test_result_media_type_follows_accept(live: LiveServer, accept: str | None, 
     assert response.status_code == 200
     expected = "application/octet-stream" if binary else "application/json"
     assert response.headers["content-type"] == expected
+
+
+def test_a_result_that_cannot_be_stored_fails_its_job_with_result_lost(server_factory: ServerFactory) -> None:
+    server = server_factory()
+    graph = server.upload_npz([0, 1, 2], [1, 2, 0], [3, 1, 2])
+    results = server.data_dir / "spool" / "results"
+    results.rename(results.with_name("results.away"))
+    results.write_bytes(b"")  # a file where the folder was: the worker's rename into it fails
+    try:
+        answered = server.submit(graph["id"], wait=30)
+        # the answer comes with the forest's summary, before the file is written behind it
+        assert answered.status_code == 200 and answered.json()["status"] == "succeeded"
+        job_id = answered.json()["id"]
+        body = problem(server.client.get(f"/v1/jobs/{job_id}/result"), 409, "job_not_finished")
+        assert "result_lost" in body["detail"]
+        job = server.client.get(f"/v1/jobs/{job_id}").json()
+        assert job["status"] == "failed" and job["error"]["type"] == "result_lost"
+        assert "NotADirectoryError" in job["error"]["message"]
+    finally:
+        results.unlink()
+        results.with_name("results.away").rename(results)
+    again = server.submit(graph["id"], wait=30).json()  # the worker serves on, and stores again
+    assert again["status"] == "succeeded"
+    edge_ids, _, _ = server.result_npz(again["id"])
+    assert edge_ids.tolist() == [1, 2]

@@ -1,0 +1,58 @@
+"""Results written behind their job's answer: requests for them wait for the file, or see it lost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from service.errors import JobNotFinishedError
+from service.jobs import Jobs
+from service.metrics import Metrics
+from service.store import JobRecord, Store
+
+
+def succeeded_job(store: Store, job_id: str) -> None:
+    store.add_job(
+        JobRecord(job_id, "g_1", "succeeded", time.time(), time.time(), time.time(), None, None, 1, 5, 1, 0.1)
+    )
+
+
+def test_a_result_request_waits_for_the_file(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+
+    async def scenario() -> None:
+        jobs = Jobs(store, None, Metrics())  # type: ignore[arg-type]  # no worker is needed here
+        succeeded_job(store, "j_1")
+        note: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        jobs._store_behind("j_1", note)
+        fetch = asyncio.create_task(jobs.result_path("j_1"))
+        await asyncio.sleep(0.05)
+        assert not fetch.done()  # the worker has not said the file is there
+        note.set_result(None)
+        job, path = await asyncio.wait_for(fetch, 5)
+        assert job.status == "succeeded" and path == store.result_path("j_1")
+        assert await asyncio.wait_for(jobs.result_path("j_1"), 5) == (job, path)  # nothing left to await
+
+    asyncio.run(scenario())
+
+
+def test_a_result_the_worker_could_not_write_fails_the_job(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+
+    async def scenario() -> None:
+        jobs = Jobs(store, None, Metrics())  # type: ignore[arg-type]
+        succeeded_job(store, "j_2")
+        note: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        jobs._store_behind("j_2", note)
+        fetch = asyncio.create_task(jobs.result_path("j_2"))
+        await asyncio.sleep(0)
+        note.set_exception(OSError(28, "No space left on device"))
+        with pytest.raises(JobNotFinishedError, match=r"result_lost.*No space left"):
+            await asyncio.wait_for(fetch, 5)
+        job = store.get_job("j_2")
+        assert job is not None and (job.status, job.error_type) == ("failed", "result_lost")
+
+    asyncio.run(scenario())
