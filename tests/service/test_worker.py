@@ -45,7 +45,7 @@ class Worker:
         assert self.conn.poll(60), "no STORED note came"
         head, req_id, error = self.conn.recv()
         assert (head, req_id) == (worker.STORED, self.last_id)
-        return error  # type: ignore[no-any-return]
+        return error
 
 
 @pytest.fixture(scope="module")
