@@ -129,6 +129,8 @@ FULL_SERVICE: list[ServiceSpec] = [
     ServiceSpec("service-rmat-16", FULL_GRAPHS[2], requests=200, uploads=5),
     ServiceSpec("service-grid-1024", FULL_GRAPHS[0], requests=100, uploads=5),
     ServiceSpec("service-rmat-22", FULL_GRAPHS[3], requests=20, uploads=3),
+    # a forest of ~8.4M edges (100 MB of npz): the result download at scale
+    ServiceSpec("service-random-23", FULL_GRAPHS[4], requests=20, uploads=3),
 ]
 QUICK_SERVICE: list[ServiceSpec] = [
     ServiceSpec("service-grid-256", QUICK_GRAPHS[0], requests=30, uploads=3),
