@@ -222,8 +222,16 @@ class StdlibClient:
         self.conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=timeout)
 
     def request(self, method: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        self.conn.request(method, path, headers=headers or {})
-        response = self.conn.getresponse()
+        try:
+            self.conn.request(method, path, headers=headers or {})
+            response = self.conn.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            if method != "GET":
+                raise
+            # the server closed the idle keep-alive connection (uvicorn: after 5 s): reconnect once
+            self.conn.close()
+            self.conn.request(method, path, headers=headers or {})
+            response = self.conn.getresponse()
         body = response.read()
         if response.status >= 400:
             raise RuntimeError(f"{method} {path} answered {response.status}: {body[:500]!r}")
