@@ -104,8 +104,10 @@ async def submit_job(
 
 async def submit_response(services: Services, graph_id: str, wait: float) -> Response:
     """Submit a job and wait up to ``wait`` seconds for it (also served by :mod:`service.fastpath`)."""
-    job = services.jobs.submit(graph_id)
+    job = services.jobs.submit(graph_id, publish=wait <= 0)
     if wait > 0:
         job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
+        if not job.finished:
+            job = services.jobs.publish(job.id)  # its id goes out with this 202
     code = status.HTTP_200_OK if job.finished else status.HTTP_202_ACCEPTED
     return job_response(job, code, {"Location": f"/v1/jobs/{job.id}"})

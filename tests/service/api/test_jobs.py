@@ -186,3 +186,18 @@ def test_a_result_that_cannot_be_stored_fails_its_job_with_result_lost(server_fa
     assert again["status"] == "succeeded"
     edge_ids, _, _ = server.result_npz(again["id"])
     assert edge_ids.tolist() == [1, 2]
+
+
+def test_a_waited_for_job_cancelled_by_its_graph_delete_answers_and_is_recorded(live: LiveServer) -> None:
+    graph = live.upload_npz([0, 1, 2], [1, 2, 0], [1, 2, 3])
+    with frozen_worker(live), ThreadPoolExecutor(1) as pool:
+        running = live.submit(graph["id"]).json()
+        wait_status(live, running["id"], "running")
+        waiting = pool.submit(live.submit, graph["id"], 30)  # queued behind it; its id not out yet
+        time.sleep(0.2)
+        assert live.client.delete(f"/v1/graphs/{graph['id']}").status_code == 204
+        answer = waiting.result(timeout=10)
+    assert answer.status_code == 200
+    job = answer.json()
+    assert job["status"] == "cancelled" and job["error"]["type"] == "graph_deleted"
+    assert live.client.get(f"/v1/jobs/{job['id']}").json() == job  # recorded when it finished
