@@ -1,12 +1,10 @@
 """Encoders of records and results: job records as JSON models, forests as JSON or as an ``.npz`` file.
 
 The binary result is the worker's own ``.npz`` file from the spool (arrays
-``edge_ids`` int64 and ``weights`` in the graph's dtype), sent as it is and
-handed to the server in large pieces (no thread per piece). A file of up to
-``SMALL_RESULT_BYTES`` is read into memory on the event loop (one copy out of
-the page cache: 22 us for 780 kB, where mapping it costs 64 us); a larger one
-is memory-mapped (pages populated in one go) in a thread, so the kernel copies
-straight from the page cache into the socket. The summary rides along in
+``edge_ids`` int64 and ``weights`` in the graph's dtype), sent as it is: the
+file is memory-mapped (pages populated in one go) and handed to the server in
+large pieces, so the kernel copies straight from the page cache into the
+socket: no read() copy, no thread per piece. The summary rides along in
 ``X-MST-*`` headers. A request with a ``Range`` header gets a
 :class:`~starlette.responses.FileResponse` (partial content) as before.
 """
@@ -115,13 +113,8 @@ class _MappedResponse(Response):
             await self.background()
 
 
-#: results up to this size are read on the event loop; larger ones are mapped in a thread
+#: results up to this size are mapped on the event loop; larger ones in a thread (page cache misses)
 SMALL_RESULT_BYTES = 4 << 20
-
-
-def _read(path: Path) -> bytes:
-    with open(path, "rb", buffering=0) as f:
-        return f.readall()
 
 
 def _map(path: Path) -> memoryview | bytes:
@@ -141,9 +134,8 @@ async def npz_response(
     cleanup = BackgroundTask(path.unlink, missing_ok=True) if delete_after else None
     if byte_range is not None:
         return _NpzResponse(path, media_type=NPZ_MEDIA_TYPE, headers=headers, background=cleanup)
-    body: memoryview | bytes
     if path.stat().st_size <= SMALL_RESULT_BYTES:
-        body = _read(path)
+        body = _map(path)
     else:
         body = await asyncio.to_thread(_map, path)
     if delete_after:
