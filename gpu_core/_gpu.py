@@ -144,6 +144,7 @@ class GpuGraph:
         self._forest_weights = cp.empty(max(n, 1), dtype=self.weight.dtype)
         self._counters = cp.zeros(NUM_COUNTERS, dtype=cp.int32)
         self._counters_host = cp.cuda.alloc_pinned_memory(4 * NUM_COUNTERS)
+        self._events = (cp.cuda.Event(), cp.cuda.Event())  # around each computation
 
         sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
         self._max_blocks = sms * BLOCKS_PER_SM
@@ -282,17 +283,21 @@ class GpuGraph:
             graph = stream.end_capture()
         return graph
 
-    def _run_device(self) -> None:
-        """Run ECL-MST and the extraction of the forest, on the stream."""
+    def _run_device(self, stop: Any) -> np.ndarray[Any, np.dtype[np.int32]]:
+        """Run ECL-MST and the extraction of the forest on the stream, record ``stop`` after them,
+        and read the counters back (the one synchronization of a planned run)."""
         if self._graph_exec is None and self._pairs is not None:
             self.prepare()
         if self._graph_exec is not None:
             self._graph_exec.launch(self._stream)
+            stop.record(self._stream)
             counters = self._read_counters()
             if counters[SIZE_A] == 0 and counters[SIZE_B] == 0 and counters[PHASE1_LEFT] == 0:
-                return
+                return counters
             self._graph_exec = None  # not as planned: fall back to the stepwise run below
         self._run_stepwise()
+        stop.record(self._stream)
+        return self._read_counters()
 
     def prepare(self) -> None:
         """Run once and capture the run as a CUDA graph, so the next computation replays it."""
@@ -316,11 +321,9 @@ class GpuGraph:
             return cp.empty(0, dtype=cp.int64), self.weight[:0], 0.0
         try:
             with cp.cuda.Device(self.device_id), self._stream:
-                start, stop = cp.cuda.Event(), cp.cuda.Event()
+                start, stop = self._events
                 start.record(self._stream)
-                self._run_device()
-                stop.record(self._stream)
-                count = int(self._read_counters()[FOREST_SIZE])
+                count = int(self._run_device(stop)[FOREST_SIZE])
                 elapsed_ms = float(cp.cuda.get_elapsed_time(start, stop))
                 return self._forest[:count], self._forest_weights[:count], elapsed_ms
         except cp.cuda.memory.OutOfMemoryError as exc:
