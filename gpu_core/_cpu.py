@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ._forest import SpanningForest, filter_threshold, make_forest
+from ._forest import SpanningForest, filter_threshold, make_forest, weight_bound
 from ._validate import EdgeList
 
 IntArray = np.ndarray[Any, np.dtype[np.signedinteger[Any]]]
@@ -39,6 +39,7 @@ class CpuGraph:
         index = np.int32 if max(self.num_vertices, self.num_edges) < 2**31 else np.int64
         # A stable sort orders equal weights by position, i.e. by edge id: the tie rule.
         order = np.argsort(self.weight, kind="stable").astype(index, copy=False)
+        self.weight_bound = weight_bound(self.weight, order)
         src = np.asarray(edges.src)[order]
         dst = np.asarray(edges.dst)[order]
         loop_free = src != dst
@@ -69,7 +70,7 @@ class CpuGraph:
         forest_ranks = np.concatenate(chosen) if chosen else np.empty(0, dtype=self.u.dtype)
         edge_ids = np.sort(self.rank_to_id[forest_ranks]).astype(np.int64)
         elapsed_ms = (time.perf_counter() - start) * 1e3
-        return make_forest(edge_ids, self.weight[edge_ids], n, self.backend, elapsed_ms)
+        return make_forest(edge_ids, self.weight[edge_ids], n, self.backend, elapsed_ms, self.weight_bound)
 
 
 def _boruvka(cu: IntArray, cv: IntArray, rank: IntArray, rep: IntArray, chosen: list[IntArray]) -> None:

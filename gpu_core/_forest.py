@@ -30,17 +30,32 @@ def filter_threshold(num_vertices: int, num_edges: int) -> int:
     return min(num_edges, int(FILTER_EDGES_PER_VERTEX * num_vertices))
 
 
-def forest_total(weights: np.ndarray[Any, Any]) -> int | float:
-    """Total weight of a forest: exact for integers (Python int), float64 sum for floats."""
+def forest_total(weights: np.ndarray[Any, Any], bound: int | None = None) -> int | float:
+    """Total weight of a forest: exact for integers (Python int), float64 sum for floats.
+
+    ``bound``: a bound on the weights' magnitude already known (the graph's), which saves
+    finding one; integer sums stay in int64 whenever ``bound * count`` fits there.
+    """
     if weights.size == 0:
         return 0 if weights.dtype.kind in "iu" else 0.0
     if weights.dtype.kind in "iu":
-        # |sum| <= max|w| * count: within int64 for 32-bit weights (< 2^32 * 2^31); checked for 64-bit
-        bound = max(abs(int(weights.min())), abs(int(weights.max()))) if weights.dtype.itemsize > 4 else 2**32
+        if bound is None and weights.dtype.itemsize <= 4:
+            bound = 2**32  # 32-bit weights fit anyway: |sum| < 2^32 * 2^31
+        elif bound is None:
+            bound = max(abs(int(weights.min())), abs(int(weights.max())))
         if bound * int(weights.size) < 2**63:
             return int(weights.sum(dtype=np.int64))
         return sum(int(x) for x in weights.tolist())  # exact beyond int64
     return float(weights.sum(dtype=np.float64))
+
+
+def weight_bound(weight: Any, order: Any) -> int | None:
+    """The largest weight magnitude of a graph from its weights sorted by ``order`` (None for floats)."""
+    if weight.dtype.kind not in "iu":
+        return None
+    if not weight.shape[0]:
+        return 0
+    return max(abs(int(weight[order[0]])), abs(int(weight[order[-1]])))
 
 
 @dataclass(frozen=True)
@@ -71,8 +86,12 @@ def make_forest(
     num_vertices: int,
     backend: str,
     compute_ms: float,
+    weight_bound: int | None = None,
 ) -> SpanningForest:
-    """Build a :class:`SpanningForest` from ascending edge ids and their weights."""
+    """Build a :class:`SpanningForest` from ascending edge ids and their weights.
+
+    ``weight_bound``: the graph's largest weight magnitude, when known (see :func:`forest_total`).
+    """
     ids = np.ascontiguousarray(edge_ids, dtype=np.int64)
     weights = np.ascontiguousarray(weights)
     return SpanningForest(
@@ -80,7 +99,7 @@ def make_forest(
         weights=weights,
         num_vertices=num_vertices,
         num_components=num_vertices - int(ids.shape[0]),
-        total_weight=forest_total(weights),
+        total_weight=forest_total(weights, weight_bound),
         backend=backend,
         compute_ms=compute_ms,
     )

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ._forest import SpanningForest, filter_threshold, make_forest
+from ._forest import SpanningForest, filter_threshold, make_forest, weight_bound
 from ._kernels import kernel
 from ._validate import validate_edges
 from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
@@ -92,6 +92,7 @@ class GpuGraph:
 
         # Rank edges by (weight, edge_id): CuPy's argsort is stable, so ties keep id order.
         order = cp.argsort(edges.weight)
+        self.weight_bound = weight_bound(edges.weight, order)
         src_r = edges.src[order]
         dst_r = edges.dst[order]
         loop_free = src_r != dst_r
@@ -334,7 +335,9 @@ class GpuGraph:
     def minimum_spanning_forest(self) -> SpanningForest:
         edge_ids, weights, elapsed_ms = self.compute()
         ids_host, weights_host = self._to_host(edge_ids, weights)
-        return make_forest(ids_host, weights_host, self.num_vertices, self.backend, elapsed_ms)
+        return make_forest(
+            ids_host, weights_host, self.num_vertices, self.backend, elapsed_ms, self.weight_bound
+        )
 
     def _to_host(self, *arrays: Any) -> list[np.ndarray[Any, Any]]:
         """Copy device arrays into page-locked host arrays: async copies on the stream, one sync.
