@@ -48,6 +48,9 @@ from .timing import percentile, summarize
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NPZ = "application/octet-stream"
+JSON = "application/json"
+#: a response body: bytes, or a view of the buffer it was received into
+Body = bytes | memoryview
 
 
 @dataclass
@@ -165,7 +168,7 @@ def npz_body(edges: Edges) -> bytes:
     return buf.getvalue()
 
 
-def read_npz(data: bytes) -> dict[str, np.ndarray[Any, Any]]:
+def read_npz(data: Body) -> dict[str, np.ndarray[Any, Any]]:
     with np.load(io.BytesIO(data), allow_pickle=False) as npz:
         return {k: npz[k] for k in npz.files}
 
@@ -218,10 +221,16 @@ class StdlibClient:
     """One keep-alive connection of the standard library's ``http.client`` (the leanest common client)."""
 
     def __init__(self, base: str, timeout: float) -> None:
+        from service.client import receive_buffer
+
         url = urlsplit(base)
         self.conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=timeout)
+        self._receive_buffer = receive_buffer
 
-    def request(self, method: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    def request(
+        self, method: str, path: str, headers: dict[str, str] | None = None, *, into_buffer: bool = False
+    ) -> tuple[int, Body]:
+        """(status, body); ``into_buffer``: the body lands in ``service.client.receive_buffer``."""
         try:
             self.conn.request(method, path, headers=headers or {})
             response = self.conn.getresponse()
@@ -232,7 +241,13 @@ class StdlibClient:
             self.conn.close()
             self.conn.request(method, path, headers=headers or {})
             response = self.conn.getresponse()
-        body = response.read()
+        size = response.getheader("content-length")
+        if not into_buffer or size is None or response.status >= 400:
+            body: Body = response.read()
+        else:  # into memory that is not faulted in page by page, as the bundled client does
+            body = self._receive_buffer(int(size))
+            if response.readinto(body) != len(body):
+                raise RuntimeError(f"{method} {path}: the body was cut short")
         if response.status >= 400:
             raise RuntimeError(f"{method} {path} answered {response.status}: {body[:500]!r}")
         return response.status, body
@@ -262,7 +277,7 @@ def _mst_request(client: Any, graph_id: str, wait_s: float) -> tuple[dict[str, A
     return job, (time.perf_counter() - t0) * 1e3
 
 
-def _fetch(client: Any, job_id: str, binary: bool) -> tuple[bytes, float]:
+def _fetch(client: Any, job_id: str, binary: bool) -> tuple[Body, float]:
     headers = {"accept": NPZ if binary else "application/json"}
     from service.client import read_response  # large reads, as the bundled client does
 
@@ -352,12 +367,12 @@ def measure_service(
         # ---- end-to-end latency on the resident graph
         expected = _expected(edges)
 
-        def latency(mst: Callable[[], dict[str, Any]], fetch: Callable[[str], bytes]) -> dict[str, Any]:
+        def latency(mst: Callable[[], dict[str, Any]], fetch: Callable[[str], Body]) -> dict[str, Any]:
             for _ in range(2):  # first request may load the graph onto the device
                 job = mst()
             e2e, submit, fetch_times, compute, overhead = [], [], [], [], []
             job = {}
-            last_content = b""
+            last_content: Body = b""
             for _ in range(requests):
                 t0 = time.perf_counter()
                 job = mst()
@@ -399,15 +414,15 @@ def measure_service(
 
         def stdlib_mst() -> dict[str, Any]:
             _, body = lean.request("POST", f"/v1/graphs/{graph_id}/mst?wait={opts.wait_s}")
-            return _finished_job(client, json.loads(body), opts.wait_s)
+            return _finished_job(client, json.loads(bytes(body)), opts.wait_s)
 
-        def stdlib_fetch(job_id: str) -> bytes:
-            return lean.request("GET", f"/v1/jobs/{job_id}/result", {"accept": NPZ})[1]
+        def stdlib_fetch(job_id: str) -> Body:
+            return lean.request("GET", f"/v1/jobs/{job_id}/result", {"accept": NPZ}, into_buffer=True)[1]
 
         def httpx_mst() -> dict[str, Any]:
             return _mst_request(client, graph_id, opts.wait_s)[0]
 
-        def httpx_fetch(job_id: str) -> bytes:
+        def httpx_fetch(job_id: str) -> Body:
             return _fetch(client, job_id, binary=True)[0]
 
         lean = StdlibClient(base, timeout=max(600.0, opts.wait_s + 60))
@@ -435,11 +450,11 @@ def measure_service(
             job_id = lat["job_id"]
             res: dict[str, Any] = {}
             path = f"/v1/jobs/{job_id}/result"
-            fetchers: dict[str, Callable[[], bytes]] = {
+            fetchers: dict[str, Callable[[], Body]] = {
                 "json": lambda: _fetch(client, job_id, False)[0],
                 "binary": lambda: _fetch(client, job_id, True)[0],
-                "json_stdlib": lambda: lean.request("GET", path, {"accept": "application/json"})[1],
-                "binary_stdlib": lambda: lean.request("GET", path, {"accept": NPZ})[1],
+                "json_stdlib": lambda: lean.request("GET", path, {"accept": JSON}, into_buffer=True)[1],
+                "binary_stdlib": lambda: lean.request("GET", path, {"accept": NPZ}, into_buffer=True)[1],
             }
             for kind, fetch in fetchers.items():
                 times, size = [], 0

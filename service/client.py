@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import mmap
 import sys
 import time
 from collections.abc import Iterator
@@ -43,22 +44,41 @@ def body_pieces(body: bytes) -> Iterator[bytes]:
 #: about 750 MB/s on loopback; read 1 MiB at a time into one buffer, about 1.2 GB/s.
 _READ_PIECE = 1 << 20
 
+#: bodies from this size on are received into memory the kernel may back with 2 MiB pages
+_HUGE_BODY = 8 << 20
 
-def read_response(http: httpx.Client, method: str, url: str, **kwargs: Any) -> tuple[httpx.Response, bytes]:
+
+def receive_buffer(size: int) -> memoryview:
+    """A writable buffer for a response body of ``size`` bytes.
+
+    Fresh memory is faulted in one 4 KiB page at a time as the body lands in it, which caps a
+    134 MB download at about 650 MB/s on the H200 host although the service sends it at
+    3 GB/s. A large buffer is therefore an anonymous map advised to use transparent huge pages
+    (Linux): 3 GB/s, as fast as into a buffer used before.
+    """
+    if size >= _HUGE_BODY and hasattr(mmap, "MADV_HUGEPAGE"):
+        region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        region.madvise(mmap.MADV_HUGEPAGE)
+        return memoryview(region)
+    return memoryview(bytearray(size))
+
+
+def read_response(
+    http: httpx.Client, method: str, url: str, **kwargs: Any
+) -> tuple[httpx.Response, bytes | memoryview]:
     """Send a request and read its body in large pieces into one buffer: (the response, the body)."""
     with http.stream(method, url, **kwargs) as response:
         size = int(response.headers.get("content-length", "0") or 0)
         if response.status_code >= 400 or size <= 0:
             return response, response.read()
-        body = bytearray(size)
-        view = memoryview(body)
+        body = receive_buffer(size)
         filled = 0
         for piece in response.iter_raw(_READ_PIECE):
-            view[filled : filled + len(piece)] = piece
+            body[filled : filled + len(piece)] = piece
             filled += len(piece)
         if filled != size:
             raise httpx.RemoteProtocolError(f"the body has {filled} bytes, Content-Length said {size}")
-        return response, cast(bytes, body)  # a bytearray serves wherever bytes are read
+        return response, body
 
 
 def binary_headers(body: bytes, accept: str | None = None) -> dict[str, str]:
@@ -97,7 +117,7 @@ def npz_bytes(src: Any, dst: Any, weight: Any, num_vertices: int | None = None) 
     return buf.getvalue()
 
 
-def _forest_from_npz(response: httpx.Response, body: bytes | None = None) -> Forest:
+def _forest_from_npz(response: httpx.Response, body: bytes | memoryview | None = None) -> Forest:
     with np.load(io.BytesIO(response.content if body is None else body), allow_pickle=False) as npz:
         edge_ids, weights = npz["edge_ids"], npz["weights"]
     headers = response.headers

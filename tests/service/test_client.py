@@ -52,11 +52,14 @@ def test_cli(live: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "job_not_found" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("huge_from", [1 << 40, 1 << 16], ids=["bytearray", "huge-page map"])
 def test_large_result_read_in_pieces_and_errors_still_named(
-    live: LiveServer, monkeypatch: pytest.MonkeyPatch
+    live: LiveServer, monkeypatch: pytest.MonkeyPatch, huge_from: int
 ) -> None:
-    # A path of 50k vertices: its forest is an 800 kB npz, read here in 64 KiB pieces.
+    # A path of 50k vertices: its forest is an 800 kB npz, read here in 64 KiB pieces, into a
+    # bytearray or (as bodies of 8 MiB and more are) into a map advised to use huge pages.
     monkeypatch.setattr(client_module, "_READ_PIECE", 64 << 10)
+    monkeypatch.setattr(client_module, "_HUGE_BODY", huge_from)
     n = 50_000
     src = np.arange(n - 1, dtype=np.int32)
     dst = src + 1
@@ -72,3 +75,12 @@ def test_large_result_read_in_pieces_and_errors_still_named(
         with pytest.raises(ClientError) as info:
             mst.result("j_nope")
         assert info.value.status == 404 and info.value.problem["code"] == "job_not_found"
+
+
+@pytest.mark.parametrize("size", [0, 5, 8 << 20])
+def test_receive_buffers_are_writable_and_exactly_sized(size: int) -> None:
+    buffer = client_module.receive_buffer(size)
+    assert len(buffer) == size and not buffer.readonly
+    if size:
+        buffer[-1] = 7
+        assert bytes(buffer[-1:]) == b"\x07"
