@@ -68,7 +68,11 @@ class JobTask:
         await self.jobs._run(self, worker)
 
     def abandon(self, reason: str) -> None:
-        """Stays ``queued`` in the store: the next start of the service queues it again."""
+        """Stays ``queued`` in the store: the next start of the service queues it again.
+
+        (A job whose id was never given out is not in the store: it ends with the request that
+        was waiting for it.)
+        """
 
 
 @dataclass
