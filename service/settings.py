@@ -55,6 +55,13 @@ class Settings(BaseSettings):
     worker_start_timeout_s: float = Field(
         default=300.0, gt=0, description="How long a new worker may take to import, warm up and answer."
     )
+    worker_spin_ms: float = Field(
+        default=2.0,
+        ge=0,
+        le=1000,
+        description="After each request a worker polls for the next one this long before it sleeps "
+        "(0: sleeps at once): no wake-up on the hot path, a busy core meanwhile.",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="info", description="Log level of uvicorn and the service."
     )

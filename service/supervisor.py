@@ -570,6 +570,7 @@ def plan_workers(settings: Settings) -> list[WorkerConfig]:
             tmp_dir=str(settings.spool_dir / "tmp"),
             max_edges=settings.max_edges,
             heartbeat_interval_s=settings.heartbeat_interval_s,
+            spin_s=settings.worker_spin_ms / 1e3,
         )
 
     if settings.backend == "cpu":

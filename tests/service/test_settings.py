@@ -48,6 +48,8 @@ def test_gpus_all(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
         ("MST_DATA_DIR", "/"),
         ("MST_HEARTBEAT_TIMEOUT_S", "0.5"),
         ("MST_LOG_LEVEL", "loud"),
+        ("MST_WORKER_SPIN_MS", "-1"),
+        ("MST_WORKER_SPIN_MS", "5000"),
     ],
 )
 def test_unsafe_values_are_refused(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:

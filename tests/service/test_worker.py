@@ -158,3 +158,20 @@ def test_start_failure_is_reported(tmp_path: Path) -> None:
     assert head == "failed" and "backend" in str(err)
     proc.join(10)
     conn.close()
+
+
+@pytest.mark.parametrize("spin_s", [0.0, 0.5])
+def test_the_next_request_is_taken_whether_it_comes_while_polling_or_asleep(spin_s: float) -> None:
+    import threading
+
+    ours, theirs = CTX.Pipe()
+    for delay in (0.01, 0.7):  # within the polling window, then after it (asleep in recv)
+        timer = threading.Timer(delay, theirs.send, args=(("ping", delay),))
+        timer.start()
+        started = time.monotonic()
+        assert worker._next_request(ours, spin_s) == ("ping", delay)
+        assert time.monotonic() - started >= delay * 0.9
+        timer.join()
+    theirs.close()
+    with pytest.raises(EOFError):
+        worker._next_request(ours, spin_s)  # the other end is gone: the serve loop returns
