@@ -9,9 +9,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
@@ -20,6 +21,20 @@ from service.client import npz_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 OCTET = "application/octet-stream"
+T = TypeVar("T")
+
+
+def settled(read: Callable[[], T], timeout: float = 5.0) -> T:
+    """``read()`` once two reads 50 ms apart agree: the result files of jobs that just finished
+    land in the spool just after their answers (``spool/tmp`` holds them meanwhile)."""
+    seen, deadline = read(), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        again = read()
+        if again == seen:
+            break
+        seen = again
+    return seen
 
 
 def free_port() -> int:

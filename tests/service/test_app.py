@@ -152,6 +152,8 @@ def test_bad_settings_exit_with_a_message(tmp_path: Path) -> None:
 def test_results_survive_as_npz_files(live: LiveServer) -> None:
     graph = live.upload_npz([0, 1], [1, 2], np.array([2.5, 1.5], dtype=np.float64))
     job = live.submit(graph["id"], wait=30).json()
+    # the file is written just behind the answer; once the result is served, it is there
+    assert live.client.get(f"/v1/jobs/{job['id']}/result").status_code == 200
     path = live.data_dir / "spool" / "results" / f"{job['id']}.npz"
     with np.load(path) as npz:
         assert npz["edge_ids"].tolist() == [0, 1] and npz["weights"].dtype == np.float64

@@ -11,7 +11,7 @@ import pytest
 
 from tests.utils.graphs import random_graph
 
-from ..live import OCTET, LiveServer, npz_body
+from ..live import OCTET, LiveServer, npz_body, settled
 from ..oracle import check_forest
 
 PROBLEM = "application/problem+json"
@@ -19,9 +19,13 @@ PROBLEM = "application/problem+json"
 
 def spool_state(live: LiveServer) -> tuple[set[str], set[str], int]:
     spool = live.data_dir / "spool"
-    graphs = {p.name for p in (spool / "graphs").iterdir()}
-    tmp = {p.name for p in (spool / "tmp").iterdir()}
-    return graphs, tmp, len(live.client.get("/v1/graphs").json()["graphs"])
+
+    def read() -> tuple[set[str], set[str], int]:
+        graphs = {p.name for p in (spool / "graphs").iterdir()}
+        tmp = {p.name for p in (spool / "tmp").iterdir()}
+        return graphs, tmp, len(live.client.get("/v1/graphs").json()["graphs"])
+
+    return settled(read)
 
 
 @pytest.fixture

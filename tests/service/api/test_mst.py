@@ -9,17 +9,19 @@ import numpy as np
 
 from tests.utils.graphs import random_graph
 
-from ..live import OCTET, LiveServer, npz_body
+from ..live import OCTET, LiveServer, npz_body, settled
 from ..oracle import check_forest
 from .test_graphs import problem
 
 
 def counts(live: LiveServer) -> tuple[int, int, int]:
     spool = live.data_dir / "spool"
-    return (
-        len(live.client.get("/v1/graphs").json()["graphs"]),
-        len(list((spool / "results").iterdir())),
-        len(list((spool / "tmp").iterdir())),
+    return settled(
+        lambda: (
+            len(live.client.get("/v1/graphs").json()["graphs"]),
+            len(list((spool / "results").iterdir())),
+            len(list((spool / "tmp").iterdir())),
+        )
     )
 
 
