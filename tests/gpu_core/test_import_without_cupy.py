@@ -37,8 +37,9 @@ sys.meta_path.insert(0, BlockCupy())
 """
 
 
-def run(body: str) -> dict:
-    code = PRELUDE + textwrap.dedent(body)
+def run(body: str, prelude: str = PRELUDE) -> dict:
+    """Run ``body`` after ``prelude`` in a fresh interpreter; the JSON of its last output line."""
+    code = prelude + textwrap.dedent(body)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-W", "error", "-c", code],
@@ -112,26 +113,16 @@ def test_auto_falls_back_to_cpu_and_gpu_is_a_clear_error() -> None:
 
 def test_sys_modules_none_blocks_cupy_too() -> None:
     """The other common way to hide a package: ``sys.modules['cupy'] = None``."""
-    code = textwrap.dedent(
+    out = run(
         """
         import json, sys
         sys.modules["cupy"] = None
         import gpu_core
         f = gpu_core.minimum_spanning_forest([0, 1, 1], [1, 2, 2], [4, 9, 7])
         print(json.dumps({"backend": f.backend, "ids": f.edge_ids.tolist(), "gpu": gpu_core.gpu_available()}))
-        """
+        """,
+        prelude="",
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-W", "error", "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {
         "backend": "cpu",
         "ids": kruskal_edge_ids([0, 1, 1], [1, 2, 2], [4, 9, 7], 3),
