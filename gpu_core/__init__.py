@@ -9,12 +9,22 @@
 
 from . import errors, formats
 from ._forest import SpanningForest
-from ._graph import Backend, Graph, gpu_available, minimum_spanning_forest, resolve_backend, warm_up
+from ._graph import (
+    Backend,
+    Graph,
+    gpu_available,
+    maximum_spanning_forest,
+    minimum_spanning_forest,
+    resolve_backend,
+    warm_up,
+)
+from ._order import OBJECTIVES
 from ._validate import WEIGHT_DTYPES
 from .formats import FORMATS, read_graph
 
 __all__ = [
     "FORMATS",
+    "OBJECTIVES",
     "WEIGHT_DTYPES",
     "Backend",
     "Graph",
@@ -22,6 +32,7 @@ __all__ = [
     "errors",
     "formats",
     "gpu_available",
+    "maximum_spanning_forest",
     "minimum_spanning_forest",
     "read_graph",
     "resolve_backend",

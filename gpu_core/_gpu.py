@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ._forest import SpanningForest, filter_threshold, make_forest, weight_bound
+from ._forest import filter_threshold, weight_bound
 from ._kernels import kernel
+from ._order import Objective, edge_order
 from ._validate import validate_edges
 from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
 
@@ -34,6 +35,8 @@ CHUNK_SLOTS = 256
 TILE_WORDS = 256 * 8
 #: counters on the device: worklist A size, worklist B size, forest size, phase-1 leftover
 SIZE_A, SIZE_B, FOREST_SIZE, PHASE1_LEFT, NUM_COUNTERS = 0, 1, 2, 3, 4
+#: init_worklist's skip-set argument when no edge is left out (a null pointer)
+NO_SKIP = np.uint64(0)
 
 
 def _cupy() -> Any:
@@ -66,8 +69,12 @@ class GpuGraph:
             ) from None
         except _device_errors() as exc:
             raise DeviceError(f"CUDA failed while building the graph: {exc}") from None
-        self._graph_exec: Any = None  # the captured whole-run CUDA graph, once the plan is known
-        self._pairs: tuple[int, int] | None = None  # iteration pairs of phase 1 and phase 2
+        #: the order the CSR's ranks follow now ("min": (weight, id); "max": (-weight, id))
+        self._objective: Objective = "min"
+        #: per order: iteration pairs of phase 1 and phase 2, learned by the first run
+        self._pairs: dict[str, tuple[int, int]] = {}
+        #: per order: the captured whole-run CUDA graph, once its plan is known
+        self._graph_exec: dict[str, Any] = {}
         self._can_capture = True
 
     # -- building -----------------------------------------------------------------------
@@ -91,7 +98,7 @@ class GpuGraph:
         self.weight = edges.weight.copy() if edges.weight is weight else edges.weight
 
         # Rank edges by (weight, edge_id): CuPy's argsort is stable, so ties keep id order.
-        order = cp.argsort(edges.weight)
+        order = edge_order(cp, edges.weight, "min")
         self.weight_bound = weight_bound(edges.weight, order)
         src_r = edges.src[order]
         dst_r = edges.dst[order]
@@ -191,7 +198,8 @@ class GpuGraph:
              np.int32(self._in_forest.size), self._counters, np.int32(NUM_COUNTERS)),
         )  # fmt: skip
 
-    def _launch_init(self, second_phase: bool) -> None:
+    def _launch_init(self, second_phase: bool, skip: Any = None) -> None:
+        """Fill worklist A from the CSR; ``skip``: a bit set by rank of edges to leave out (what-if)."""
         n = self.num_vertices
         if second_phase:
             kernel("prepare_second_phase")(
@@ -201,7 +209,8 @@ class GpuGraph:
         kernel(name)(
             self._grid(n), (BLOCK,),
             (self.row_ptr, self.split, self.adj, np.int32(n), np.int32(CHUNK_SLOTS), self.heavy_chunks,
-             np.int32(self.heavy_chunks.shape[0]), self._parent, self._items_a, self._counter(SIZE_A)),
+             np.int32(self.heavy_chunks.shape[0]), self._parent, self._items_a, self._counter(SIZE_A),
+             NO_SKIP if skip is None else skip),
         )  # fmt: skip
 
     def _launch_pair(self) -> None:
@@ -242,9 +251,107 @@ class GpuGraph:
         self._counters.get(stream=self._stream, out=host)
         return host
 
+    # -- orders and weights ---------------------------------------------------------------
+    def _rerank(self, order: Any) -> None:
+        """Re-rank the edges by ``order`` (every edge id, in the new order): the CSR keeps its shape.
+
+        Only what depends on the order is rebuilt, in place (so captured CUDA graphs of other
+        orders stay valid): the rank map, each slot's rank, and within every row the split
+        between the slots under the filter threshold and the rest (a stable partition, from
+        prefix sums; nothing is sorted but the edges themselves).
+        """
+        cp = _cupy()
+        m, k = self.num_edges, self.num_loop_free
+        if k == 0:
+            return
+        nonloop = cp.zeros(m, dtype=cp.bool_)
+        nonloop[self.rank_to_id] = True
+        new_rank_to_id = order[nonloop[order]].astype(cp.int32)
+        rank_of_id = cp.empty(m, dtype=cp.int32)
+        rank_of_id[new_rank_to_id] = cp.arange(k, dtype=cp.int32)
+        slot_rank = rank_of_id[self.rank_to_id[self.adj[:, 1]]]
+        del rank_of_id, nonloop
+        self.rank_to_id[...] = new_rank_to_id
+        del new_rank_to_id
+        slots = 2 * k
+        light = (slot_rank < self.threshold).astype(cp.int32)
+        before = cp.empty(slots + 1, dtype=cp.int32)  # light slots before each slot (exclusive scan)
+        before[0] = 0
+        cp.cumsum(light, dtype=cp.int32, out=before[1:])
+        row_ptr = self.row_ptr
+        light_start = before[row_ptr[:-1]]
+        new_split = row_ptr[:-1] + (before[row_ptr[1:]] - light_start)
+        slot = cp.arange(slots, dtype=cp.int32)
+        row = (cp.searchsorted(row_ptr[1:], slot, side="right")).astype(cp.int32)
+        light_in_row = before[:-1] - light_start[row]
+        target = cp.where(
+            light.astype(cp.bool_),
+            row_ptr[row] + light_in_row,
+            new_split[row] + (slot - row_ptr[row]) - light_in_row,
+        )
+        del before, light, light_start, row, light_in_row, slot
+        moved = cp.empty_like(self.adj)
+        moved[target, 0] = self.adj[:, 0]
+        moved[target, 1] = slot_rank
+        del target, slot_rank
+        self.adj[...] = moved
+        self.split[...] = new_split
+
+    def _ensure_order(self, objective: Objective) -> None:
+        """Make the CSR's ranks follow ``objective``'s order (a re-rank when it is another one)."""
+        if objective != self._objective:
+            cp = _cupy()
+            with cp.cuda.Device(self.device_id), self._stream:
+                self._rerank(edge_order(cp, self.weight, objective))
+            self._objective = objective
+
+    def set_weights(self, weight: Any, edge_ids: Any = None) -> None:
+        """New weights (all, or those of ``edge_ids``), validated by the caller: the ranks are rebuilt.
+
+        The topology stays on the device; a new dtype replaces the weight buffers.
+        """
+        cp = _cupy()
+        try:
+            with cp.cuda.Device(self.device_id), self._stream:
+                if edge_ids is not None:
+                    self.weight[edge_ids] = cp.asarray(weight, dtype=self.weight.dtype)
+                elif weight.dtype == self.weight.dtype:
+                    self.weight[...] = cp.asarray(weight)
+                else:
+                    self.weight = cp.array(weight, copy=True)
+                    self._forest_weights = cp.empty(max(self.num_vertices, 1), dtype=self.weight.dtype)
+                self._pairs.clear()
+                self._graph_exec.clear()  # plans and captured runs belong to the old weights
+                order = edge_order(cp, self.weight, "min")
+                self.weight_bound = weight_bound(self.weight, order)
+                self._rerank(order)
+                self._objective = "min"
+            self._stream.synchronize()
+        except cp.cuda.memory.OutOfMemoryError as exc:
+            raise DeviceMemoryError(f"out of device memory while re-ranking new weights: {exc}") from None
+        except _device_errors() as exc:
+            raise DeviceError(f"CUDA failed while re-ranking new weights: {exc}") from None
+
+    def endpoints(self, edge_ids: Any) -> tuple[Any, Any]:
+        """(src, dst) of the given (loop-free) edges, on the device, read off the CSR (smaller end first)."""
+        cp = _cupy()
+        with cp.cuda.Device(self.device_id), self._stream:
+            slots = 2 * self.num_loop_free
+            slot = cp.arange(slots, dtype=cp.int32)
+            row = cp.searchsorted(self.row_ptr[1:], slot, side="right").astype(cp.int32)
+            col = self.adj[:, 0]
+            once = row < col
+            ids = self.rank_to_id[self.adj[:, 1][once]]
+            src = cp.zeros(self.num_edges, dtype=cp.int32)
+            dst = cp.zeros(self.num_edges, dtype=cp.int32)
+            src[ids] = row[once]
+            dst[ids] = col[once]
+            edge_ids = cp.asarray(edge_ids)
+            return src[edge_ids], dst[edge_ids]
+
     # -- running ------------------------------------------------------------------------
-    def _run_phase_stepwise(self, second_phase: bool) -> int:
-        self._launch_init(second_phase)
+    def _run_phase_stepwise(self, second_phase: bool, skip: Any) -> int:
+        self._launch_init(second_phase, skip)
         pairs = 0
         while True:
             self._launch_pair()
@@ -253,19 +360,17 @@ class GpuGraph:
             if counters[SIZE_A] == 0 and counters[SIZE_B] == 0:
                 return pairs
 
-    def _run_stepwise(self) -> None:
-        """Run with a read-back every two iterations, and learn the iteration counts."""
+    def _run_stepwise(self, skip: Any = None) -> tuple[int, int]:
+        """Run with a read-back every two iterations; the iteration pairs of both phases."""
         self._launch_reset()
-        pairs1 = self._run_phase_stepwise(second_phase=False)
+        pairs1 = self._run_phase_stepwise(False, skip)
         pairs2 = 0
         if self.threshold < self.num_loop_free:
-            pairs2 = self._run_phase_stepwise(second_phase=True)
+            pairs2 = self._run_phase_stepwise(True, skip)
         self._launch_extract()
-        self._pairs = (pairs1, pairs2)
+        return pairs1, pairs2
 
-    def _capture(self) -> Any:
-        assert self._pairs is not None
-        pairs1, pairs2 = self._pairs
+    def _capture(self, pairs1: int, pairs2: int) -> Any:
         stream = self._stream
         stream.begin_capture()
         try:
@@ -284,35 +389,57 @@ class GpuGraph:
             graph = stream.end_capture()
         return graph
 
-    def _run_device(self, stop: Any) -> np.ndarray[Any, np.dtype[np.int32]]:
+    def _run_device(self, stop: Any, skip: Any) -> np.ndarray[Any, np.dtype[np.int32]]:
         """Run ECL-MST and the extraction of the forest on the stream, record ``stop`` after them,
-        and read the counters back (the one synchronization of a planned run)."""
-        if self._graph_exec is None and self._pairs is not None:
-            self.prepare()
-        if self._graph_exec is not None:
-            self._graph_exec.launch(self._stream)
-            stop.record(self._stream)
-            counters = self._read_counters()
-            if counters[SIZE_A] == 0 and counters[SIZE_B] == 0 and counters[PHASE1_LEFT] == 0:
-                return counters
-            self._graph_exec = None  # not as planned: fall back to the stepwise run below
-        self._run_stepwise()
+        and read the counters back (the one synchronization of a planned run).
+
+        A run with ``skip`` (edges left out) is a one-off: stepwise, and it teaches no plan.
+        """
+        key = self._objective
+        if skip is None:
+            if key in self._pairs and key not in self._graph_exec:
+                self.prepare()
+            graph_exec = self._graph_exec.get(key)
+            if graph_exec is not None:
+                graph_exec.launch(self._stream)
+                stop.record(self._stream)
+                counters = self._read_counters()
+                if counters[SIZE_A] == 0 and counters[SIZE_B] == 0 and counters[PHASE1_LEFT] == 0:
+                    return counters
+                del self._graph_exec[key]  # not as planned: fall back to the stepwise run below
+        pairs = self._run_stepwise(skip)
+        if skip is None:
+            self._pairs[key] = pairs
         stop.record(self._stream)
         return self._read_counters()
 
-    def prepare(self) -> None:
+    def prepare(self, objective: Objective = "min") -> None:
         """Run once and capture the run as a CUDA graph, so the next computation replays it."""
-        if self._pairs is None and self.num_loop_free:
-            self.compute()
-        if self._graph_exec is None and self._pairs is not None and self._can_capture:
+        self._ensure_order(objective)
+        key = self._objective
+        if key not in self._pairs and self.num_loop_free:
+            self.compute(objective)
+        if key not in self._graph_exec and key in self._pairs and self._can_capture:
             cp = _cupy()
             with cp.cuda.Device(self.device_id), self._stream:
                 try:
-                    self._graph_exec = self._capture()
+                    self._graph_exec[key] = self._capture(*self._pairs[key])
                 except _device_errors():
                     self._can_capture = False
 
-    def compute(self) -> tuple[Any, Any, float]:
+    def _skip_mask(self, exclude: Any) -> Any:
+        """A bit set by rank of the (loop-free) edges among ``exclude``, for init_worklist."""
+        cp = _cupy()
+        k = self.num_loop_free
+        gone = cp.zeros(self.num_edges, dtype=cp.bool_)
+        gone[cp.asarray(exclude)] = True
+        by_rank = gone[self.rank_to_id]
+        padded = cp.zeros(-(-k // 32) * 32, dtype=cp.bool_)
+        padded[:k] = by_rank
+        bits = cp.packbits(padded.reshape(-1, 8)[:, ::-1].ravel())  # little-endian bits in each byte
+        return bits.view(cp.uint32)
+
+    def compute(self, objective: Objective = "min", exclude: Any = None) -> tuple[Any, Any, float]:
         """Run on the device: (edge ids int64 ascending, their weights, milliseconds).
 
         The two arrays are views of this graph's device buffers, valid until its next computation.
@@ -322,9 +449,11 @@ class GpuGraph:
             return cp.empty(0, dtype=cp.int64), self.weight[:0], 0.0
         try:
             with cp.cuda.Device(self.device_id), self._stream:
+                self._ensure_order(objective)
+                skip = None if exclude is None or not exclude.size else self._skip_mask(exclude)
                 start, stop = self._events
                 start.record(self._stream)
-                count = int(self._run_device(stop)[FOREST_SIZE])
+                count = int(self._run_device(stop, skip)[FOREST_SIZE])
                 elapsed_ms = float(cp.cuda.get_elapsed_time(start, stop))
                 return self._forest[:count], self._forest_weights[:count], elapsed_ms
         except cp.cuda.memory.OutOfMemoryError as exc:
@@ -332,14 +461,11 @@ class GpuGraph:
         except _device_errors() as exc:
             raise DeviceError(f"CUDA failed while computing the forest: {exc}") from None
 
-    def minimum_spanning_forest(self) -> SpanningForest:
-        edge_ids, weights, elapsed_ms = self.compute()
-        ids_host, weights_host = self._to_host(edge_ids, weights)
-        return make_forest(
-            ids_host, weights_host, self.num_vertices, self.backend, elapsed_ms, self.weight_bound
-        )
+    @property
+    def xp(self) -> Any:
+        return _cupy()
 
-    def _to_host(self, *arrays: Any) -> list[np.ndarray[Any, Any]]:
+    def to_host(self, *arrays: Any) -> list[np.ndarray[Any, Any]]:
         """Copy device arrays into page-locked host arrays: async copies on the stream, one sync.
 
         The host arrays share one block of CuPy's pinned pool (no allocation once warm) and copy at

@@ -7,10 +7,12 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from ._clusters import forest_components, kept_for_clusters
 from ._cpu import CpuGraph
-from ._forest import SpanningForest
+from ._forest import SpanningForest, make_forest
+from ._order import Objective, check_objective, edge_ids_argument, new_weights_argument
 from ._validate import validate_edges
-from .errors import BackendUnavailableError
+from .errors import BackendUnavailableError, GraphValidationError
 
 Backend = Literal["auto", "gpu", "cpu"]
 BACKENDS: tuple[str, ...] = ("auto", "gpu", "cpu")
@@ -21,13 +23,23 @@ class _Prepared(Protocol):
     num_vertices: int
     num_edges: int
     weight: Any
+    weight_bound: int | None
 
     @property
     def nbytes(self) -> int: ...
 
+    @property
+    def xp(self) -> Any: ...
+
     def prepare(self) -> None: ...
 
-    def minimum_spanning_forest(self) -> SpanningForest: ...
+    def compute(self, objective: Objective = "min", exclude: Any = None) -> tuple[Any, Any, float]: ...
+
+    def set_weights(self, weight: Any, edge_ids: Any = None) -> None: ...
+
+    def endpoints(self, edge_ids: Any) -> tuple[Any, Any]: ...
+
+    def to_host(self, *arrays: Any) -> list[np.ndarray[Any, Any]]: ...
 
 
 @functools.cache
@@ -97,6 +109,7 @@ class Graph:
             host_weight = _to_host(weight)
             edges = validate_edges(np, _to_host(src), _to_host(dst), host_weight, num_vertices)
             self._impl = CpuGraph(edges, host_weight)
+        self._weights_version = 0
 
     @property
     def backend(self) -> str:
@@ -122,6 +135,11 @@ class Graph:
         """Bytes the prepared graph holds (device memory on the GPU backend)."""
         return self._impl.nbytes
 
+    @property
+    def weights_version(self) -> int:
+        """How many times the weights were changed since the graph was built (0 at first)."""
+        return self._weights_version
+
     def prepare(self) -> None:
         """Do now the one-time work of the first computation.
 
@@ -133,9 +151,95 @@ class Graph:
         """
         self._impl.prepare()
 
-    def minimum_spanning_forest(self) -> SpanningForest:
-        """Compute the minimum spanning forest (see :func:`minimum_spanning_forest`)."""
-        return self._impl.minimum_spanning_forest()
+    def _forest_arrays(self, objective: str, exclude: Any) -> tuple[Any, Any, float]:
+        """The forest where it was computed: (edge ids ascending, weights, milliseconds)."""
+        chosen = check_objective(objective)
+        xp = self._impl.xp
+        skip = None if exclude is None else edge_ids_argument(xp, exclude, self.num_edges, "exclude")
+        return self._impl.compute(chosen, skip)
+
+    def minimum_spanning_forest(self, *, objective: str = "min", exclude: Any = None) -> SpanningForest:
+        """The minimum (or, with ``objective="max"``, maximum) spanning forest.
+
+        ``objective="max"`` orders edges by ``(-weight, edge_id)``: heavier first, ties by the
+        lower edge id. ``exclude``: edge ids to leave out of this computation only (a what-if:
+        failed links), the graph itself unchanged.
+        """
+        ids, weights, elapsed_ms = self._forest_arrays(objective, exclude)
+        ids_host, weights_host = self._impl.to_host(ids, weights)
+        bound = self._impl.weight_bound
+        return make_forest(ids_host, weights_host, self.num_vertices, self.backend, elapsed_ms, bound)
+
+    def maximum_spanning_forest(self, *, exclude: Any = None) -> SpanningForest:
+        """The maximum spanning forest: ``minimum_spanning_forest(objective="max")``."""
+        return self.minimum_spanning_forest(objective="max", exclude=exclude)
+
+    def set_weights(self, weight: Any) -> None:
+        """Replace every weight (same length; any supported dtype, which becomes the graph's).
+
+        The topology stays where it is (on the device for the GPU backend); only what
+        depends on the order of the edges is rebuilt.
+        """
+        xp = self._impl.xp
+        new = new_weights_argument(xp, weight, None, self.num_edges, "weight")
+        self._impl.set_weights(new)
+        self._weights_version += 1
+
+    def update_weights(self, edge_ids: Any, weights: Any) -> None:
+        """Replace the weights of the given edges; the values must be exact in the graph's dtype."""
+        xp = self._impl.xp
+        ids = edge_ids_argument(xp, edge_ids, self.num_edges, "edge_ids")
+        new = new_weights_argument(xp, weights, self.weight_dtype, int(ids.shape[0]), "weights")
+        self._impl.set_weights(new, ids)
+        self._weights_version += 1
+
+    def component_labels(self, *, exclude: Any = None) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Connected-component label of every vertex (``0, 1, ...`` by each component's smallest
+        vertex, as SciPy's ``connected_components`` numbers them); ``exclude`` as for the forest."""
+        ids, _, _ = self._forest_arrays("min", exclude)
+        u, v = self._impl.endpoints(ids)
+        labels = forest_components(self._impl.xp, self.num_vertices, u, v)
+        return self._impl.to_host(labels)[0].copy()
+
+    def cluster_labels(
+        self, *, k: int | None = None, threshold: float | None = None
+    ) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Cluster label of every vertex after cutting the minimum spanning forest.
+
+        ``k``: into ``k`` clusters, removing the heaviest forest edges (by ``(weight, edge_id)``;
+        a graph of ``c`` components has ``c`` clusters before any cut, so ``k >= c``). ``threshold``:
+        removing the forest edges heavier than it. Labels are numbered as in :meth:`component_labels`.
+        """
+        xp = self._impl.xp
+        ids, weights, _ = self._forest_arrays("min", None)
+        keep = kept_for_clusters(xp, self.num_vertices, weights, k=k, threshold=threshold)
+        u, v = self._impl.endpoints(ids[keep])
+        labels = forest_components(xp, self.num_vertices, u, v)
+        return self._impl.to_host(labels)[0].copy()
+
+    def single_linkage(self) -> np.ndarray[Any, np.dtype[np.float64]]:
+        """The single-linkage dendrogram of a connected graph, as a SciPy linkage matrix.
+
+        ``(n - 1) x 4`` float64 rows ``[cluster a, cluster b, height, size]``, merges in the
+        ``(weight, edge_id)`` order of the minimum spanning tree, clusters numbered as SciPy
+        numbers them (``n + i`` for the cluster the ``i``-th merge makes); heights are the
+        weights as float64. The format ``scipy.cluster.hierarchy.fcluster`` and ``dendrogram`` take.
+        """
+        from ._linkage import linkage_from_sorted_edges
+
+        xp = self._impl.xp
+        ids, weights, _ = self._forest_arrays("min", None)
+        n = self.num_vertices
+        if n < 2 or int(ids.shape[0]) != n - 1:
+            raise GraphValidationError(
+                f"a single-linkage dendrogram needs a connected graph of at least 2 vertices; this one has "
+                f"{n} vertices in {n - int(ids.shape[0])} components (cut it with cluster_labels instead).",
+                field="graph",
+            )
+        order = xp.argsort(weights, kind="stable") if xp is np else xp.argsort(weights)
+        u, v = self._impl.endpoints(ids[order])
+        u_h, v_h, w_h = self._impl.to_host(u, v, weights[order])
+        return linkage_from_sorted_edges(n, u_h, v_h, np.asarray(w_h, dtype=np.float64))
 
     def __repr__(self) -> str:
         return (
@@ -151,12 +255,16 @@ def minimum_spanning_forest(
     *,
     num_vertices: int | None = None,
     backend: Backend = "auto",
+    objective: str = "min",
+    exclude: Any = None,
 ) -> SpanningForest:
     """Minimum spanning forest of an undirected graph, exact under the ``(weight, edge_id)`` order.
 
     Pass a :class:`Graph`, or ``src, dst, weight`` arrays (then the graph is
     built on ``backend`` for this one call). Self-loops never enter the
-    forest; parallel edges and negative weights are allowed.
+    forest; parallel edges and negative weights are allowed. ``objective="max"``
+    gives the maximum spanning forest (order ``(-weight, edge_id)``); ``exclude``
+    leaves the given edge ids out.
     """
     if isinstance(graph_or_src, Graph):
         if dst is not None or weight is not None or num_vertices is not None:
@@ -166,21 +274,62 @@ def minimum_spanning_forest(
                 f"the graph lives on the {graph_or_src.backend} backend but backend={backend!r} "
                 "was requested; build the Graph with that backend instead."
             )
-        return graph_or_src.minimum_spanning_forest()
+        return graph_or_src.minimum_spanning_forest(objective=objective, exclude=exclude)
     if dst is None or weight is None:
         raise TypeError("minimum_spanning_forest(src, dst, weight) needs all three edge arrays.")
-    return Graph(graph_or_src, dst, weight, num_vertices, backend=backend).minimum_spanning_forest()
+    check_objective(objective)
+    graph = Graph(graph_or_src, dst, weight, num_vertices, backend=backend)
+    return graph.minimum_spanning_forest(objective=objective, exclude=exclude)
+
+
+def maximum_spanning_forest(
+    graph_or_src: Graph | Any,
+    dst: Any = None,
+    weight: Any = None,
+    *,
+    num_vertices: int | None = None,
+    backend: Backend = "auto",
+    exclude: Any = None,
+) -> SpanningForest:
+    """Maximum spanning forest, exact under the ``(-weight, edge_id)`` order (see
+    :func:`minimum_spanning_forest`, of which this is ``objective="max"``)."""
+    return minimum_spanning_forest(
+        graph_or_src,
+        dst,
+        weight,
+        num_vertices=num_vertices,
+        backend=backend,
+        objective="max",
+        exclude=exclude,
+    )
 
 
 def warm_up(backend: Backend = "auto") -> str:
     """Compile the kernels and run a tiny graph, so no request pays for compilation.
 
-    Returns the backend that was warmed up.
+    Every query of a resident graph runs once per weight dtype: minimum and maximum forests,
+    a what-if, cluster labels, and weight updates (CuPy compiles its elementwise kernels per
+    dtype on first use). Returns the backend that was warmed up.
     """
     chosen = resolve_backend(backend)
     src = np.array([0, 1, 2, 0, 3], dtype=np.int64)
     dst = np.array([1, 2, 0, 3, 3], dtype=np.int64)
-    for dtype in (np.int32, np.int64, np.float32, np.float64):
+    dtypes = (np.int32, np.int64, np.float32, np.float64)
+    for dtype in dtypes:
         weight = np.array([3, 1, 2, 5, 4], dtype=dtype)
-        Graph(src, dst, weight, 6, backend=chosen).minimum_spanning_forest()
+        graph = Graph(src, dst, weight, 6, backend=chosen)
+        graph.minimum_spanning_forest()
+        _warm_up_queries(graph, dtypes)
     return chosen
+
+
+def _warm_up_queries(graph: Graph, dtypes: tuple[type[Any], ...]) -> None:
+    graph.maximum_spanning_forest()
+    graph.minimum_spanning_forest(exclude=np.array([1]))
+    graph.component_labels()
+    graph.cluster_labels(k=3)
+    graph.cluster_labels(threshold=2)
+    for dtype in dtypes:  # updates arrive in any dtype and are cast exactly where they can be
+        graph.update_weights(np.array([0]), np.array([3], dtype=dtype))
+    graph.set_weights(np.array([3, 1, 2, 5, 4], dtype=graph.weight_dtype))
+    graph.minimum_spanning_forest()

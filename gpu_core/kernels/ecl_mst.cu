@@ -135,10 +135,12 @@ extern "C" __global__ void prepare_second_phase(int n, int* parent, unsigned* __
 // Whether slot edge e of vertex v (whose set is set_v) goes on the worklist, and as what.
 // Each undirected edge is taken once, from its smaller endpoint. In the second phase
 // both endpoints are replaced by their sets and edges inside one set are filtered out.
+// `skip` (null in ordinary runs): a bit set by rank of edges left out of this run (a what-if).
 template <bool kSecondPhase>
 __device__ __forceinline__ bool take_slot(int v, int set_v, int2 e, const int* __restrict__ parent,
-                                          Item& item) {
+                                          const unsigned* __restrict__ skip, Item& item) {
   if (v >= e.x) return false;  // only process in one direction
+  if (skip != nullptr && ((skip[e.y >> 5] >> (e.y & 31)) & 1u)) return false;
   if (!kSecondPhase) {
     item = Item{v, e.x, e.y};
     return true;
@@ -151,12 +153,12 @@ __device__ __forceinline__ bool take_slot(int v, int set_v, int2 e, const int* _
 // The whole warp scans slots [beg, end) of vertex v, 32 at a time.
 template <bool kSecondPhase>
 __device__ __forceinline__ void warp_scan(int v, int set_v, int beg, int end, const int2* __restrict__ adj,
-                                          const int* __restrict__ parent, Item* __restrict__ worklist,
-                                          int* __restrict__ worklist_size) {
+                                          const int* __restrict__ parent, const unsigned* __restrict__ skip,
+                                          Item* __restrict__ worklist, int* __restrict__ worklist_size) {
   for (int chunk = beg; chunk < end; chunk += kWarpSize) {
     const int s = chunk + lane_id();
     Item item{};
-    const bool push = s < end && take_slot<kSecondPhase>(v, set_v, adj[s], parent, item);
+    const bool push = s < end && take_slot<kSecondPhase>(v, set_v, adj[s], parent, skip, item);
     warp_push(push, item, worklist, worklist_size);
   }
 }
@@ -180,7 +182,7 @@ __global__ void init_worklist(const int* __restrict__ row_ptr, const int* __rest
                               const int2* __restrict__ adj, int n, int chunk,
                               const int2* __restrict__ heavy_chunks, int num_heavy_chunks,
                               const int* __restrict__ parent, Item* __restrict__ worklist,
-                              int* __restrict__ worklist_size) {
+                              int* __restrict__ worklist_size, const unsigned* __restrict__ skip) {
   const int lane = lane_id();
   for (int first = warp_start(); first < n; first += grid_stride()) {
     const int v = first + lane;
@@ -197,7 +199,7 @@ __global__ void init_worklist(const int* __restrict__ row_ptr, const int* __rest
     for (int j = 0; j < kWarpDegree - 1; ++j) {
       Item item{};
       const bool push =
-          by_thread && beg + j < end && take_slot<kSecondPhase>(v, set_v, adj[beg + j], parent, item);
+          by_thread && beg + j < end && take_slot<kSecondPhase>(v, set_v, adj[beg + j], parent, skip, item);
       warp_push(push, item, worklist, worklist_size);
     }
 
@@ -208,7 +210,7 @@ __global__ void init_worklist(const int* __restrict__ row_ptr, const int* __rest
       pending &= pending - 1;
       warp_scan<kSecondPhase>(__shfl_sync(FULL_MASK, v, owner), __shfl_sync(FULL_MASK, set_v, owner),
                               __shfl_sync(FULL_MASK, beg, owner), __shfl_sync(FULL_MASK, end, owner), adj,
-                              parent, worklist, worklist_size);
+                              parent, skip, worklist, worklist_size);
     }
   }
 
@@ -224,7 +226,7 @@ __global__ void init_worklist(const int* __restrict__ row_ptr, const int* __rest
     const int end = min(task.y + chunk, hi);
     if (beg >= end) continue;  // uniform across the warp
     const int set_v = kSecondPhase ? parent[v] : v;
-    warp_scan<kSecondPhase>(v, set_v, beg, end, adj, parent, worklist, worklist_size);
+    warp_scan<kSecondPhase>(v, set_v, beg, end, adj, parent, skip, worklist, worklist_size);
   }
 }
 
@@ -382,9 +384,9 @@ __global__ void gather_weights(const long long* __restrict__ forest, const int* 
 
 // Explicit instantiations, so nvcc compile checks cover the templates too.
 template __global__ void init_worklist<false>(const int*, const int*, const int2*, int, int, const int2*, int,
-                                              const int*, Item*, int*);
+                                              const int*, Item*, int*, const unsigned*);
 template __global__ void init_worklist<true>(const int*, const int*, const int2*, int, int, const int2*, int,
-                                             const int*, Item*, int*);
+                                             const int*, Item*, int*, const unsigned*);
 template __global__ void gather_weights<unsigned>(const long long*, const int*, const unsigned*, unsigned*);
 template __global__ void gather_weights<unsigned long long>(const long long*, const int*,
                                                            const unsigned long long*, unsigned long long*);
