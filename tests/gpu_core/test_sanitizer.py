@@ -45,6 +45,21 @@ SCRIPT = textwrap.dedent(
         for _ in range(2):  # the second run replays the captured CUDA graph
             gpu = prepared.minimum_spanning_forest()
             assert np.array_equal(gpu.edge_ids, cpu.edge_ids), g
+        # the queries: a re-rank to the max order and back, a what-if (skip set), labels, new weights
+        cpu_graph = gpu_core.Graph(g.src, g.dst, g.weight, g.num_vertices, backend="cpu")
+        exclude = np.arange(0, g.num_edges, 3)
+        for run in (
+            lambda x: x.maximum_spanning_forest().edge_ids,
+            lambda x: x.minimum_spanning_forest(exclude=exclude).edge_ids,
+            lambda x: x.component_labels(),
+            lambda x: x.minimum_spanning_forest().edge_ids,
+        ):
+            assert np.array_equal(run(prepared), run(cpu_graph)), g
+        new = np.arange(g.num_edges, dtype=g.weight.dtype)[::-1].copy()
+        prepared.set_weights(new)
+        cpu_graph.set_weights(new)
+        after = prepared.minimum_spanning_forest().edge_ids
+        assert np.array_equal(after, cpu_graph.minimum_spanning_forest().edge_ids), g
     cupy.cuda.runtime.deviceSynchronize()
     print("sanitized ok")
     """
