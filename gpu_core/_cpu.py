@@ -74,8 +74,9 @@ class CpuGraph:
             self._ranked[objective] = ranked
         return ranked
 
-    def prepare(self) -> None:
-        """Nothing to do: the rank order was built with the graph."""
+    def prepare(self, objective: Objective = "min") -> None:
+        """Rank the edges in ``objective``'s order now (nothing else to prepare)."""
+        self._ranking(objective)
 
     def set_weights(self, weight: Any, edge_ids: Any = None) -> None:
         """New weights (all, or those of ``edge_ids``), validated by the caller: ranked again."""

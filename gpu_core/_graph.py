@@ -31,7 +31,7 @@ class _Prepared(Protocol):
     @property
     def xp(self) -> Any: ...
 
-    def prepare(self) -> None: ...
+    def prepare(self, objective: Objective = "min") -> None: ...
 
     def compute(self, objective: Objective = "min", exclude: Any = None) -> tuple[Any, Any, float]: ...
 
@@ -140,8 +140,8 @@ class Graph:
         """How many times the weights were changed since the graph was built (0 at first)."""
         return self._weights_version
 
-    def prepare(self) -> None:
-        """Do now the one-time work of the first computation.
+    def prepare(self, objective: str = "min") -> None:
+        """Do now the one-time work of the first computation (of ``objective``'s forest).
 
         On the GPU the first computation reads the worklist sizes back every two
         iterations to learn how many iterations the graph takes, and the second
@@ -149,7 +149,7 @@ class Graph:
         with a single read-back. ``prepare`` does both, so that no request pays
         for them. The CPU backend has nothing to prepare.
         """
-        self._impl.prepare()
+        self._impl.prepare(check_objective(objective))
 
     def _forest_arrays(self, objective: str, exclude: Any) -> tuple[Any, Any, float]:
         """The forest where it was computed: (edge ids ascending, weights, milliseconds)."""
