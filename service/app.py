@@ -20,7 +20,7 @@ from .errors import PROBLEM_JSON, install_handlers
 from .fastpath import FastPathMiddleware
 from .jobs import Jobs
 from .metrics import Metrics, MetricsMiddleware
-from .models import GraphUpload, Problem
+from .models import GraphUpload, Problem, WeightsPatch, WeightsUpload
 from .settings import Settings
 from .store import Store
 from .supervisor import GraphSource, Supervisor
@@ -80,7 +80,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         tags=app.openapi_tags,
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    components["GraphUpload"] = GraphUpload.model_json_schema(ref_template="#/components/schemas/{model}")
+    for model in (GraphUpload, WeightsUpload, WeightsPatch):  # bodies the routes read themselves
+        components[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
     problem_ref = {"$ref": "#/components/schemas/Problem"}
     for path in schema.get("paths", {}).values():
         for operation in path.values():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from .errors import GraphNotFoundError
@@ -44,7 +45,13 @@ class Catalog:
         record = self._store.get_graph(graph_id)
         if record is None:
             return None
-        return GraphSource(graph_id, str(self._store.graph_path(graph_id)), record.num_vertices)
+        weights = self._store.weights_path(graph_id) if record.weights_version else None
+        return GraphSource(
+            graph_id,
+            str(self._store.graph_path(graph_id)),
+            record.num_vertices,
+            None if weights is None or not weights.exists() else str(weights),
+        )
 
     def get(self, graph_id: str) -> GraphRecord:
         record = self._store.get_graph(graph_id)
@@ -99,6 +106,39 @@ class Catalog:
         handle.adopt(graph_id, record.device_bytes, generation)
         return record
 
+    async def update_weights(self, graph_id: str, upload: Upload, partial: bool) -> GraphRecord:
+        """New weights for a stored graph (all of them, or some): resident first, then durable.
+
+        The worker applies them in queue order (see :meth:`Jobs.update_weights`); then the complete
+        weights are renamed into ``spool/graphs/<id>.weights.npy`` and the record's version is
+        committed, so a restart reloads the graph with them.
+        """
+        self.get(graph_id)
+        try:
+            summary = await self._jobs.update_weights(graph_id, upload.path, upload.format, partial)
+        except BaseException:
+            upload.discard()
+            with contextlib.suppress(BaseException):
+                await upload.synced
+            raise
+        weights_file = Path(summary["weights_file"])
+        try:
+            await upload.synced
+            Store.publish(weights_file, self._store.weights_path(graph_id))
+        finally:
+            upload.discard()
+            weights_file.unlink(missing_ok=True)
+        record = self._store.set_graph_weights(
+            graph_id, int(summary["weights_version"]), str(summary["weight_dtype"])
+        )
+        if record is None:  # deleted meanwhile
+            raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
+        handle = self._supervisor.holder(graph_id)
+        placed = None if handle is None else handle.graphs.get(graph_id)
+        if placed is not None:
+            placed.device_bytes = int(summary["device_bytes"])
+        return record
+
     def delete(self, graph_id: str) -> None:
         self.get(graph_id)
         self._jobs.cancel_for_graph(graph_id)
@@ -111,7 +151,7 @@ class Catalog:
     def restore(self) -> None:
         """Place every stored graph on a worker; each worker reloads its own when it is up."""
         graphs = self._store.list_graphs()
-        self._supervisor.place_existing((g.id, g.device_bytes) for g in graphs)
+        self._supervisor.place_existing((g.id, g.device_bytes, g.weights_version) for g in graphs)
         if graphs:
             log.info("reloading %d stored graph(s)", len(graphs))
 
@@ -144,5 +184,6 @@ class Catalog:
             weight_dtype=record.weight_dtype,  # type: ignore[arg-type]
             source_format=record.source_format,
             payload_bytes=record.payload_bytes,
+            weights_version=record.weights_version,
             residency=Residency(**residency),
         )

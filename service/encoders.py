@@ -38,13 +38,17 @@ def job_out(job: JobRecord) -> JobOut:
     if job.status == "succeeded":
         result = JobSummary(
             num_edges=job.num_edges or 0,
-            total_weight=job.total_weight if job.total_weight is not None else 0,
+            total_weight=job.total_weight if job.total_weight is not None or job.task != "mst" else 0,
             num_components=job.num_components or 0,
             compute_ms=job.compute_ms or 0.0,
+            cached=job.cached,
         )
     return JobOut(
         id=job.id,
         graph_id=job.graph_id,
+        task=job.task,  # type: ignore[arg-type]
+        params=json.loads(job.params),
+        weights_version=job.weights_version,
         status=job.status,
         created_at=timestamp(job.created_at),  # type: ignore[arg-type]
         started_at=timestamp(job.started_at),
@@ -83,12 +87,15 @@ def wants_binary(accept: str | None) -> bool:
 
 
 def summary_headers(summary: dict[str, Any]) -> dict[str, str]:
-    return {
+    headers = {
         "X-MST-Num-Edges": str(summary["num_edges"]),
         "X-MST-Total-Weight": json.dumps(summary["total_weight"]),
         "X-MST-Num-Components": str(summary["num_components"]),
         "X-MST-Compute-Ms": repr(float(summary["compute_ms"])),
     }
+    if summary.get("cached"):
+        headers["X-MST-Cached"] = "true"
+    return headers
 
 
 class _NpzResponse(FileResponse):
@@ -143,19 +150,33 @@ async def npz_response(
     return _MappedResponse(body, media_type=NPZ_MEDIA_TYPE, headers=headers)
 
 
+#: the arrays of each task's result file, and the JSON member each becomes
+RESULT_ARRAYS: dict[str, tuple[str, ...]] = {
+    "mst": ("edge_ids", "weights"),
+    "components": ("labels",),
+    "clusters": ("labels",),
+    "dendrogram": ("linkage",),
+}
+
+
 def json_result(path: Path, summary: dict[str, Any], **ids: str) -> Response:
+    task = str(summary.get("task", "mst"))
+    arrays: dict[str, Any] = {}
     with np.load(path, allow_pickle=False) as npz:
-        edge_ids = npz["edge_ids"].tolist()
-        weights = npz["weights"].tolist()
+        for name in RESULT_ARRAYS[task]:
+            arrays[name] = npz[name].tolist()
     body: dict[str, Any] = {
         **ids,
         "num_edges": summary["num_edges"],
         "total_weight": summary["total_weight"],
         "num_components": summary["num_components"],
         "compute_ms": summary["compute_ms"],
-        "edge_ids": edge_ids,
-        "weights": weights,
     }
+    if task != "mst":
+        body["task"] = task
+    if summary.get("cached"):
+        body["cached"] = True
+    body.update(arrays)
     return Response(json.dumps(body, separators=(",", ":")), media_type=JSON_MEDIA_TYPE)
 
 
@@ -165,4 +186,6 @@ def job_summary(job: JobRecord) -> dict[str, Any]:
         "total_weight": job.total_weight,
         "num_components": job.num_components,
         "compute_ms": job.compute_ms,
+        "task": job.task,
+        "cached": job.cached,
     }

@@ -6,6 +6,7 @@ short machine-readable ``code`` and a title::
     ServiceError                         500 internal_error
     ├── InvalidRequestError              400 invalid_request
     │   ├── InvalidUploadError           422 invalid_upload      (names field and index)
+    │   ├── InvalidParamsError           422 invalid_params      (a job's task parameters)
     │   └── UnsupportedMediaTypeError    415 unsupported_media_type
     ├── NotFoundError                    404 not_found
     │   ├── GraphNotFoundError           404 graph_not_found
@@ -84,6 +85,14 @@ class InvalidUploadError(InvalidRequestError):
     status = 422
     code = "invalid_upload"
     title = "Invalid graph upload"
+
+
+class InvalidParamsError(InvalidRequestError):
+    """A job's task or parameters are not usable; the message names the parameter (and index)."""
+
+    status = 422
+    code = "invalid_params"
+    title = "Invalid job parameters"
 
 
 class UnsupportedMediaTypeError(InvalidRequestError):

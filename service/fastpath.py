@@ -6,7 +6,8 @@ on a resident graph may spend outside its computation, paid twice per job
 (submit, then fetch). This middleware answers the three routes of that path
 itself when a request is the plain case:
 
-* ``POST /v1/graphs/{graph_id}/mst`` with no query or exactly ``wait=<decimal>``;
+* ``POST /v1/graphs/{graph_id}/mst`` with no query, or only ``wait=<decimal>`` and
+  ``cache=true|false`` (each at most once);
 * ``GET /v1/jobs/{job_id}`` with no query;
 * ``GET /v1/jobs/{job_id}/result`` with no query and no ``Range`` header.
 
@@ -39,6 +40,7 @@ _JOB = re.compile(r"/v1/jobs/([^/]+)")
 _RESULT = re.compile(r"/v1/jobs/([^/]+)/result")
 #: the ``?wait=`` values taken here; any other query (``1e3``, ``-1``, ``x``) is FastAPI's to validate
 _WAIT = re.compile(rb"wait=(\d{1,9}(?:\.\d{1,9})?)")
+_CACHE = {b"cache=true": True, b"cache=false": False}
 
 Handler = Callable[[Services], Awaitable[Response]]
 
@@ -60,14 +62,20 @@ def _route(scope: Scope) -> tuple[str, Handler] | None:
         submit = _SUBMIT.fullmatch(path)
         if submit is None:
             return None
-        wait = 0.0
-        if query:
-            given = _WAIT.fullmatch(query)
-            if given is None:
+        wait, cache = 0.0, False
+        seen: set[bytes] = set()
+        for part in query.split(b"&") if query else ():
+            given = _WAIT.fullmatch(part)
+            if given is not None and b"wait" not in seen:
+                wait = float(given.group(1))
+                seen.add(b"wait")
+            elif part in _CACHE and b"cache" not in seen:
+                cache = _CACHE[part]
+                seen.add(b"cache")
+            else:
                 return None
-            wait = float(given.group(1))
         graph_id = submit.group(1)
-        return "/v1/graphs/{graph_id}/mst", lambda s: submit_response(s, graph_id, wait)
+        return "/v1/graphs/{graph_id}/mst", lambda s: submit_response(s, graph_id, wait, cache=cache)
     if method != "GET" or query:
         return None
     result = _RESULT.fullmatch(path)

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -102,6 +104,45 @@ class OneShotTask:
             self.done.set_exception(ServiceUnavailableError(reason))
 
 
+@dataclass
+class WeightsTask:
+    """New weights for a resident graph, in its worker's queue: the jobs queued before it compute on
+    the old weights, those queued after it on the new ones."""
+
+    task_id: str
+    graph_id: str
+    path: str
+    fmt: str
+    #: where the worker writes the complete new weights (None: the file sent is that already)
+    out: str | None
+    #: the version the graph has before this update
+    expected: int
+    done: asyncio.Future[dict[str, Any]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    async def run(self, worker: WorkerHandle) -> None:
+        try:
+            summary = await worker.request(
+                worker_module.WEIGHTS, self.graph_id, self.path, self.fmt, self.out, self.expected
+            )
+        except Exception as exc:
+            if not self.done.done():
+                self.done.set_exception(exc)
+        else:
+            if not self.done.done():
+                self.done.set_result(summary)
+
+    def abandon(self, reason: str) -> None:
+        if not self.done.done():
+            self.done.set_exception(ServiceUnavailableError(reason))
+
+
+def canonical_params(params: dict[str, Any] | None) -> str:
+    """A task's parameters as the JSON text jobs are stored and cached under (sorted, compact)."""
+    return json.dumps(params or {}, sort_keys=True, separators=(",", ":"))
+
+
 class Jobs:
     """The jobs of the service (records in the store, tasks on the workers' queues)."""
 
@@ -122,24 +163,60 @@ class Jobs:
             raise JobNotFoundError(f"no job has id {job_id!r}.")
         return job
 
-    def submit(self, graph_id: str, *, publish: bool = True) -> JobRecord:
+    def submit(
+        self,
+        graph_id: str,
+        *,
+        task: str = "mst",
+        params: dict[str, Any] | None = None,
+        publish: bool = True,
+        cache: bool = False,
+    ) -> JobRecord:
         """Record a queued job for a stored graph and queue it on the graph's worker.
 
-        ``publish=False``: the caller waits for the job before it gives the id out; the record is
-        written when the job finishes, or by :meth:`publish`.
+        ``task`` and ``params`` (validated by the caller) say what to compute; the job computes on
+        the weights the graph has when it is submitted (see :class:`WeightsTask`). With ``cache``,
+        an identical earlier job's stored result answers at once (``cached``, with that job's
+        ``compute_ms``). ``publish=False``: the caller waits for the job before it gives the id
+        out; the record is written when the job finishes, or by :meth:`publish`.
         """
         handle = self._supervisor.holder(graph_id)
         if handle is None:  # a placed graph always has its record (placed after, forgotten after)
             if self._store.get_graph(graph_id) is None:
                 raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
             raise ServiceUnavailableError(f"graph {graph_id} is not placed on any worker yet; retry shortly.")
-        job = JobRecord(id=new_id("j"), graph_id=graph_id, status="queued", created_at=time.time())
+        version = handle.graphs[graph_id].weights_version
+        key = canonical_params(params)
+        now = time.time()
+        if cache:
+            hit = self._from_cache(graph_id, version, task, key, now)
+            if hit is not None:
+                self._metrics.jobs_submitted.inc()
+                self._metrics.job_finished(hit)
+                return hit
+        job = JobRecord(
+            id=new_id("j"), graph_id=graph_id, status="queued", created_at=now,
+            task=task, params=key, weights_version=version,
+        )  # fmt: skip
         if publish:
             self._store.add_job(job)
         else:
             self._unpublished[job.id] = job
         handle.enqueue(JobTask(self, job.id, graph_id))
         self._metrics.jobs_submitted.inc()
+        return job
+
+    def _from_cache(self, graph_id: str, version: int, task: str, key: str, now: float) -> JobRecord | None:
+        """A new succeeded job sharing an identical earlier job's result file (a hard link), or None."""
+        earlier = self._store.find_cached(graph_id, version, task, key)
+        if earlier is None or earlier.id in self._storing:
+            return None
+        job = replace(earlier, id=new_id("j"), created_at=now, started_at=now, finished_at=now, cached=True)
+        try:
+            os.link(self._store.result_path(earlier.id), self._store.result_path(job.id))
+        except OSError:
+            return None  # its file is gone (or links are not possible here): compute afresh
+        self._store.add_job(job)
         return job
 
     def publish(self, job_id: str) -> JobRecord:
@@ -239,8 +316,11 @@ class Jobs:
         if job is None:
             return  # cancelled meanwhile
         result_path = str(self._store.result_path(job.id))
+        args: tuple[Any, ...] = (job.graph_id, result_path)
+        if job.task != "mst" or job.params != "{}":
+            args += (job.task, json.loads(job.params))
         try:
-            summary, stored = await handle.request_with_note(worker_module.MST, job.graph_id, result_path)
+            summary, stored = await handle.request_with_note(worker_module.MST, *args)
         except Exception as exc:
             log.warning("job %s failed: %s: %s", job.id, error_type(exc), exc)
             self._finish(job.id, _RUNNING, "failed", error_type(exc), str(exc))
@@ -253,7 +333,7 @@ class Jobs:
             None,
             None,
             num_edges=int(summary["num_edges"]),
-            total_weight=summary["total_weight"],
+            total_weight=summary.get("total_weight"),
             num_components=int(summary["num_components"]),
             compute_ms=float(summary["compute_ms"]),
         )
@@ -303,6 +383,38 @@ class Jobs:
         for waiter in self._waiters.pop(job_id, ()):
             _resolve(waiter, job)
         return job
+
+    async def update_weights(self, graph_id: str, path: Path, fmt: str, partial: bool) -> dict[str, Any]:
+        """Queue new weights for a graph behind its worker's queued jobs and wait until they are in.
+
+        Returns the worker's summary (``weights_version``, ``weight_dtype``, ``device_bytes``) and
+        leaves the complete new weights as an ``.npy`` at ``summary["weights_file"]``, fsynced. The
+        version counts from the moment of queueing: jobs submitted from now on compute on it.
+        """
+        handle = self._supervisor.holder(graph_id)
+        if handle is None:
+            if self._store.get_graph(graph_id) is None:
+                raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
+            raise ServiceUnavailableError(f"graph {graph_id} is not placed on any worker yet; retry shortly.")
+        residency = handle.graphs[graph_id]
+        expected = residency.weights_version
+        residency.weights_version += 1
+        out = None if fmt == "npy" and not partial else self._store.tmp_path(".npy")
+        task = WeightsTask(new_id("w"), graph_id, str(path), fmt, None if out is None else str(out), expected)
+        handle.enqueue(task)
+        try:
+            summary = await task.done
+        except BaseException:
+            if handle.remove(task.task_id) is None and not task.done.done():
+                task.done.cancel()
+            if out is not None:
+                out.unlink(missing_ok=True)
+            # A refused update is a version without a change: jobs submitted since it was queued
+            # carry its number, so the record does too (the weights stay those of `expected`).
+            self._store.set_graph_weights(graph_id, expected + 1)
+            raise
+        summary["weights_file"] = str(path if out is None else out)
+        return summary
 
     async def one_shot(self, path: Path, fmt: str, estimate: int) -> tuple[dict[str, Any], Path]:
         """Compute the forest of an uploaded file without storing anything; (summary, result file)."""

@@ -8,6 +8,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 GraphFormat = Literal["npz", "egr", "mtx", "edgelist", "dimacs"]
+WeightsFormat = Literal["npy", "npz"]
+TaskName = Literal["mst", "components", "clusters", "dendrogram"]
+Objective = Literal["min", "max"]
 WeightDtype = Literal["int32", "int64", "float32", "float64"]
 JobStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
@@ -33,6 +36,92 @@ class GraphUpload(BaseModel):
     )
 
 
+class MstParams(BaseModel):
+    """Parameters of an ``mst`` job: which forest, and which edges to leave out (a what-if)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    objective: Objective = Field(
+        "min", description="'min': order (weight, edge_id); 'max': heavier first, ties by the lower edge id."
+    )
+    exclude: list[StrictInt] | None = Field(
+        None,
+        description="Edge ids to leave out of this computation only (failed links); the graph is unchanged.",
+    )
+
+
+class ComponentsParams(BaseModel):
+    """Parameters of a ``components`` job: the connected components, optionally without some edges."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exclude: list[StrictInt] | None = Field(None, description="Edge ids to leave out.")
+
+
+class ClustersParams(BaseModel):
+    """Parameters of a ``clusters`` job: cut the minimum spanning forest (give exactly one of the two)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    k: StrictInt | None = Field(
+        None,
+        ge=1,
+        description="Number of clusters: the heaviest forest edges go, by (weight, edge_id); at least the "
+        "graph's number of connected components.",
+    )
+    threshold: StrictInt | StrictFloat | None = Field(
+        None, description="Forest edges heavier than this go (flat single-linkage clusters at that height)."
+    )
+
+
+class DendrogramParams(BaseModel):
+    """A ``dendrogram`` job takes no parameters (the graph must be connected)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+TASK_PARAMS: dict[str, type[BaseModel]] = {
+    "mst": MstParams,
+    "components": ComponentsParams,
+    "clusters": ClustersParams,
+    "dendrogram": DendrogramParams,
+}
+
+
+class JobRequest(BaseModel):
+    """A job on a resident graph: a task and its parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: TaskName = Field(
+        description="'mst': spanning forest (edge ids, weights); 'components': component label of every "
+        "vertex; 'clusters': labels after cutting the minimum spanning forest; 'dendrogram': the "
+        "single-linkage dendrogram of a connected graph (a SciPy linkage matrix)."
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The task's parameters: MstParams, ComponentsParams, ClustersParams or DendrogramParams.",
+    )
+
+
+class WeightsPatch(BaseModel):
+    """New weights for some edges; the values must be exact in the graph's weight dtype."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    edge_ids: list[StrictInt] = Field(description="Edge ids (positions in the uploaded list).")
+    weights: list[StrictInt | StrictFloat] = Field(description="Their new weights (finite numbers).")
+
+
+class WeightsUpload(BaseModel):
+    """Every weight anew, as JSON (large graphs: a binary .npy body)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weight: list[StrictInt | StrictFloat] = Field(description="One weight per edge, in edge-id order.")
+    weight_dtype: WeightDtype | None = Field(None, description="As for uploads: the dtype to store them as.")
+
+
 class Residency(BaseModel):
     status: Literal["loading", "resident", "failed", "unplaced"] = Field(
         description="'resident' when the graph is in the worker's device memory."
@@ -52,6 +141,9 @@ class GraphOut(BaseModel):
     weight_dtype: WeightDtype
     source_format: str = Field(description="'json' or the upload's ?format=.")
     payload_bytes: int = Field(description="Bytes of the stored payload in the spool.")
+    weights_version: int = Field(
+        0, description="How many times the weights were replaced since the upload; jobs record the version."
+    )
     residency: Residency
 
 
@@ -65,15 +157,27 @@ class JobError(BaseModel):
 
 
 class JobSummary(BaseModel):
-    num_edges: int = Field(description="Edges in the forest (num_vertices - num_components).")
-    total_weight: int | float
-    num_components: int = Field(description="Connected components, isolated vertices included.")
-    compute_ms: float = Field(description="Time of the MST computation itself on the worker's device.")
+    num_edges: int = Field(
+        description="Edges in the forest (num_vertices - num_components); for 'clusters', the forest edges "
+        "kept; for 'dendrogram', the merges."
+    )
+    total_weight: int | float | None = Field(description="The forest's total weight ('mst' jobs only).")
+    num_components: int = Field(
+        description="Connected components, isolated vertices included; for 'clusters', the clusters."
+    )
+    compute_ms: float = Field(
+        description="Time of the computation itself on the worker's device (for a cached answer, the "
+        "time of the computation that produced it)."
+    )
+    cached: bool = Field(False, description="Answered from the stored result of an identical earlier job.")
 
 
 class JobOut(BaseModel):
     id: str
     graph_id: str
+    task: TaskName = "mst"
+    params: dict[str, Any] = Field(default_factory=dict, description="The task's parameters as given.")
+    weights_version: int = Field(0, description="The graph's weights version the job computes on.")
     status: JobStatusName
     created_at: datetime
     started_at: datetime | None
@@ -83,12 +187,24 @@ class JobOut(BaseModel):
 
 
 class ResultOut(JobSummary):
-    """A forest: edge ids (ascending positions in the uploaded list) and their weights."""
+    """A job's result: a forest (``mst``), labels (``components``, ``clusters``) or a linkage matrix."""
 
     job_id: str | None = Field(None, description="The job (absent for one-shot computations).")
     graph_id: str | None = Field(None, description="The graph (absent for one-shot computations).")
-    edge_ids: list[int]
-    weights: list[int | float]
+    task: TaskName = "mst"
+    edge_ids: list[int] | None = Field(
+        None, description="'mst': the forest's edge ids, ascending (positions in the uploaded list)."
+    )
+    weights: list[int | float] | None = Field(None, description="'mst': their weights.")
+    labels: list[int] | None = Field(
+        None,
+        description="'components', 'clusters': the label of every vertex, 0, 1, ... in the order of each "
+        "cluster's smallest vertex (as scipy.sparse.csgraph.connected_components numbers them).",
+    )
+    linkage: list[list[float]] | None = Field(
+        None,
+        description="'dendrogram': (n - 1) rows [cluster a, cluster b, height, size] (SciPy's format).",
+    )
 
 
 class Problem(BaseModel):

@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS graphs (
     weight_dtype  TEXT NOT NULL,
     source_format TEXT NOT NULL,
     payload_bytes INTEGER NOT NULL,
-    device_bytes  INTEGER NOT NULL
+    device_bytes  INTEGER NOT NULL,
+    weights_version INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS jobs (
     id             TEXT PRIMARY KEY,
@@ -62,11 +63,34 @@ CREATE TABLE IF NOT EXISTS jobs (
     num_edges      INTEGER,
     total_weight   TEXT,
     num_components INTEGER,
-    compute_ms     REAL
+    compute_ms     REAL,
+    task           TEXT NOT NULL DEFAULT 'mst',
+    params         TEXT NOT NULL DEFAULT '{}',
+    weights_version INTEGER NOT NULL DEFAULT 0,
+    cached         INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created_at);
 CREATE INDEX IF NOT EXISTS jobs_by_graph ON jobs (graph_id);
 """
+
+#: columns added after the first release: (table, column, declaration), added to older databases
+_ADDED_COLUMNS = (
+    ("graphs", "weights_version", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "task", "TEXT NOT NULL DEFAULT 'mst'"),
+    ("jobs", "params", "TEXT NOT NULL DEFAULT '{}'"),
+    ("jobs", "weights_version", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "cached", "INTEGER NOT NULL DEFAULT 0"),
+)
+_CACHE_INDEX = "CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs (graph_id, weights_version, task, params)"
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Add the columns a database made by an older version lacks (their defaults fit old rows)."""
+    for table, column, declaration in _ADDED_COLUMNS:
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+    db.execute(_CACHE_INDEX)
 
 
 def new_id(prefix: str) -> str:
@@ -84,6 +108,8 @@ class GraphRecord:
     source_format: str
     payload_bytes: int
     device_bytes: int
+    #: how many times the weights were replaced since the upload
+    weights_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -100,6 +126,14 @@ class JobRecord:
     total_weight: int | float | None = None
     num_components: int | None = None
     compute_ms: float | None = None
+    #: what the job computes (``mst``, ``components``, ``clusters``, ``dendrogram``) and with what
+    task: str = "mst"
+    #: the task's parameters as canonical JSON (sorted keys), the cache key with the weights version
+    params: str = "{}"
+    #: the graph's weights version the job was submitted against (and computes on)
+    weights_version: int = 0
+    #: answered from an identical earlier job's result (``compute_ms`` is that computation's)
+    cached: bool = False
 
     @property
     def finished(self) -> bool:
@@ -120,6 +154,7 @@ def _job_from_row(row: sqlite3.Row) -> JobRecord:
     for name in _REAL_COLUMNS:  # RETURNING hands back 1.0 as 1: no column affinity applied
         if values[name] is not None:
             values[name] = float(values[name])
+    values["cached"] = bool(values["cached"])
     return JobRecord(**values)
 
 
@@ -166,6 +201,7 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        _migrate(self._db)
 
     def close(self) -> None:
         with self._lock:
@@ -220,12 +256,39 @@ class Store:
             rows = self._db.execute("SELECT * FROM graphs ORDER BY created_at, id").fetchall()
         return [GraphRecord(**dict(r)) for r in rows]
 
+    def set_graph_weights(
+        self, graph_id: str, version: int, weight_dtype: str | None = None
+    ) -> GraphRecord | None:
+        """Record a graph's weights version (and new dtype; their file is already in place)."""
+        with self._lock:
+            rows = self._db.execute(
+                "UPDATE graphs SET weights_version = MAX(weights_version, ?), "
+                "weight_dtype = COALESCE(?, weight_dtype) WHERE id = ? RETURNING *",
+                (version, weight_dtype, graph_id),
+            ).fetchall()
+        return GraphRecord(**dict(rows[0])) if rows else None
+
+    def weights_path(self, graph_id: str) -> Path:
+        """The graph's current weights when they were replaced after the upload (an ``.npy``)."""
+        return self.graph_dir / f"{graph_id}.weights.npy"
+
+    def find_cached(self, graph_id: str, weights_version: int, task: str, params: str) -> JobRecord | None:
+        """The latest succeeded job of the same task, parameters and weights, if any."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT * FROM jobs WHERE graph_id = ? AND weights_version = ? AND task = ? AND params = ? "
+                "AND status = 'succeeded' ORDER BY finished_at DESC LIMIT 1",
+                (graph_id, weights_version, task, params),
+            ).fetchone()
+        return None if row is None else _job_from_row(row)
+
     def delete_graph(self, graph_id: str) -> bool:
         """Delete the record, then its payload; True when there was one."""
         with self._tx() as db:
             gone = db.execute("DELETE FROM graphs WHERE id = ?", (graph_id,)).rowcount > 0
         if gone:
             self.graph_path(graph_id).unlink(missing_ok=True)
+            self.weights_path(graph_id).unlink(missing_ok=True)
         return gone
 
     # -- jobs ---------------------------------------------------------------------------------
@@ -310,7 +373,7 @@ class Store:
             leftover.unlink(missing_ok=True)
         known_graphs = {g.id for g in self.list_graphs()}
         for path in self.graph_dir.iterdir():
-            if path.stem not in known_graphs:
+            if path.name.split(".", 1)[0] not in known_graphs:
                 path.unlink(missing_ok=True)
         with self._lock:
             done = {r[0] for r in self._db.execute("SELECT id FROM jobs WHERE status = 'succeeded'")}

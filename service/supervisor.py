@@ -72,6 +72,8 @@ class Residency:
     status: Literal["loading", "resident", "failed"]
     device_bytes: int
     error: str | None = None
+    #: weight updates queued so far: the version a job submitted now computes on
+    weights_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ class GraphSource:
     graph_id: str
     path: str
     num_vertices: int | None
+    #: the weights that replaced the uploaded ones (``.npy``), if any
+    weights_path: str | None = None
 
 
 class WorkerHandle:
@@ -239,7 +243,9 @@ class WorkerHandle:
             self.graphs.pop(graph_id, None)
             return asyncio.sleep(0)
         residency.status = "loading"
-        fut = self._send(worker_module.LOAD, graph_id, source.path, "npz", source.num_vertices, None)
+        fut = self._send(
+            worker_module.LOAD, graph_id, source.path, "npz", source.num_vertices, None, source.weights_path
+        )
         generation = self.generation
 
         async def settle() -> None:
@@ -651,13 +657,14 @@ class Supervisor:
                 return handle
         return None
 
-    def place_existing(self, graph_ids: Iterable[tuple[str, int]]) -> None:
-        """Place stored graphs (id, device bytes) at start-up; each worker reloads its own when ready."""
-        for graph_id, nbytes in graph_ids:
+    def place_existing(self, graph_ids: Iterable[tuple[str, int, int]]) -> None:
+        """Place stored graphs (id, device bytes, weights version) at start-up; each worker reloads
+        its own when ready."""
+        for graph_id, nbytes, version in graph_ids:
             handle = max(
                 self.workers,
                 key=lambda w: (-sum(r.device_bytes for r in w.graphs.values()), -len(w.graphs), -w.index),
             )
-            handle.graphs[graph_id] = Residency(graph_id, "loading", nbytes)
+            handle.graphs[graph_id] = Residency(graph_id, "loading", nbytes, weights_version=version)
             if handle.accepting:
                 handle._background(handle._reload(graph_id))

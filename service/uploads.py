@@ -27,7 +27,7 @@ from fastapi import Request
 from pydantic import ValidationError
 
 from .errors import InvalidRequestError, InvalidUploadError, PayloadTooLargeError, UnsupportedMediaTypeError
-from .models import GraphUpload
+from .models import GraphUpload, WeightsPatch, WeightsUpload
 from .settings import Settings
 from .store import SpoolFile, Store
 
@@ -215,3 +215,89 @@ async def _receive_json(request: Request, store: Store, settings: Settings) -> U
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     done.set_result(None)
     return Upload(path, "npz", path.stat().st_size, "json", done)
+
+
+def _json_weights_file(body: bytes, path: Path, partial: bool) -> str:
+    """Write a JSON weights body as the worker reads it: ``.npy`` (all) or ``.npz`` (some); the format."""
+    model: type[WeightsPatch] | type[WeightsUpload] = WeightsPatch if partial else WeightsUpload
+    try:
+        upload = model.model_validate_json(body)
+    except ValidationError as exc:
+        raise _validation_problem(exc) from None
+    with open(path, "wb") as f:
+        if isinstance(upload, WeightsPatch):
+            if len(upload.edge_ids) != len(upload.weights):
+                raise InvalidUploadError(
+                    f"'edge_ids' and 'weights' must have the same length, got {len(upload.edge_ids)} "
+                    f"and {len(upload.weights)}.",
+                    field="weights",
+                )
+            np.savez(
+                f, edge_ids=_ids(upload.edge_ids, "edge_ids"), weights=weights_array(upload.weights, None)
+            )
+            fmt = "npz"
+        else:
+            np.save(f, weights_array(upload.weight, upload.weight_dtype), allow_pickle=False)
+            fmt = "npy"
+        f.flush()
+        os.fsync(f.fileno())
+    return fmt
+
+
+async def receive_weights(
+    request: Request, store: Store, settings: Settings, fmt: str | None, partial: bool
+) -> Upload:
+    """Store the body of a weights update in the spool: JSON, or binary ``.npy`` (all) / ``.npz``."""
+    kind = media_type(request)
+    if kind == "application/json" or kind.endswith("+json"):
+        if fmt is not None:
+            raise InvalidRequestError(
+                "?format= applies to binary bodies (application/octet-stream), not to JSON.", field="format"
+            )
+        body = await _read_limited(request, settings.max_json_bytes)
+        path = store.tmp_path(".weights")
+        try:
+            fmt = await asyncio.to_thread(_json_weights_file, body, path, partial)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+            raise
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return Upload(path, fmt, path.stat().st_size, "json", done)
+    if kind == "application/octet-stream":
+        fmt = fmt or ("npz" if partial else "npy")
+        if partial and fmt != "npz":
+            raise InvalidRequestError(
+                "a partial weights update is an npz of 'edge_ids' and 'weights' (?format=npz).",
+                field="format",
+            )
+        return await _receive_binary(request, store, settings.max_upload_bytes, fmt)
+    raise UnsupportedMediaTypeError(
+        f"Content-Type {kind or '(none)'!r} is not accepted; send application/json or an "
+        "application/octet-stream body (?format=npy for every weight, npz for edge_ids + weights).",
+        field="content-type",
+    )
+
+
+def check_weights_header(upload: Upload, num_edges: int) -> None:
+    """Refuse a full ``.npy`` replacement of the wrong length or dtype before the worker sees it."""
+    if upload.format != "npy":
+        return
+    try:
+        with open(upload.path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+    except (ValueError, OSError, EOFError) as exc:
+        upload.discard()
+        raise InvalidUploadError(f"the body is not an .npy file: {exc}", field="body") from None
+    if dtype.hasobject or dtype.kind not in "iuf" or shape != (num_edges,):
+        upload.discard()
+        raise InvalidUploadError(
+            f"the weights must be a one-dimensional array of {num_edges} numbers (one per edge); the .npy "
+            f"holds shape {shape} of dtype {dtype}.",
+            field="body",
+        )

@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run 
 # request operations
 LOAD = "load"
 MST = "mst"
+WEIGHTS = "weights"
 ONESHOT = "oneshot"
 DROP = "drop"
 PING = "ping"
@@ -129,6 +130,31 @@ def _portable(exc: BaseException) -> BaseException:
     if isinstance(exc, (MSTError, ServiceError)):
         return exc
     return WorkerInternalError(f"{type(exc).__name__}: {exc}")
+
+
+def _read_weights(path: str, fmt: str) -> tuple[Any, Any]:
+    """(edge ids or None, weights) of a weights file: an ``.npy`` of every weight, or an ``.npz``
+    with ``weight`` (every weight) or ``edge_ids`` and ``weights`` (some). Never unpickles."""
+    import numpy as np
+
+    from .errors import InvalidUploadError
+
+    try:
+        if fmt == "npy":
+            return None, np.load(path, mmap_mode="r", allow_pickle=False)
+        with np.load(path, allow_pickle=False) as npz:
+            names = set(npz.files)
+            if names == {"weight"}:
+                return None, npz["weight"]
+            if names == {"edge_ids", "weights"}:
+                return npz["edge_ids"], npz["weights"]
+    except (ValueError, OSError, EOFError) as exc:
+        raise InvalidUploadError(f"the weights file cannot be read as {fmt}: {exc}", field="body") from None
+    raise InvalidUploadError(
+        f"an npz of weights holds either 'weight' (every weight) or 'edge_ids' and 'weights' (some); "
+        f"this one holds {sorted(names)}.",
+        field="body",
+    )
 
 
 def _host_memory() -> tuple[int, int]:
@@ -212,6 +238,7 @@ class _Worker:
         handlers: dict[str, Callable[..., dict[str, Any] | Reply]] = {
             LOAD: self.load,
             MST: self.mst,
+            WEIGHTS: self.weights,
             ONESHOT: self.oneshot,
             DROP: self.drop,
             PING: self.ping,
@@ -306,25 +333,63 @@ class _Worker:
         }
 
     def load(
-        self, graph_id: str, path: str, fmt: str, num_vertices: int | None, canonical: str | None
+        self,
+        graph_id: str,
+        path: str,
+        fmt: str,
+        num_vertices: int | None,
+        canonical: str | None,
+        weights: str | None = None,
     ) -> dict[str, Any]:
-        """Make a graph resident from a spool file; with ``canonical``, also write it there as npz."""
+        """Make a graph resident from a spool file; with ``canonical``, also write it there as npz.
+
+        ``weights``: an ``.npy`` of weights that replaced the uploaded ones (a reload after an update).
+        """
         edges, graph = self._read(path, fmt, num_vertices)
         if canonical is not None:
             self._write_canonical(edges, graph.num_vertices, canonical)
         del edges
+        if weights is not None:
+            graph.set_weights(_read_weights(weights, "npy")[1])
         graph.prepare()  # the first run's one-time work (GPU: iteration count, CUDA graph) happens here
         self.graphs[graph_id] = graph
         return self._summary(graph)
 
+    def weights(self, graph_id: str, path: str, fmt: str, out: str | None, expected: int) -> dict[str, Any]:
+        """New weights for a resident graph from a spool file (all of them, or ``edge_ids`` + ``weights``).
+
+        ``expected``: the weights version the graph has now (the API's record); it becomes
+        ``expected + 1``. ``out``: where to write the complete new weights as ``.npy`` (fsynced),
+        when the file received is not that already (a partial update, or an npz).
+        """
+        graph = self._resident(graph_id)
+        edge_ids, values = _read_weights(path, fmt)
+        if edge_ids is None:
+            graph.set_weights(values)
+        else:
+            graph.update_weights(edge_ids, values)
+        del edge_ids, values
+        if out is not None:
+            import numpy as np
+
+            host = graph.weights()
+            with open(out, "wb") as f:
+                np.save(f, host, allow_pickle=False)
+                f.flush()
+                os.fsync(f.fileno())
+        graph.prepare()  # learn and capture the new order's run now, not on the next job's path
+        summary = self._summary(graph)
+        summary["weights_version"] = expected + 1
+        return summary
+
+    def _resident(self, graph_id: str) -> gpu_core.Graph:
+        graph = self.graphs.get(graph_id)
+        if graph is None:
+            raise WorkerInternalError(f"graph {graph_id} is not resident on worker {self.config.index}.")
+        return graph
+
     def _write_result(self, forest: Any, result_path: str) -> None:
-        tmp = self.tmp_dir / f"{os.path.basename(result_path)}.{os.getpid()}.part"
-        try:
-            npzio.write_npz_file(tmp, {"edge_ids": forest.edge_ids, "weights": forest.weights})
-            os.replace(tmp, result_path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        self._write_arrays({"edge_ids": forest.edge_ids, "weights": forest.weights}, result_path)
 
     @staticmethod
     def _forest_summary(forest: Any) -> dict[str, Any]:
@@ -336,13 +401,49 @@ class _Worker:
             "weight_dtype": str(forest.weights.dtype),
         }
 
-    def mst(self, graph_id: str, result_path: str) -> Reply:
-        """The forest's summary now; its file at ``result_path`` right after the reply."""
-        graph = self.graphs.get(graph_id)
-        if graph is None:
-            raise WorkerInternalError(f"graph {graph_id} is not resident on worker {self.config.index}.")
-        forest = graph.minimum_spanning_forest()
-        return Reply(self._forest_summary(forest), lambda: self._write_result(forest, result_path))
+    def mst(
+        self, graph_id: str, result_path: str, task: str = "mst", params: dict[str, Any] | None = None
+    ) -> Reply:
+        """The result's summary now; its file at ``result_path`` right after the reply.
+
+        ``task`` (with ``params``): ``mst`` (objective, exclude), ``components`` (exclude),
+        ``clusters`` (k or threshold) or ``dendrogram``.
+        """
+        graph = self._resident(graph_id)
+        params = params or {}
+        if task == "mst":
+            forest = graph.minimum_spanning_forest(
+                objective=params.get("objective", "min"), exclude=params.get("exclude")
+            )
+            return Reply(self._forest_summary(forest), lambda: self._write_result(forest, result_path))
+        started = time.perf_counter()
+        arrays: dict[str, Any]
+        summary: dict[str, Any]
+        if task == "dendrogram":
+            linkage = graph.single_linkage()
+            arrays = {"linkage": linkage}
+            summary = {"num_edges": int(linkage.shape[0]), "num_components": 1}
+        else:
+            if task == "components":
+                labels = graph.component_labels(exclude=params.get("exclude"))
+            elif task == "clusters":
+                labels = graph.cluster_labels(k=params.get("k"), threshold=params.get("threshold"))
+            else:
+                raise WorkerInternalError(f"unknown task {task!r}.")
+            arrays = {"labels": labels}
+            clusters = int(labels.max()) + 1 if labels.size else 0
+            summary = {"num_edges": graph.num_vertices - clusters, "num_components": clusters}
+        summary.update(total_weight=None, compute_ms=(time.perf_counter() - started) * 1e3)
+        return Reply(summary, lambda: self._write_arrays(arrays, result_path))
+
+    def _write_arrays(self, arrays: dict[str, Any], result_path: str) -> None:
+        tmp = self.tmp_dir / f"{os.path.basename(result_path)}.{os.getpid()}.part"
+        try:
+            npzio.write_npz_file(tmp, arrays)
+            os.replace(tmp, result_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def oneshot(self, path: str, fmt: str, num_vertices: int | None, result_path: str) -> dict[str, Any]:
         edges, graph = self._read(path, fmt, num_vertices)

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
+from pydantic import ValidationError
 
 from ..encoders import job_response
-from ..models import GraphFormat, GraphList, GraphOut, JobOut
-from ..uploads import receive_graph
+from ..errors import InvalidParamsError
+from ..models import (
+    TASK_PARAMS,
+    GraphFormat,
+    GraphList,
+    GraphOut,
+    JobOut,
+    JobRequest,
+    Objective,
+    WeightsFormat,
+)
+from ..uploads import check_weights_header, receive_graph, receive_weights
 from .deps import CatalogDep, Services, ServicesDep, services_of
-from .docs import graph_upload_body, problems
+from .docs import BINARY_SCHEMA, graph_upload_body, problems
 
 router = APIRouter(prefix="/v1/graphs", tags=["graphs"])
 
@@ -76,38 +87,168 @@ async def delete_graph(graph_id: str, catalog: CatalogDep) -> Response:
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
+_WAIT = Query(
+    ge=0,
+    allow_inf_nan=False,
+    description="Block up to this many seconds (capped by MST_MAX_WAIT_S) for the job to finish.",
+)
+_CACHE = Query(
+    description="true: answer from the stored result of an identical earlier job on the same weights when "
+    "there is one (the job says cached: true, with that computation's compute_ms). Default false: compute.",
+)
+_SUBMITTED = {
+    200: {"model": JobOut, "description": "The job finished within ?wait= seconds (or came from the cache)."},
+    **problems(404, 422, 503),
+}
+
+
 @router.post(
     "/{graph_id}/mst",
     operation_id="submitMstJob",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
     summary="Submit an MST job",
-    responses={
-        200: {"model": JobOut, "description": "The job finished within ?wait= seconds."},
-        **problems(404, 422, 503),
-    },
+    responses=_SUBMITTED,
 )
 async def submit_job(
     request: Request,
     graph_id: str,
-    wait: Annotated[
-        float,
-        Query(
-            ge=0,
-            description="Block up to this many seconds (capped by MST_MAX_WAIT_S) for the job to finish.",
-        ),
-    ] = 0.0,
+    wait: Annotated[float, _WAIT] = 0.0,
+    objective: Annotated[
+        Objective, Query(description="'min' (default) or 'max': the maximum spanning forest.")
+    ] = "min",
+    cache: Annotated[bool, _CACHE] = False,
 ) -> Response:
-    """Queue a minimum-spanning-forest job: 202 with the job, or 200 with the job finished within ?wait."""
-    return await submit_response(services_of(request), graph_id, wait)
+    """Queue a spanning-forest job: 202 with the job, or 200 with the job finished within ?wait."""
+    params = {} if objective == "min" else {"objective": objective}
+    return await submit_response(services_of(request), graph_id, wait, params=params, cache=cache)
 
 
-async def submit_response(services: Services, graph_id: str, wait: float) -> Response:
+@router.post(
+    "/{graph_id}/jobs",
+    operation_id="submitJob",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobOut,
+    summary="Submit a job of any task",
+    responses=_SUBMITTED,
+)
+async def submit_task(
+    request: Request,
+    graph_id: str,
+    job: JobRequest,
+    wait: Annotated[float, _WAIT] = 0.0,
+    cache: Annotated[bool, _CACHE] = False,
+) -> Response:
+    """Queue a job on the graph: a forest (``mst``: min or max, optionally without some edges),
+    ``components``, ``clusters`` (k or a threshold) or the single-linkage ``dendrogram``."""
+    services = services_of(request)
+    params = task_params(job.task, job.params)
+    if "exclude" in params:
+        num_edges = services.catalog.get(graph_id).num_edges
+        bad = next((i for i, e in enumerate(params["exclude"]) if not 0 <= e < num_edges), None)
+        if bad is not None:
+            raise InvalidParamsError(
+                f"'params.exclude[{bad}]' = {params['exclude'][bad]} is not an edge id of graph {graph_id} "
+                f"(it has {num_edges} edges).",
+                field="params.exclude",
+                index=bad,
+            )
+    return await submit_response(services, graph_id, wait, job.task, params, cache)
+
+
+def task_params(task: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A task's parameters, validated by its model; the values given, defaults left out."""
+    try:
+        model = TASK_PARAMS[task].model_validate(params)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in ("params", *first.get("loc", ())))
+        raise InvalidParamsError(f"'{where}': {first.get('msg', 'invalid value')}.", field=where) from None
+    chosen = model.model_dump(exclude_defaults=True)
+    if task == "clusters" and (("k" in chosen) == ("threshold" in chosen)):
+        raise InvalidParamsError(
+            "a 'clusters' job takes exactly one of 'params.k' and 'params.threshold'.", field="params"
+        )
+    return chosen
+
+
+async def submit_response(
+    services: Services,
+    graph_id: str,
+    wait: float,
+    task: str = "mst",
+    params: dict[str, Any] | None = None,
+    cache: bool = False,
+) -> Response:
     """Submit a job and wait up to ``wait`` seconds for it (also served by :mod:`service.fastpath`)."""
-    job = services.jobs.submit(graph_id, publish=wait <= 0)
+    job = services.jobs.submit(graph_id, task=task, params=params, publish=wait <= 0, cache=cache)
     if wait > 0:
         job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
         if not job.finished:
             job = services.jobs.publish(job.id)  # its id goes out with this 202
     code = status.HTTP_200_OK if job.finished else status.HTTP_202_ACCEPTED
     return job_response(job, code, {"Location": f"/v1/jobs/{job.id}"})
+
+
+def _weights_body(description: str, json_schema: str) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{json_schema}"}},
+                "application/octet-stream": {"schema": BINARY_SCHEMA, "description": description},
+            },
+        }
+    }
+
+
+async def _update_weights(
+    request: Request, services: Services, graph_id: str, fmt: str | None, partial: bool
+) -> GraphOut:
+    record = services.catalog.get(graph_id)
+    upload = await receive_weights(request, services.store, services.settings, fmt, partial)
+    check_weights_header(upload, record.num_edges)
+    updated = await services.catalog.update_weights(graph_id, upload, partial)
+    return services.catalog.describe(updated)
+
+
+@router.put(
+    "/{graph_id}/weights",
+    operation_id="replaceWeights",
+    response_model=GraphOut,
+    summary="Replace every weight",
+    openapi_extra=_weights_body(
+        "An .npy of one weight per edge (?format=npy, default; any supported dtype, which becomes the "
+        "graph's), or an .npz with a 'weight' array (?format=npz).",
+        "WeightsUpload",
+    ),
+    responses=problems(400, 404, 413, 415, 422, 503),
+)
+async def replace_weights(
+    request: Request,
+    graph_id: str,
+    format: Annotated[
+        WeightsFormat | None, Query(description="Format of a binary body; default npy.")
+    ] = None,
+) -> GraphOut:
+    """New weights for every edge; the topology stays resident and only what depends on the order is
+    rebuilt. Jobs submitted before this request compute on the old weights, jobs submitted after it
+    returns on the new ones (``weights_version``)."""
+    return await _update_weights(request, services_of(request), graph_id, format, partial=False)
+
+
+@router.patch(
+    "/{graph_id}/weights",
+    operation_id="updateWeights",
+    response_model=GraphOut,
+    summary="Change some weights",
+    openapi_extra=_weights_body("An .npz of arrays 'edge_ids' and 'weights' (?format=npz).", "WeightsPatch"),
+    responses=problems(400, 404, 413, 415, 422, 503),
+)
+async def update_weights(
+    request: Request,
+    graph_id: str,
+    format: Annotated[WeightsFormat | None, Query(description="Format of a binary body: npz.")] = None,
+) -> GraphOut:
+    """New weights for the given edges (exact in the graph's weight dtype); as for PUT otherwise."""
+    return await _update_weights(request, services_of(request), graph_id, format, partial=True)

@@ -15,6 +15,9 @@ OPERATIONS = {
     ("get", "/v1/graphs/{graph_id}"): "getGraph",
     ("delete", "/v1/graphs/{graph_id}"): "deleteGraph",
     ("post", "/v1/graphs/{graph_id}/mst"): "submitMstJob",
+    ("post", "/v1/graphs/{graph_id}/jobs"): "submitJob",
+    ("put", "/v1/graphs/{graph_id}/weights"): "replaceWeights",
+    ("patch", "/v1/graphs/{graph_id}/weights"): "updateWeights",
     ("get", "/v1/jobs/{job_id}"): "getJob",
     ("get", "/v1/jobs/{job_id}/result"): "getJobResult",
     ("delete", "/v1/jobs/{job_id}"): "cancelJob",
@@ -63,6 +66,10 @@ def test_binary_media_types_are_documented(spec: dict) -> None:
     formats = next(p for p in paths["/v1/graphs"]["post"]["parameters"] if p["name"] == "format")
     assert "npz" in json.dumps(formats)
     assert "GraphUpload" in spec["components"]["schemas"]
+    for method, schema in (("put", "WeightsUpload"), ("patch", "WeightsPatch")):
+        content = paths["/v1/graphs/{graph_id}/weights"][method]["requestBody"]["content"]
+        assert content["application/json"]["schema"] == {"$ref": f"#/components/schemas/{schema}"}
+        assert schema in spec["components"]["schemas"]
 
 
 def test_errors_are_documented_as_problem_json(spec: dict) -> None:
