@@ -23,15 +23,6 @@ import numpy as np
 from .errors import GraphValidationError
 
 
-def _scatter_min(xp: ModuleType, target: Any, index: Any, values: Any) -> None:
-    if xp is np:
-        np.minimum.at(target, index, values)
-    else:
-        import cupyx
-
-        cupyx.scatter_min(target, index, values)
-
-
 def forest_components(xp: ModuleType, n: int, u: Any, v: Any) -> Any:
     """Component labels (int64) of ``n`` vertices joined by the edges ``(u[i], v[i])``."""
     parent = xp.arange(n, dtype=xp.int64)
@@ -43,7 +34,7 @@ def forest_components(xp: ModuleType, n: int, u: Any, v: Any) -> Any:
         if not bool(crossing.any()):
             break
         u, v, pu, pv = u[crossing], v[crossing], pu[crossing], pv[crossing]
-        _scatter_min(xp, parent, xp.maximum(pu, pv), xp.minimum(pu, pv))
+        xp.minimum.at(parent, xp.maximum(pu, pv), xp.minimum(pu, pv))
         while True:  # pointer jumping until every vertex points at its root
             jumped = parent[parent]
             if bool((jumped == parent).all()):

@@ -398,7 +398,7 @@ class GpuGraph:
         key = self._objective
         if skip is None:
             if key in self._pairs and key not in self._graph_exec:
-                self.prepare()
+                self.prepare(key)
             graph_exec = self._graph_exec.get(key)
             if graph_exec is not None:
                 graph_exec.launch(self._stream)

@@ -135,6 +135,10 @@ class Graph:
         """Bytes the prepared graph holds (device memory on the GPU backend)."""
         return self._impl.nbytes
 
+    def weights(self) -> np.ndarray[Any, Any]:
+        """The current weights, in edge-id order, as a host array of their own."""
+        return np.array(self._impl.to_host(self._impl.weight)[0], copy=True)
+
     @property
     def weights_version(self) -> int:
         """How many times the weights were changed since the graph was built (0 at first)."""

@@ -253,3 +253,25 @@ def test_cached_answers(live: LiveServer) -> None:
     live.client.patch(f"/v1/graphs/{graph_id}/weights", json={"edge_ids": [0], "weights": [-(10**12)]})
     after = live.client.post(f"/v1/graphs/{graph_id}/mst", params={"wait": 30, "cache": "true"}).json()
     assert after["result"]["cached"] is False and after["weights_version"] == 1
+
+
+@pytest.mark.gpu
+def test_queries_on_the_gpu_backend(server_factory: ServerFactory) -> None:
+    """The same answers from a GPU worker: max, what-if, components, clusters, dendrogram, new weights."""
+    server = server_factory(MST_BACKEND="gpu")
+    test_max_forest_and_what_if(server)
+    test_components_and_clusters(server)
+    graph = random_graph(12, 3000, 40_000, dtype="int64", num_weights=50)
+    graph_id = upload(server, graph)
+    new = np.random.default_rng(2).integers(-100, 100, graph.num_edges).astype(np.float64)
+    before = [server.submit(graph_id).json() for _ in range(4)]
+    response = server.client.put(
+        f"/v1/graphs/{graph_id}/weights", content=npy_body(new), headers={"content-type": OCTET}
+    )
+    assert response.status_code == 200, response.text
+    after = server.submit(graph_id, wait=30).json()
+    for job in before:
+        assert server.poll(job["id"])["weights_version"] == 0
+        assert server.client.get(f"/v1/jobs/{job['id']}/result").json()["edge_ids"] == kruskal(graph)
+    assert after["weights_version"] == 1
+    assert server.client.get(f"/v1/jobs/{after['id']}/result").json()["edge_ids"] == kruskal(graph, new)
