@@ -257,45 +257,34 @@ class GpuGraph:
 
         Only what depends on the order is rebuilt, in place (so captured CUDA graphs of other
         orders stay valid): the rank map, each slot's rank, and within every row the split
-        between the slots under the filter threshold and the rest (a stable partition, from
-        prefix sums; nothing is sorted but the edges themselves).
+        between the slots under the filter threshold and the rest: a stable partition per row
+        (kernels ``assign_ranks`` and ``partition_rows``); nothing is sorted but the edges.
         """
         cp = _cupy()
-        m, k = self.num_edges, self.num_loop_free
+        m, k, n = self.num_edges, self.num_loop_free, self.num_vertices
         if k == 0:
             return
+        order = cp.ascontiguousarray(order, dtype=cp.int64)
         nonloop = cp.zeros(m, dtype=cp.bool_)
         nonloop[self.rank_to_id] = True
-        new_rank_to_id = order[nonloop[order]].astype(cp.int32)
+        below = cp.empty(m, dtype=cp.int32)  # non-loop edges before each position of the order
+        below[0] = 0
+        if m > 1:
+            cp.cumsum(nonloop[order[:-1]], dtype=cp.int32, out=below[1:])
         rank_of_id = cp.empty(m, dtype=cp.int32)
-        rank_of_id[new_rank_to_id] = cp.arange(k, dtype=cp.int32)
-        slot_rank = rank_of_id[self.rank_to_id[self.adj[:, 1]]]
-        del rank_of_id, nonloop
-        self.rank_to_id[...] = new_rank_to_id
-        del new_rank_to_id
-        slots = 2 * k
-        light = (slot_rank < self.threshold).astype(cp.int32)
-        before = cp.empty(slots + 1, dtype=cp.int32)  # light slots before each slot (exclusive scan)
-        before[0] = 0
-        cp.cumsum(light, dtype=cp.int32, out=before[1:])
-        row_ptr = self.row_ptr
-        light_start = before[row_ptr[:-1]]
-        new_split = row_ptr[:-1] + (before[row_ptr[1:]] - light_start)
-        slot = cp.arange(slots, dtype=cp.int32)
-        row = (cp.searchsorted(row_ptr[1:], slot, side="right")).astype(cp.int32)
-        light_in_row = before[:-1] - light_start[row]
-        target = cp.where(
-            light.astype(cp.bool_),
-            row_ptr[row] + light_in_row,
-            new_split[row] + (slot - row_ptr[row]) - light_in_row,
+        new_rank_to_id = cp.empty(k, dtype=cp.int32)
+        kernel("assign_ranks")(
+            self._grid(m), (BLOCK,), (order, below, nonloop, np.int32(m), rank_of_id, new_rank_to_id)
         )
-        del before, light, light_start, row, light_in_row, slot
+        del order, below, nonloop
         moved = cp.empty_like(self.adj)
-        moved[target, 0] = self.adj[:, 0]
-        moved[target, 1] = slot_rank
-        del target, slot_rank
+        kernel("partition_rows")(
+            self._grid(n), (BLOCK,),
+            (self.row_ptr, self.adj, self.rank_to_id, rank_of_id, np.int32(self.threshold), np.int32(n),
+             moved, self.split),
+        )  # fmt: skip
+        self.rank_to_id[...] = new_rank_to_id
         self.adj[...] = moved
-        self.split[...] = new_split
 
     def _ensure_order(self, objective: Objective) -> None:
         """Make the CSR's ranks follow ``objective``'s order (a re-rank when it is another one)."""

@@ -283,6 +283,92 @@ extern "C" __global__ void link_lightest(const Item* __restrict__ items, const i
 }
 
 // ---------------------------------------------------------------------------------------
+// Re-ranking a resident graph (new weights, or the other order): the CSR's structure stays,
+// every slot gets its edge's new rank, and every row is stably partitioned into the slots
+// under the filter threshold and the rest (`split`). Two kernels; the sort of the edges by
+// their new order (CUB, through CuPy) and one prefix sum come before them.
+
+// order[i] is the edge id of the i-th edge in the new order; below[i] counts the non-loop edges
+// among order[0..i) (an exclusive prefix sum of nonloop[order]). Writes the rank of every
+// non-loop edge id and the rank -> edge id map.
+extern "C" __global__ void assign_ranks(const long long* __restrict__ order, const int* __restrict__ below,
+                                        const bool* __restrict__ nonloop, int m, int* __restrict__ rank_of_id,
+                                        int* __restrict__ rank_to_id) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < m; i += grid_stride()) {
+    const int id = static_cast<int>(order[i]);
+    if (nonloop[id]) {
+      const int r = below[i];
+      rank_of_id[id] = r;
+      rank_to_id[r] = id;
+    }
+  }
+}
+
+// Slot s of row v holds {neighbour, old rank}; its new rank is rank_of_id[old_rank_to_id[old rank]].
+// Each row is written to `out` with its light slots (new rank < threshold) first, in slot order,
+// then the rest; split[v] = where the rest start. Rows under a warp's width go to their own
+// lane, longer rows to the whole warp, 32 slots at a time (ballots give the positions).
+extern "C" __global__ void partition_rows(const int* __restrict__ row_ptr, const int2* __restrict__ adj,
+                                          const int* __restrict__ old_rank_to_id,
+                                          const int* __restrict__ rank_of_id, int threshold, int n,
+                                          int2* __restrict__ out, int* __restrict__ split) {
+  const int lane = lane_id();
+  const unsigned below_lane = (1u << lane) - 1u;
+  for (int first = warp_start(); first < n; first += grid_stride()) {
+    const int v = first + lane;
+    const int beg = v < n ? row_ptr[v] : 0;
+    const int end = v < n ? row_ptr[v + 1] : 0;
+    const bool by_lane = end - beg < kWarpSize;
+    if (v < n && by_lane) {
+      int light = 0;
+      for (int s = beg; s < end; ++s) light += rank_of_id[old_rank_to_id[adj[s].y]] < threshold;
+      int lo = beg;
+      int hi = beg + light;
+      for (int s = beg; s < end; ++s) {
+        const int2 e = adj[s];
+        const int r = rank_of_id[old_rank_to_id[e.y]];
+        out[r < threshold ? lo++ : hi++] = make_int2(e.x, r);
+      }
+      split[v] = beg + light;
+    }
+    unsigned pending = __ballot_sync(FULL_MASK, v < n && !by_lane);
+    while (pending) {
+      const int owner = __ffs(pending) - 1;
+      pending &= pending - 1;
+      const int row_beg = __shfl_sync(FULL_MASK, beg, owner);
+      const int row_end = __shfl_sync(FULL_MASK, end, owner);
+      int light = 0;
+      for (int chunk = row_beg; chunk < row_end; chunk += kWarpSize) {
+        const int s = chunk + lane;
+        const bool is_light = s < row_end && rank_of_id[old_rank_to_id[adj[s].y]] < threshold;
+        light += __popc(__ballot_sync(FULL_MASK, is_light));
+      }
+      int lo = row_beg;
+      int hi = row_beg + light;
+      for (int chunk = row_beg; chunk < row_end; chunk += kWarpSize) {
+        const int s = chunk + lane;
+        int2 e = make_int2(0, 0);
+        int r = 0;
+        if (s < row_end) {
+          e = adj[s];
+          r = rank_of_id[old_rank_to_id[e.y]];
+        }
+        const bool is_light = s < row_end && r < threshold;
+        const unsigned light_mask = __ballot_sync(FULL_MASK, is_light);
+        const unsigned heavy_mask = __ballot_sync(FULL_MASK, s < row_end && !is_light);
+        if (s < row_end) {
+          const int at = is_light ? lo + __popc(light_mask & below_lane) : hi + __popc(heavy_mask & below_lane);
+          out[at] = make_int2(e.x, r);
+        }
+        lo += __popc(light_mask);
+        hi += __popc(heavy_mask);
+      }
+      if (lane == owner) split[v] = row_beg + light;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // The forest as ascending edge ids: compaction of the in_forest bit set, in three kernels
 // (count per tile, scan the tile counts, write), so a whole run needs no sort and no host.
 

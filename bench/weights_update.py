@@ -1,0 +1,123 @@
+"""New weights for a resident graph versus uploading the graph again, end to end over HTTP.
+
+    python -m bench.weights_update [--scale 22] [--repeats 5] [--backend auto] [--json OUT.json]
+
+Starts ``python -m service`` on loopback and, on RMAT 2^scale (8 edges per vertex) with two sets
+of random int32 weights W0 and W1 taken in turn, times until the client holds the binary forest:
+
+* **re-upload**: ``POST /v1/graphs`` (npz of src, dst, weight), ``POST .../mst?wait=``, ``GET``
+  the result (npz), then ``DELETE`` the graph (not timed);
+* **update**: ``PUT /v1/graphs/{id}/weights`` (an ``.npy`` of the new weights), ``POST
+  .../mst?wait=``, ``GET`` the result.
+
+Each updated forest must equal (same arrays) the forest of the upload with the same weights.
+Medians of ``repeats``; the update's figure is also given as a share of the re-upload's
+(the target of issue 10: at most 25 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from .generators import Edges, rmat_topology
+from .service import NPZ, _body, _check, _fetch, _mst_request, npz_body, read_npz, running_server
+
+
+def _npy(array: np.ndarray[Any, Any]) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import httpx
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.weights_update", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--scale", type=int, default=22)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    topo = rmat_topology(args.scale, 8)
+    m = int(topo.src.shape[0])
+    rng = np.random.default_rng(3)
+    weights = [rng.integers(1, 2**24, m, dtype=np.int32) for _ in range(2)]
+    graphs = [Edges(topo.src, topo.dst, w, topo.num_vertices) for w in weights]
+    npz_bodies = [npz_body(g) for g in graphs]
+    npy_bodies = [_npy(w) for w in weights]
+    reupload_ms: list[float] = []
+    update_ms: list[float] = []
+    forests: dict[int, dict[str, np.ndarray[Any, Any]]] = {}
+
+    def same_forest(forest: Any, which: int) -> bool:
+        # arrays, not bytes: the npz's zip headers carry the time the file was written
+        got, want = read_npz(forest), forests[which]
+        return all(np.array_equal(got[k], want[k]) and got[k].dtype == want[k].dtype for k in want)
+
+    with (
+        running_server(args.backend, None, 600.0) as base,
+        httpx.Client(base_url=base, timeout=600) as client,
+    ):
+        for r in range(args.repeats):  # re-upload, end to end
+            which = r % 2
+            t0 = time.perf_counter()
+            body = _body(npz_bodies[which], NPZ)
+            graph = _check(client.post("/v1/graphs", **body, params={"format": "npz"}), 201).json()
+            job, _ = _mst_request(client, graph["id"], 600)
+            forest, _ = _fetch(client, job["id"], binary=True)
+            reupload_ms.append((time.perf_counter() - t0) * 1e3)
+            forests.setdefault(which, read_npz(forest))
+            if not same_forest(forest, which):
+                raise RuntimeError("two uploads of the same graph gave different forests")
+            _check(client.delete(f"/v1/graphs/{graph['id']}"), 204)
+        body = _body(npz_bodies[0], NPZ)
+        graph = _check(client.post("/v1/graphs", **body, params={"format": "npz"}), 201).json()
+        for r in range(args.repeats + 1):  # the first update warms the path up and is not counted
+            which = (r + 1) % 2
+            t0 = time.perf_counter()
+            _check(client.put(f"/v1/graphs/{graph['id']}/weights", **_body(npy_bodies[which], NPZ)), 200)
+            job, _ = _mst_request(client, graph["id"], 600)
+            forest, _ = _fetch(client, job["id"], binary=True)
+            if r:
+                update_ms.append((time.perf_counter() - t0) * 1e3)
+            if not same_forest(forest, which):
+                raise RuntimeError(
+                    "the forest after a weight update differs from the upload's with those weights"
+                )
+        device = client.get("/readyz").json()["workers"][0].get("device")
+    record = {
+        "graph": f"rmat-{args.scale}",
+        "edges": m,
+        "device": device,
+        "npz_bytes": len(npz_bodies[0]),
+        "npy_bytes": len(npy_bodies[0]),
+        "reupload_ms": reupload_ms,
+        "update_ms": update_ms,
+        "reupload_median_ms": statistics.median(reupload_ms),
+        "update_median_ms": statistics.median(update_ms),
+    }
+    share = record["update_median_ms"] / record["reupload_median_ms"]
+    record["update_share"] = share
+    print(f"RMAT 2^{args.scale}, {m} edges, {device}; median of {args.repeats}, until the forest is in hand")
+    npz_mb, npy_mb = len(npz_bodies[0]) / 1e6, len(npy_bodies[0]) / 1e6
+    print(f"re-upload (npz {npz_mb:.0f} MB) + mst + result:   {record['reupload_median_ms']:8.1f} ms")
+    print(f"new weights (npy {npy_mb:.0f} MB) + mst + result: {record['update_median_ms']:8.1f} ms")
+    print(f"update / re-upload: {100 * share:.1f} % (target <= 25 %); forests identical")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
