@@ -188,12 +188,65 @@ class Client:
     def delete_graph(self, graph_id: str) -> None:
         self._check(self._http.delete(f"/v1/graphs/{graph_id}"))
 
+    def set_weights(self, graph_id: str, weights: Any) -> dict[str, Any]:
+        """Replace every weight of a graph (an array in edge-id order, any supported dtype)."""
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(weights), allow_pickle=False)
+        body = buffer.getvalue()
+        response = self._http.put(
+            f"/v1/graphs/{graph_id}/weights", content=body_pieces(body), headers=binary_headers(body)
+        )
+        result: dict[str, Any] = self._check(response).json()
+        return result
+
+    def update_weights(self, graph_id: str, edge_ids: Any, weights: Any) -> dict[str, Any]:
+        """Change the weights of some edges (exact in the graph's weight dtype)."""
+        buffer = io.BytesIO()
+        np.savez(buffer, edge_ids=np.asarray(edge_ids, dtype=np.int64), weights=np.asarray(weights))
+        body = buffer.getvalue()
+        response = self._http.patch(
+            f"/v1/graphs/{graph_id}/weights",
+            content=body_pieces(body),
+            params={"format": "npz"},
+            headers=binary_headers(body),
+        )
+        result: dict[str, Any] = self._check(response).json()
+        return result
+
     # jobs
-    def submit(self, graph_id: str, wait: float = 0.0) -> dict[str, Any]:
-        params = {"wait": wait} if wait else None
+    def submit(
+        self, graph_id: str, wait: float = 0.0, *, objective: str = "min", cache: bool = False
+    ) -> dict[str, Any]:
+        """A spanning-forest job (``objective="max"``: the maximum one); ``cache``: see the README."""
+        params: dict[str, Any] = {}
+        if wait:
+            params["wait"] = wait
+        if objective != "min":
+            params["objective"] = objective
+        if cache:
+            params["cache"] = "true"
         result: dict[str, Any] = self._check(
-            self._http.post(f"/v1/graphs/{graph_id}/mst", params=params)
+            self._http.post(f"/v1/graphs/{graph_id}/mst", params=params or None)
         ).json()
+        return result
+
+    def submit_task(
+        self,
+        graph_id: str,
+        task: str,
+        params: dict[str, Any] | None = None,
+        *,
+        wait: float = 0.0,
+        cache: bool = False,
+    ) -> dict[str, Any]:
+        """A job of any task: ``mst`` (objective, exclude), ``components``, ``clusters``, ``dendrogram``."""
+        query: dict[str, Any] = {"wait": wait} if wait else {}
+        if cache:
+            query["cache"] = "true"
+        response = self._http.post(
+            f"/v1/graphs/{graph_id}/jobs", json={"task": task, "params": params or {}}, params=query or None
+        )
+        result: dict[str, Any] = self._check(response).json()
         return result
 
     def job(self, job_id: str) -> dict[str, Any]:
@@ -221,6 +274,15 @@ class Client:
             self._http, "GET", f"/v1/jobs/{job_id}/result", headers={"accept": OCTET}
         )
         return _forest_from_npz(self._check(response), body)
+
+    def result_arrays(self, job_id: str) -> dict[str, np.ndarray[Any, Any]]:
+        """The arrays of any succeeded job's result (``edge_ids``/``weights``, ``labels``, ``linkage``)."""
+        response, body = read_response(
+            self._http, "GET", f"/v1/jobs/{job_id}/result", headers={"accept": OCTET}
+        )
+        self._check(response)
+        with np.load(io.BytesIO(body), allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
 
     def result_json(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._check(self._http.get(f"/v1/jobs/{job_id}/result")).json()

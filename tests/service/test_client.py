@@ -35,6 +35,26 @@ def test_client_round_trip(live: LiveServer) -> None:
         assert info.value.status == 404 and info.value.problem["code"] == "graph_not_found"
 
 
+def test_client_queries(live: LiveServer) -> None:
+    with Client(live.url) as mst:
+        graph = mst.upload_arrays([0, 1, 2, 0], [1, 2, 3, 3], np.array([1.0, 2.0, 1.0, 5.0]))
+        job = mst.submit(graph["id"], wait=30, objective="max")
+        assert mst.result(job["id"]).edge_ids.tolist() == [0, 1, 3]
+        job = mst.submit_task(graph["id"], "mst", {"exclude": [1]}, wait=30)
+        assert mst.result_arrays(job["id"])["edge_ids"].tolist() == [0, 2, 3]
+        job = mst.submit_task(graph["id"], "clusters", {"k": 2}, wait=30)
+        assert mst.result_arrays(job["id"])["labels"].tolist() == [0, 0, 1, 1]
+        job = mst.submit_task(graph["id"], "dendrogram", wait=30)
+        assert mst.result_arrays(job["id"])["linkage"].shape == (3, 4)
+        assert mst.set_weights(graph["id"], np.array([4, 1, 1, 1], dtype=np.int64))["weights_version"] == 1
+        record = mst.update_weights(graph["id"], [0], [0])
+        assert record["weights_version"] == 2 and record["weight_dtype"] == "int64"
+        job = mst.submit(graph["id"], wait=30)
+        assert job["weights_version"] == 2 and mst.result(job["id"]).edge_ids.tolist() == [0, 1, 2]
+        cached = mst.submit(graph["id"], wait=30, cache=True)
+        assert cached["result"]["cached"] is True
+
+
 def test_cli(live: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     edges = tmp_path / "g.txt"
     edges.write_text("0 1 2\n1 2 2\n0 2 1\n")
