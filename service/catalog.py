@@ -85,8 +85,8 @@ class Catalog:
         count += pending
         if max_graphs and count >= max_graphs:
             raise QuotaExceededError(
-                f"this API key stores {count} graph(s), its quota MST_QUOTA_GRAPHS is {max_graphs}; "
-                "delete a graph before uploading another.",
+                f"this API key stores or is uploading {count} graph(s), its quota MST_QUOTA_GRAPHS "
+                f"is {max_graphs}; delete a graph before uploading another.",
                 quota="MST_QUOTA_GRAPHS",
                 limit=max_graphs,
                 used=count,
@@ -135,9 +135,9 @@ class Catalog:
         final = self._store.graph_path(graph_id)
         try:
             await upload.synced
-            # with the real size; nothing awaits from here to add_graph, so no other upload of
-            # the owner can slip in between the check and the record
-            self.check_quotas(owner, int(summary["device_bytes"]), pending=self._creating[owner] - 1)
+            # with the real size, against the stored graphs only: nothing awaits from here to
+            # add_graph, so concurrent uploads of the owner are counted one after the other
+            self.check_quotas(owner, int(summary["device_bytes"]))
             if canonical is None:
                 Store.publish(upload.path, final)
             else:
