@@ -6,7 +6,9 @@ owner name, so they share their graphs; D from the file without a name.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import hmac
 import json
 import re
 from collections.abc import Iterator
@@ -16,8 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
+import service.auth as auth_module
 from service import openapi_export
+from service.auth import KeyRing
 from service.client import Client, ClientError, main
+from service.errors import UnauthorizedError
 
 from .conftest import SHARED_ENV
 from .live import LiveServer, npz_body
@@ -250,3 +255,22 @@ def test_without_keys_the_service_is_open_and_ignores_authorization(live: LiveSe
     for headers in ({}, {"authorization": "Bearer whatever-it-is-0000"}, {"authorization": "Basic eA=="}):
         response = live.client.get(f"/v1/graphs/{graph['id']}", headers=headers)
         assert response.status_code == 200 and "www-authenticate" not in response.headers
+
+
+def test_a_presented_key_is_compared_with_every_configured_hash(monkeypatch: pytest.MonkeyPatch) -> None:
+    ring = KeyRing.of([(hashlib.sha256(k.encode()).digest(), None) for k in (KEY_A, KEY_B, KEY_D)])
+    compared: list[bytes] = []
+    real = hmac.compare_digest
+
+    def counting(x: bytes, y: bytes) -> bool:
+        compared.append(y)
+        return real(x, y)
+
+    monkeypatch.setattr(auth_module.hmac, "compare_digest", counting)
+    for key in (KEY_A, KEY_D, "key-x-0000000000000000"):
+        compared.clear()
+        with contextlib.suppress(UnauthorizedError):
+            ring.owner(f"Bearer {key}")
+        assert compared == [digest for digest, _ in ring.entries]  # all of them, match or not
+    assert ring.owner(f"Bearer {KEY_A}") == "k:" + sha256(KEY_A)[:16]
+    assert KeyRing.of([]).owner(None) == ""  # no keys: everyone is the one owner ""
