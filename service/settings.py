@@ -65,7 +65,7 @@ class Settings(BaseSettings):
         "(0: sleeps at once): no wake-up on the hot path, a busy core meanwhile.",
     )
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
-        default_factory=list,
+        default=[],
         description="API keys (comma-separated, at least 16 characters each); with these or "
         "MST_API_KEYS_FILE every route but /healthz and /readyz needs 'Authorization: Bearer <key>'. "
         "Unset (and no file): no authentication.",
