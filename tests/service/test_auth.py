@@ -192,26 +192,33 @@ def test_a_key_cannot_see_or_touch_another_keys_graphs_and_jobs(a: httpx.Client,
     assert done["status"] == "succeeded"
     g, j = graph["id"], done["id"]
     g_unknown, j_unknown = "g_" + "0" * 32, "j_" + "0" * 32
-    for method, path, params in (
-        ("GET", "/v1/graphs/{g}", None),
-        ("POST", "/v1/graphs/{g}/mst", None),
-        ("POST", "/v1/graphs/{g}/mst", {"wait": "5"}),
-        ("POST", "/v1/graphs/{g}/mst", SLOW),
-        ("GET", "/v1/jobs/{j}", None),
-        ("GET", "/v1/jobs/{j}", SLOW),
-        ("GET", "/v1/jobs/{j}/result", None),
-        ("GET", "/v1/jobs/{j}/result", SLOW),
-        ("DELETE", "/v1/jobs/{j}", None),
-        ("DELETE", "/v1/graphs/{g}", None),
+    components = {"task": "components", "params": {}}
+    for method, path, params, body in (
+        ("GET", "/v1/graphs/{g}", None, None),
+        ("POST", "/v1/graphs/{g}/mst", None, None),
+        ("POST", "/v1/graphs/{g}/mst", {"wait": "5"}, None),
+        ("POST", "/v1/graphs/{g}/mst", {"cache": "true"}, None),  # A's identical job is not B's
+        ("POST", "/v1/graphs/{g}/mst", SLOW, None),
+        ("POST", "/v1/graphs/{g}/jobs", None, components),
+        ("POST", "/v1/graphs/{g}/jobs", {"wait": "5"}, {"task": "mst", "params": {"exclude": [0]}}),
+        ("PUT", "/v1/graphs/{g}/weights", None, {"weight": [1, 1, 1]}),
+        ("PATCH", "/v1/graphs/{g}/weights", None, {"edge_ids": [0], "weights": [9]}),
+        ("GET", "/v1/jobs/{j}", None, None),
+        ("GET", "/v1/jobs/{j}", SLOW, None),
+        ("GET", "/v1/jobs/{j}/result", None, None),
+        ("GET", "/v1/jobs/{j}/result", SLOW, None),
+        ("DELETE", "/v1/jobs/{j}", None, None),
+        ("DELETE", "/v1/graphs/{g}", None, None),
     ):
-        foreign = b.request(method, path.format(g=g, j=j), params=params)
-        unknown = b.request(method, path.format(g=g_unknown, j=j_unknown), params=params)
+        foreign = b.request(method, path.format(g=g, j=j), params=params, json=body)
+        unknown = b.request(method, path.format(g=g_unknown, j=j_unknown), params=params, json=body)
         target, stand_in = (g, g_unknown) if "{g}" in path else (j, j_unknown)
         same_as_unknown(foreign, unknown, target, stand_in)
     foreign_npz = b.get(f"/v1/jobs/{j}/result", headers={"accept": OCTET})
     assert foreign_npz.status_code == 404
     # nothing of A's was changed
-    assert a.get(f"/v1/graphs/{g}").status_code == 200
+    assert a.get(f"/v1/graphs/{g}").json()["weights_version"] == 0
+    assert a.post(f"/v1/graphs/{g}/mst", params={"cache": "true"}).json()["result"]["cached"] is True
     assert a.get(f"/v1/jobs/{j}").json() == done
     assert a.get(f"/v1/jobs/{j}/result").json()["edge_ids"] == [1, 2]
 

@@ -138,7 +138,9 @@ def test_a_full_queue_answers_503_with_retry_after_and_never_hangs(server_factor
             answers.append(server.client.post(path, params=params))
             assert time.monotonic() - started < 5  # answered at once, not after the wait
         one_shot = server.client.post("/v1/mst", content=b"0 1 1\n", params={"format": "edgelist"})
-        for response in (*answers, one_shot):
+        task = server.client.post(f"/v1/graphs/{graph}/jobs", json={"task": "components", "params": {}})
+        weights = server.client.put(f"/v1/graphs/{graph}/weights", json={"weight": [2, 2]})
+        for response in (*answers, one_shot, task, weights):
             assert response.status_code == 503, response.text
             assert response.headers["retry-after"] == "1"
             assert (
