@@ -23,7 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        print(f"mst-service: invalid settings:\n{exc}", file=sys.stderr)
+        # without the values given: one of them may be an API key
+        problems = [
+            f"  MST_{str(error['loc'][0]).upper() if error['loc'] else 'settings'}: {error['msg']}"
+            for error in exc.errors(include_input=False, include_url=False)
+        ]
+        print("mst-service: invalid settings:\n" + "\n".join(problems), file=sys.stderr)
         return 2
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

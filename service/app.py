@@ -15,6 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from . import __version__
 from .api import graphs, health, jobs, mst
 from .api.deps import Services
+from .auth import OPEN_PATHS, AuthMiddleware, KeyRing
 from .catalog import Catalog
 from .errors import PROBLEM_JSON, install_handlers
 from .fastpath import FastPathMiddleware
@@ -33,7 +34,19 @@ Minimum spanning forests of large graphs, computed on NVIDIA GPUs with ECL-MST
 worker's device memory; jobs pay only for the computation.
 
 Errors are `application/problem+json` (RFC 9457).
+
+When the service runs with API keys (`MST_API_KEYS`, `MST_API_KEYS_FILE`), every route
+but `/healthz` and `/readyz` needs `Authorization: Bearer <key>`, and graphs and jobs
+are visible only to the key that made them.
 """
+
+#: the security scheme of the OpenAPI document (required only when API keys are configured)
+BEARER_SCHEME = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "An API key of the service (MST_API_KEYS, MST_API_KEYS_FILE); "
+    "not needed when the service runs without keys.",
+}
 
 
 @asynccontextmanager
@@ -83,8 +96,15 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     for model in (GraphUpload, WeightsUpload, WeightsPatch):  # bodies the routes read themselves
         components[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
     problem_ref = {"$ref": "#/components/schemas/Problem"}
-    for path in schema.get("paths", {}).values():
+    schema["components"]["securitySchemes"] = {"bearerAuth": BEARER_SCHEME}
+    for route, path in schema.get("paths", {}).items():
         for operation in path.values():
+            if route not in OPEN_PATHS:
+                operation["security"] = [{"bearerAuth": []}]
+                operation["responses"]["401"] = {
+                    "description": "No valid API key (when the service runs with keys).",
+                    "content": {PROBLEM_JSON: {"schema": problem_ref}},
+                }
             for code, response in operation.get("responses", {}).items():
                 content = response.get("content", {})
                 body = str(content.get("application/json"))
@@ -124,6 +144,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (graphs.router, jobs.router, mst.router, health.router):
         app.include_router(router)
     app.add_middleware(FastPathMiddleware)  # inside the metrics: its requests are counted too
+    # before both lanes: nothing answers a request it refuses, so no route can escape it
+    app.add_middleware(AuthMiddleware, keys=KeyRing.from_settings(app.state.settings))
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

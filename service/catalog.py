@@ -21,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .errors import GraphNotFoundError
+from .errors import DeviceQuotaExceededError, GraphNotFoundError, QuotaExceededError
 from .jobs import Jobs
 from .models import GraphOut, Residency, timestamp
 from .store import GraphRecord, Store, new_id
@@ -39,6 +40,8 @@ class Catalog:
         self._store = store
         self._supervisor = supervisor
         self._jobs = jobs
+        #: uploads in progress per owner (they count against MST_QUOTA_GRAPHS already)
+        self._creating: Counter[str] = Counter()
 
     def source(self, graph_id: str) -> GraphSource | None:
         """Where a worker reloads a stored graph from (None when it was deleted)."""
@@ -53,13 +56,63 @@ class Catalog:
             None if weights is None or not weights.exists() else str(weights),
         )
 
-    def get(self, graph_id: str) -> GraphRecord:
-        record = self._store.get_graph(graph_id)
+    def get(self, graph_id: str, owner: str) -> GraphRecord:
+        """The graph's record; 404 when there is none or it is another owner's (the same answer)."""
+        record = self._store.get_graph(graph_id, owner)
         if record is None:
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
         return record
 
-    async def create(self, upload: Upload) -> GraphRecord:
+    def owned(self, owner: str) -> list[GraphRecord]:
+        """The graphs of ``owner``, oldest first."""
+        return self._store.list_graphs(owner)
+
+    def admit(self, owner: str) -> None:
+        """Refuse an upload of ``owner`` before its body is read when a quota is already used up."""
+        self.check_quotas(owner, pending=self._creating[owner])
+
+    def check_quotas(self, owner: str, device_bytes: int = 0, *, pending: int = 0) -> None:
+        """Refuse a new graph of ``owner`` over MST_QUOTA_GRAPHS (429) or MST_QUOTA_DEVICE_BYTES (413).
+
+        ``device_bytes``: what the new graph takes on the device (0 before it is loaded: then only
+        a key already at its quota is refused); ``pending``: its other uploads in progress.
+        """
+        settings = self._supervisor.settings
+        max_graphs, max_bytes = settings.quota_graphs, settings.quota_device_bytes
+        if not max_graphs and not max_bytes:
+            return
+        count, used = self._store.graph_usage(owner)
+        count += pending
+        if max_graphs and count >= max_graphs:
+            raise QuotaExceededError(
+                f"this API key stores or is uploading {count} graph(s), its quota MST_QUOTA_GRAPHS "
+                f"is {max_graphs}; delete a graph before uploading another.",
+                quota="MST_QUOTA_GRAPHS",
+                limit=max_graphs,
+                used=count,
+                retry_after=60,
+            )
+        if max_bytes and (used >= max_bytes or used + device_bytes > max_bytes):
+            raise DeviceQuotaExceededError(
+                f"this API key's graphs hold {used} device bytes and this one would add "
+                f"{device_bytes or 'more'}; its quota MST_QUOTA_DEVICE_BYTES is {max_bytes}. "
+                "Delete graphs or upload a smaller one.",
+                quota="MST_QUOTA_DEVICE_BYTES",
+                limit=max_bytes,
+                used=used,
+            )
+
+    async def create(self, upload: Upload, owner: str) -> GraphRecord:
+        """Store the upload as a graph of ``owner`` (call :meth:`admit` before receiving it)."""
+        self._creating[owner] += 1
+        try:
+            return await self._create(upload, owner)
+        finally:
+            self._creating[owner] -= 1
+            if not self._creating[owner]:
+                del self._creating[owner]
+
+    async def _create(self, upload: Upload, owner: str) -> GraphRecord:
         graph_id = new_id("g")
         handle = self._supervisor.place(estimate=upload.size)
         canonical = None if upload.format == "npz" else self._store.tmp_path(".npz")
@@ -82,6 +135,9 @@ class Catalog:
         final = self._store.graph_path(graph_id)
         try:
             await upload.synced
+            # with the real size, against the stored graphs only: nothing awaits from here to
+            # add_graph, so concurrent uploads of the owner are counted one after the other
+            self.check_quotas(owner, int(summary["device_bytes"]))
             if canonical is None:
                 Store.publish(upload.path, final)
             else:
@@ -96,6 +152,7 @@ class Catalog:
                 source_format=upload.source,
                 payload_bytes=final.stat().st_size,
                 device_bytes=int(summary["device_bytes"]),
+                owner=owner,
             )
             self._store.add_graph(record)
         except BaseException:
@@ -103,18 +160,19 @@ class Catalog:
             upload.discard()
             handle.forget(graph_id, loaded=True)
             raise
+        self._jobs.graph_owners[graph_id] = owner
         handle.adopt(graph_id, record.device_bytes, generation)
         return record
 
-    async def update_weights(self, graph_id: str, upload: Upload, partial: bool) -> GraphRecord:
+    async def update_weights(self, graph_id: str, owner: str, upload: Upload, partial: bool) -> GraphRecord:
         """New weights for a stored graph (all of them, or some): resident first, then durable.
 
         The worker applies them in queue order (see :meth:`Jobs.update_weights`); then the complete
         weights are renamed into ``spool/graphs/<id>.weights.npy`` and the record's version is
         committed, so a restart reloads the graph with them.
         """
-        self.get(graph_id)
         try:
+            self.get(graph_id, owner)
             summary = await self._jobs.update_weights(graph_id, upload.path, upload.format, partial)
         except BaseException:
             upload.discard()
@@ -139,18 +197,20 @@ class Catalog:
             placed.device_bytes = int(summary["device_bytes"])
         return record
 
-    def delete(self, graph_id: str) -> None:
-        self.get(graph_id)
+    def delete(self, graph_id: str, owner: str) -> None:
+        self.get(graph_id, owner)
         self._jobs.cancel_for_graph(graph_id)
         handle = self._supervisor.holder(graph_id)
         if not self._store.delete_graph(graph_id):
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
+        self._jobs.graph_owners.pop(graph_id, None)
         if handle is not None:
             handle.forget(graph_id)
 
     def restore(self) -> None:
         """Place every stored graph on a worker; each worker reloads its own when it is up."""
         graphs = self._store.list_graphs()
+        self._jobs.graph_owners.update((g.id, g.owner) for g in graphs)
         self._supervisor.place_existing((g.id, g.device_bytes, g.weights_version) for g in graphs)
         if graphs:
             log.info("reloading %d stored graph(s)", len(graphs))

@@ -1,13 +1,17 @@
 """A small synchronous Python client of the service (httpx), and a CLI on top of it.
 
->>> with Client("http://127.0.0.1:8000") as mst:              # doctest: +SKIP
+>>> with Client("http://127.0.0.1:8000", api_key=key) as mst: # doctest: +SKIP
 ...     graph = mst.upload_arrays(src, dst, weight)
 ...     job = mst.submit(graph["id"], wait=30)
 ...     forest = mst.result(job["id"])                          # arrays, via the binary npz
 ...     forest.total_weight, forest.edge_ids[:5]
 
-CLI: ``python -m service.client [--url URL] upload FILE [--format F] | list | mst GRAPH_ID [--wait S]
-| job JOB_ID | result JOB_ID [--out FILE.npz] | delete GRAPH_ID | oneshot FILE``.
+``api_key``: the service's API key, sent as ``Authorization: Bearer <key>`` (not needed when the
+service runs without keys). The CLI takes it from ``MST_API_KEY`` (or ``--api-key``, which other
+users of the machine can see in the process list).
+
+CLI: ``python -m service.client [--url URL] [--api-key KEY] upload FILE [--format F] | list
+| mst GRAPH_ID [--wait S] | job JOB_ID | result JOB_ID [--out FILE.npz] | delete GRAPH_ID | oneshot FILE``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import io
 import json
 import mmap
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -133,8 +138,11 @@ def _forest_from_npz(response: httpx.Response, body: bytes | memoryview | None =
 class Client:
     """Talks to one service; use as a context manager (or call :meth:`close`)."""
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8000", *, timeout: float = 600.0) -> None:
-        self._http = httpx.Client(base_url=base_url, timeout=timeout)
+    def __init__(
+        self, base_url: str = "http://127.0.0.1:8000", *, timeout: float = 600.0, api_key: str | None = None
+    ) -> None:
+        headers = {} if api_key is None else {"authorization": f"Bearer {api_key}"}
+        self._http = httpx.Client(base_url=base_url, timeout=timeout, headers=headers)
 
     def close(self) -> None:
         self._http.close()
@@ -309,6 +317,11 @@ def _format_of(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m service.client", description="Talk to an MST service.")
     parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("MST_API_KEY") or None,
+        help="the service's API key (default: $MST_API_KEY; prefer the variable, a flag shows in ps)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("upload", help="upload a graph file")
     p.add_argument("file", type=Path)
@@ -330,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out: Any
     try:
-        with Client(args.url) as mst:
+        with Client(args.url, api_key=args.api_key) as mst:
             if args.command == "upload":
                 out = mst.upload_file(args.file, args.format)
             elif args.command == "list":

@@ -8,6 +8,7 @@ short machine-readable ``code`` and a title::
     │   ├── InvalidUploadError           422 invalid_upload      (names field and index)
     │   ├── InvalidParamsError           422 invalid_params      (a job's task parameters)
     │   └── UnsupportedMediaTypeError    415 unsupported_media_type
+    ├── UnauthorizedError                401 unauthorized        (WWW-Authenticate)
     ├── NotFoundError                    404 not_found
     │   ├── GraphNotFoundError           404 graph_not_found
     │   └── JobNotFoundError             404 job_not_found
@@ -15,8 +16,11 @@ short machine-readable ``code`` and a title::
     │   ├── JobNotFinishedError          409 job_not_finished
     │   └── JobNotCancellableError       409 job_not_cancellable
     ├── PayloadTooLargeError             413 payload_too_large
+    ├── QuotaExceededError               429 quota_exceeded      (names quota, limit, used; Retry-After)
+    │   └── DeviceQuotaExceededError     413 quota_exceeded
     ├── ServiceUnavailableError          503 service_unavailable
-    │   └── WorkerLostError              503 worker_lost
+    │   ├── WorkerLostError              503 worker_lost
+    │   └── QueueFullError               503 queue_full          (Retry-After)
     └── WorkerInternalError              500 worker_internal_error
 
 Errors of :mod:`gpu_core` (raised in a worker, pickled back) map here too: a
@@ -60,6 +64,14 @@ class ServiceError(Exception):
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.__dict__.copy()))
 
+    def members(self) -> dict[str, Any]:
+        """Extra members of the problem body (those that are None are left out)."""
+        return {"field": self.field, "index": self.index}
+
+    def headers(self) -> dict[str, str]:
+        """Extra response headers (``WWW-Authenticate``, ``Retry-After``)."""
+        return {}
+
     def __str__(self) -> str:
         return self.message
 
@@ -101,6 +113,22 @@ class UnsupportedMediaTypeError(InvalidRequestError):
     status = 415
     code = "unsupported_media_type"
     title = "Unsupported media type"
+
+
+class UnauthorizedError(ServiceError):
+    """The request has no valid API key; send one as ``Authorization: Bearer <key>``."""
+
+    status = 401
+    code = "unauthorized"
+    title = "Unauthorized"
+
+    def __init__(self, message: str, *, challenge: str = 'Bearer realm="mst"') -> None:
+        super().__init__(message)
+        #: the ``WWW-Authenticate`` challenge (RFC 6750), with ``error=`` when a key was presented
+        self.challenge = challenge
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": self.challenge}
 
 
 class NotFoundError(ServiceError):
@@ -155,6 +183,39 @@ class PayloadTooLargeError(ServiceError):
     title = "Content too large"
 
 
+class QuotaExceededError(ServiceError):
+    """The API key is at one of its quotas (``quota`` names it); finish or delete something first."""
+
+    status = 429
+    code = "quota_exceeded"
+    title = "Quota exceeded"
+
+    def __init__(self, message: str, *, quota: str, limit: int, used: int, retry_after: int = 1) -> None:
+        super().__init__(message)
+        #: the setting of the quota, e.g. ``MST_QUOTA_QUEUED_JOBS``
+        self.quota = quota
+        self.limit = limit
+        #: the key's use of the quota when the request came (without the request itself)
+        self.used = used
+        self.retry_after = retry_after
+
+    def members(self) -> dict[str, Any]:
+        return {**super().members(), "quota": self.quota, "limit": self.limit, "used": self.used}
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class DeviceQuotaExceededError(QuotaExceededError):
+    """The graph would take the API key's graphs over its device-bytes quota; delete graphs first."""
+
+    status = 413
+    title = "Device memory quota exceeded"
+
+    def headers(self) -> dict[str, str]:
+        return {}  # waiting does not help: only deleting graphs does
+
+
 class ServiceUnavailableError(ServiceError):
     """No worker can take the request right now (starting or restarting); retry shortly."""
 
@@ -168,6 +229,16 @@ class WorkerLostError(ServiceUnavailableError):
 
     code = "worker_lost"
     title = "Worker lost"
+
+
+class QueueFullError(ServiceUnavailableError):
+    """The job queues are full (``MST_MAX_QUEUED_JOBS``); retry after the ``Retry-After`` seconds."""
+
+    code = "queue_full"
+    title = "Job queue full"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
 
 
 class WorkerInternalError(ServiceError):
@@ -236,9 +307,11 @@ async def service_error_response(request: Request, exc: Exception) -> JSONRespon
     assert isinstance(exc, ServiceError)
     if exc.status >= 500:
         log.error("%s on %s %s: %s", exc.code, request.method, request.url.path, exc.message)
-    return problem(
-        exc.status, exc.code, exc.title, exc.message, _instance(request), field=exc.field, index=exc.index
-    )
+    response = problem(exc.status, exc.code, exc.title, exc.message, _instance(request), **exc.members())
+    extra = exc.headers()
+    if extra:
+        response.headers.update(extra)
+    return response
 
 
 async def _core_error(request: Request, exc: Exception) -> JSONResponse:

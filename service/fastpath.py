@@ -11,7 +11,9 @@ itself when a request is the plain case:
 * ``GET /v1/jobs/{job_id}`` with no query;
 * ``GET /v1/jobs/{job_id}/result`` with no query and no ``Range`` header.
 
-It calls the same functions as the FastAPI routes (``submit_response``,
+Requests reach it after :class:`service.auth.AuthMiddleware` has let them in
+and recorded their owner, which it passes on as the routes do. It calls the
+same functions as the FastAPI routes (``submit_response``,
 ``job_response``, ``result_response``) and renders errors with the same
 handler, so the answers are the same byte for byte (``tests/service`` checks
 both ways). Everything else, malformed or unusual requests included, goes on
@@ -31,6 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .api.deps import Services, services_of
 from .api.graphs import submit_response
 from .api.jobs import result_response
+from .auth import owner_of
 from .encoders import job_response
 from .errors import ServiceError, service_error_response
 from .metrics import RouteLabel
@@ -42,7 +45,7 @@ _RESULT = re.compile(r"/v1/jobs/([^/]+)/result")
 _WAIT = re.compile(rb"wait=(\d{1,9}(?:\.\d{1,9})?)")
 _CACHE = {b"cache=true": True, b"cache=false": False}
 
-Handler = Callable[[Services], Awaitable[Response]]
+Handler = Callable[[Services, str], Awaitable[Response]]
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -75,7 +78,9 @@ def _route(scope: Scope) -> tuple[str, Handler] | None:
             else:
                 return None
         graph_id = submit.group(1)
-        return "/v1/graphs/{graph_id}/mst", lambda s: submit_response(s, graph_id, wait, cache=cache)
+        return "/v1/graphs/{graph_id}/mst", lambda s, owner: submit_response(
+            s, graph_id, wait, owner, cache=cache
+        )
     if method != "GET" or query:
         return None
     result = _RESULT.fullmatch(path)
@@ -83,13 +88,13 @@ def _route(scope: Scope) -> tuple[str, Handler] | None:
         if _header(scope, b"range") is not None:
             return None
         job_id, accept = result.group(1), _header(scope, b"accept")
-        return "/v1/jobs/{job_id}/result", lambda s: result_response(s, job_id, accept, None)
+        return "/v1/jobs/{job_id}/result", lambda s, owner: result_response(s, job_id, accept, None, owner)
     job = _JOB.fullmatch(path)
     if job is not None:
         job_id = job.group(1)
 
-        async def status(services: Services) -> Response:
-            return job_response(services.jobs.get(job_id))
+        async def status(services: Services, owner: str) -> Response:
+            return job_response(services.jobs.get(job_id, owner))
 
         return "/v1/jobs/{job_id}", status
     return None
@@ -110,7 +115,7 @@ class FastPathMiddleware:
         scope["route"] = RouteLabel(template)  # the metrics label the request by its route
         request = Request(scope, receive)
         try:
-            response: Response = await handler(services_of(request))
+            response: Response = await handler(services_of(request), owner_of(scope))
         except ServiceError as exc:
             response = await service_error_response(request, exc)
         await response(scope, receive, send)

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ from .errors import (
     JobNotCancellableError,
     JobNotFinishedError,
     JobNotFoundError,
+    QueueFullError,
+    QuotaExceededError,
     ServiceUnavailableError,
     error_type,
 )
@@ -156,23 +159,60 @@ class Jobs:
         self._storing: dict[str, asyncio.Future[None]] = {}
         #: records of the jobs whose id is not given out yet (submitted with ?wait=, unfinished)
         self._unpublished: dict[str, JobRecord] = {}
+        #: owner of every stored graph (kept by :class:`service.catalog.Catalog`): submit checks it
+        #: without a database read
+        self.graph_owners: dict[str, str] = {}
+        #: queued and running jobs (one-shot computations included) per owner, for MST_QUOTA_QUEUED_JOBS
+        self._active: Counter[str] = Counter()
 
-    def get(self, job_id: str) -> JobRecord:
+    def get(self, job_id: str, owner: str) -> JobRecord:
+        """The job's record; 404 when there is none or it is another owner's (the same answer)."""
+        job = self._get(job_id)
+        if job.owner != owner:
+            raise JobNotFoundError(f"no job has id {job_id!r}.")
+        return job
+
+    def _get(self, job_id: str) -> JobRecord:
         job = self._unpublished.get(job_id) or self._store.get_job(job_id)
         if job is None:
             raise JobNotFoundError(f"no job has id {job_id!r}.")
         return job
 
+    def admit(self, owner: str) -> None:
+        """Refuse one more job of ``owner``: over MST_QUOTA_QUEUED_JOBS (429) or MST_MAX_QUEUED_JOBS (503)."""
+        settings = self._supervisor.settings
+        quota = settings.quota_queued_jobs
+        if quota and self._active[owner] >= quota:
+            active = self._active[owner]
+            raise QuotaExceededError(
+                f"this API key has {active} queued or running job(s), its quota MST_QUOTA_QUEUED_JOBS "
+                f"is {quota}; retry when one has finished.",
+                quota="MST_QUOTA_QUEUED_JOBS",
+                limit=quota,
+                used=active,
+            )
+        self._check_queue()
+
+    def _check_queue(self) -> None:
+        """Refuse one more task on the workers' queues over MST_MAX_QUEUED_JOBS (503, Retry-After)."""
+        queued = sum(w.queue_depth for w in self._supervisor.workers)
+        if queued >= self._supervisor.settings.max_queued_jobs:
+            raise QueueFullError(
+                f"{queued} jobs are queued, the most the service takes (MST_MAX_QUEUED_JOBS); "
+                "retry after the Retry-After seconds."
+            )
+
     def submit(
         self,
         graph_id: str,
+        owner: str,
         *,
         task: str = "mst",
         params: dict[str, Any] | None = None,
         publish: bool = True,
         cache: bool = False,
     ) -> JobRecord:
-        """Record a queued job for a stored graph and queue it on the graph's worker.
+        """Record a queued job of ``owner`` for one of its stored graphs and queue it on the graph's worker.
 
         ``task`` and ``params`` (validated by the caller) say what to compute; the job computes on
         the weights the graph has when it is submitted (see :class:`WeightsTask`). With ``cache``,
@@ -180,6 +220,8 @@ class Jobs:
         ``compute_ms``). ``publish=False``: the caller waits for the job before it gives the id
         out; the record is written when the job finishes, or by :meth:`publish`.
         """
+        if self.graph_owners.get(graph_id) != owner:
+            raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
         handle = self._supervisor.holder(graph_id)
         if handle is None:  # a placed graph always has its record (placed after, forgotten after)
             if self._store.get_graph(graph_id) is None:
@@ -194,10 +236,12 @@ class Jobs:
                 self._metrics.jobs_submitted.inc()
                 self._metrics.job_finished(hit)
                 return hit
+        self.admit(owner)  # a cached answer queues nothing, so it is never refused
         job = JobRecord(
             id=new_id("j"), graph_id=graph_id, status="queued", created_at=now,
-            task=task, params=key, weights_version=version,
+            task=task, params=key, weights_version=version, owner=owner,
         )  # fmt: skip
+        self._active[owner] += 1
         if publish:
             self._store.add_job(job)
         else:
@@ -223,7 +267,7 @@ class Jobs:
         """Write an unpublished job's record as it is now (its id is about to be given out)."""
         job = self._unpublished.pop(job_id, None)
         if job is None:
-            return self.get(job_id)
+            return self._get(job_id)
         self._store.add_job(job)
         return job
 
@@ -248,6 +292,7 @@ class Jobs:
     def requeue(self, jobs: list[JobRecord]) -> None:
         """Queue again the jobs a previous run of the service left queued."""
         for job in jobs:
+            self._active[job.owner] += 1
             handle = self._supervisor.holder(job.graph_id)
             if handle is None:
                 self._finish(job.id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
@@ -259,7 +304,7 @@ class Jobs:
 
         ``current``: the job's record as the caller just read or wrote it (saves reading it again).
         """
-        job = current if current is not None else self.get(job_id)
+        job = current if current is not None else self._get(job_id)
         if job.finished or timeout <= 0:
             return job
         loop = asyncio.get_running_loop()
@@ -274,10 +319,10 @@ class Jobs:
             waiters.discard(done)
             if not waiters and self._waiters.get(job_id) is waiters:
                 del self._waiters[job_id]
-        return finished if finished is not None else self.get(job_id)
+        return finished if finished is not None else self._get(job_id)
 
-    def cancel(self, job_id: str) -> JobRecord:
-        job = self.get(job_id)
+    def cancel(self, job_id: str, owner: str) -> JobRecord:
+        job = self.get(job_id, owner)
         if job.status == "cancelled":
             return job
         if job.status != "queued":
@@ -298,12 +343,13 @@ class Jobs:
             handle.remove(task.task_id)
             self._finish(task.task_id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
 
-    async def result_path(self, job_id: str) -> tuple[JobRecord, Path]:
-        """A succeeded job and its result file (once the worker has written it)."""
+    async def result_path(self, job_id: str, owner: str) -> tuple[JobRecord, Path]:
+        """A succeeded job of ``owner`` and its result file (once the worker has written it)."""
+        job = self.get(job_id, owner)  # another owner's job: 404 at once, whatever its state
         storing = self._storing.get(job_id)
         if storing is not None:
             await asyncio.wait([storing])  # _stored, called first, records a failure
-        job = self.get(job_id)
+            job = self._get(job_id)
         if job.status != "succeeded":
             why = f": {job.error_type}: {job.error_message}" if job.status == "failed" else ""
             raise JobNotFinishedError(
@@ -380,6 +426,7 @@ class Jobs:
         )
         if job is not None:
             self._metrics.job_finished(job)
+            self._release(job.owner)
         for waiter in self._waiters.pop(job_id, ()):
             _resolve(waiter, job)
         return job
@@ -396,6 +443,7 @@ class Jobs:
             if self._store.get_graph(graph_id) is None:
                 raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
             raise ServiceUnavailableError(f"graph {graph_id} is not placed on any worker yet; retry shortly.")
+        self._check_queue()
         residency = handle.graphs[graph_id]
         expected = residency.weights_version
         residency.weights_version += 1
@@ -416,8 +464,22 @@ class Jobs:
         summary["weights_file"] = str(path if out is None else out)
         return summary
 
-    async def one_shot(self, path: Path, fmt: str, estimate: int) -> tuple[dict[str, Any], Path]:
+    def _release(self, owner: str) -> None:
+        """One queued or running job of ``owner`` has finished."""
+        self._active[owner] -= 1
+        if self._active[owner] <= 0:
+            del self._active[owner]
+
+    async def one_shot(self, path: Path, fmt: str, estimate: int, owner: str) -> tuple[dict[str, Any], Path]:
         """Compute the forest of an uploaded file without storing anything; (summary, result file)."""
+        self.admit(owner)
+        self._active[owner] += 1
+        try:
+            return await self._one_shot(path, fmt, estimate)
+        finally:
+            self._release(owner)
+
+    async def _one_shot(self, path: Path, fmt: str, estimate: int) -> tuple[dict[str, Any], Path]:
         handle = self._supervisor.place(estimate)
         result = self._store.tmp_path(".npz")
         task = OneShotTask(new_id("o"), str(path), fmt, str(result))

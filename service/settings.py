@@ -14,8 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .auth import check_api_key, read_key_file
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -62,6 +64,29 @@ class Settings(BaseSettings):
         description="After each request a worker polls for the next one this long before it sleeps "
         "(0: sleeps at once): no wake-up on the hot path, a busy core meanwhile.",
     )
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default=[],
+        description="API keys (comma-separated, at least 16 characters each); with these or "
+        "MST_API_KEYS_FILE every route but /healthz and /readyz needs 'Authorization: Bearer <key>'. "
+        "Unset (and no file): no authentication.",
+    )
+    api_keys_file: Path | None = Field(
+        default=None,
+        description="File of API keys as SHA-256 hashes: one '<sha256-hex> [owner]' per line, '#' comments.",
+    )
+    quota_graphs: int = Field(default=0, ge=0, description="Most graphs one API key may store (0: no limit).")
+    quota_device_bytes: int = Field(
+        default=0, ge=0, description="Most device bytes one API key's graphs may hold together (0: no limit)."
+    )
+    quota_queued_jobs: int = Field(
+        default=0, ge=0, description="Most queued or running jobs one API key may have (0: no limit)."
+    )
+    max_queued_jobs: int = Field(
+        default=10_000,
+        gt=0,
+        description="Most jobs (one-shot computations included) queued on all workers together; "
+        "503 with Retry-After above.",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="info", description="Log level of uvicorn and the service."
     )
@@ -84,6 +109,27 @@ class Settings(BaseSettings):
                 raise ValueError("MST_GPUS must name at least one GPU ordinal, or be unset for all.")
             if any(g < 0 for g in value) or len(set(value)) != len(value):
                 raise ValueError(f"MST_GPUS must list distinct non-negative ordinals, got {value}.")
+        return value
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_api_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",")] if value.strip() else []
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _check_api_keys(cls, value: list[SecretStr]) -> list[SecretStr]:
+        for position, key in enumerate(value, 1):
+            check_api_key(key.get_secret_value(), f"key {position} of MST_API_KEYS")
+        return value
+
+    @field_validator("api_keys_file")
+    @classmethod
+    def _check_api_keys_file(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            read_key_file(value)  # refuses an unreadable file or a malformed line at start-up
         return value
 
     @field_validator("data_dir")

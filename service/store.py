@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS graphs (
     source_format TEXT NOT NULL,
     payload_bytes INTEGER NOT NULL,
     device_bytes  INTEGER NOT NULL,
-    weights_version INTEGER NOT NULL DEFAULT 0
+    weights_version INTEGER NOT NULL DEFAULT 0,
+    owner         TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS jobs (
     id             TEXT PRIMARY KEY,
@@ -67,7 +68,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     task           TEXT NOT NULL DEFAULT 'mst',
     params         TEXT NOT NULL DEFAULT '{}',
     weights_version INTEGER NOT NULL DEFAULT 0,
-    cached         INTEGER NOT NULL DEFAULT 0
+    cached         INTEGER NOT NULL DEFAULT 0,
+    owner          TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created_at);
 CREATE INDEX IF NOT EXISTS jobs_by_graph ON jobs (graph_id);
@@ -80,8 +82,11 @@ _ADDED_COLUMNS = (
     ("jobs", "params", "TEXT NOT NULL DEFAULT '{}'"),
     ("jobs", "weights_version", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "cached", "INTEGER NOT NULL DEFAULT 0"),
+    ("graphs", "owner", "TEXT NOT NULL DEFAULT ''"),
+    ("jobs", "owner", "TEXT NOT NULL DEFAULT ''"),
 )
 _CACHE_INDEX = "CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs (graph_id, weights_version, task, params)"
+_OWNER_INDEX = "CREATE INDEX IF NOT EXISTS graphs_by_owner ON graphs (owner, created_at)"
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -91,6 +96,7 @@ def _migrate(db: sqlite3.Connection) -> None:
         if column not in present:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
     db.execute(_CACHE_INDEX)
+    db.execute(_OWNER_INDEX)
 
 
 def new_id(prefix: str) -> str:
@@ -110,6 +116,8 @@ class GraphRecord:
     device_bytes: int
     #: how many times the weights were replaced since the upload
     weights_version: int = 0
+    #: the API key's owner id that uploaded it ("" without API keys)
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,8 @@ class JobRecord:
     weights_version: int = 0
     #: answered from an identical earlier job's result (``compute_ms`` is that computation's)
     cached: bool = False
+    #: the API key's owner id that submitted it ("" without API keys)
+    owner: str = ""
 
     @property
     def finished(self) -> bool:
@@ -246,14 +256,23 @@ class Store:
                 [getattr(graph, c) for c in _GRAPH_COLUMNS],
             )
 
-    def get_graph(self, graph_id: str) -> GraphRecord | None:
+    def get_graph(self, graph_id: str, owner: str | None = None) -> GraphRecord | None:
+        """The graph's record; None when there is none, or it is not ``owner``'s (None: anyone's)."""
         with self._lock:
             row = self._db.execute("SELECT * FROM graphs WHERE id = ?", (graph_id,)).fetchone()
-        return None if row is None else GraphRecord(**dict(row))
+        if row is None or (owner is not None and row["owner"] != owner):
+            return None
+        return GraphRecord(**dict(row))
 
-    def list_graphs(self) -> list[GraphRecord]:
+    def list_graphs(self, owner: str | None = None) -> list[GraphRecord]:
+        """The graphs of ``owner`` (None: of everyone), oldest first."""
         with self._lock:
-            rows = self._db.execute("SELECT * FROM graphs ORDER BY created_at, id").fetchall()
+            if owner is None:
+                rows = self._db.execute("SELECT * FROM graphs ORDER BY created_at, id").fetchall()
+            else:
+                rows = self._db.execute(
+                    "SELECT * FROM graphs WHERE owner = ? ORDER BY created_at, id", (owner,)
+                ).fetchall()
         return [GraphRecord(**dict(r)) for r in rows]
 
     def set_graph_weights(
@@ -281,6 +300,14 @@ class Store:
                 (graph_id, weights_version, task, params),
             ).fetchone()
         return None if row is None else _job_from_row(row)
+
+    def graph_usage(self, owner: str) -> tuple[int, int]:
+        """How many graphs ``owner`` stores and the device bytes they hold together."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(device_bytes), 0) FROM graphs WHERE owner = ?", (owner,)
+            ).fetchone()
+        return int(row[0]), int(row[1])
 
     def delete_graph(self, graph_id: str) -> bool:
         """Delete the record, then its payload; True when there was one."""

@@ -13,6 +13,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from ..auth import owner_of
 from ..catalog import Catalog
 from ..errors import ServiceUnavailableError
 from ..jobs import Jobs
@@ -51,6 +52,11 @@ async def get_settings(request: Request) -> Settings:
     return settings
 
 
+async def get_owner(request: Request) -> str:
+    """The caller's owner id (``""`` without API keys), as :mod:`service.auth` resolved it."""
+    return owner_of(request.scope)
+
+
 async def get_store(services: Annotated[Services, Depends(get_services)]) -> Store:
     return services.store
 
@@ -69,6 +75,7 @@ async def get_supervisor(services: Annotated[Services, Depends(get_services)]) -
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+OwnerDep = Annotated[str, Depends(get_owner)]
 StoreDep = Annotated[Store, Depends(get_store)]
 JobsDep = Annotated[Jobs, Depends(get_jobs)]
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]

@@ -12,10 +12,11 @@ _DESCRIPTIONS = {
     400: "Malformed request (e.g. invalid JSON).",
     404: "No such resource.",
     409: "The resource is not in a state that allows this.",
-    413: "Upload over a configured limit (bytes or edges).",
+    413: "Upload over a configured limit (bytes or edges), or over the API key's device-bytes quota.",
     415: "Unsupported Content-Type.",
     422: "Invalid input; the problem names the field and the edge index.",
-    503: "No worker is ready, or the worker was lost; retry.",
+    429: "A quota of the API key is used up (the problem names it, its limit and the use); see Retry-After.",
+    503: "No worker is ready, the worker was lost, or the job queues are full; retry (see Retry-After).",
 }
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response, status
 from pydantic import ValidationError
 
+from ..auth import owner_of
 from ..encoders import job_response
 from ..errors import InvalidParamsError
 from ..models import (
@@ -20,7 +21,7 @@ from ..models import (
     WeightsFormat,
 )
 from ..uploads import check_weights_header, receive_graph, receive_weights
-from .deps import CatalogDep, Services, ServicesDep, services_of
+from .deps import CatalogDep, OwnerDep, Services, ServicesDep, services_of
 from .docs import BINARY_SCHEMA, graph_upload_body, problems
 
 router = APIRouter(prefix="/v1/graphs", tags=["graphs"])
@@ -38,28 +39,30 @@ _UPLOAD_BODY = graph_upload_body(
     response_model=GraphOut,
     summary="Upload a graph",
     openapi_extra=_UPLOAD_BODY,
-    responses=problems(400, 413, 415, 422, 503),
+    responses=problems(400, 413, 415, 422, 429, 503),
 )
 async def create_graph(
     request: Request,
     response: Response,
     services: ServicesDep,
+    owner: OwnerDep,
     format: Annotated[
         GraphFormat | None,
         Query(description="Format of a binary body (application/octet-stream); default npz."),
     ] = None,
 ) -> GraphOut:
     """Store a graph and make it resident on a worker. JSON columns or a binary file; 201 with its record."""
+    services.catalog.admit(owner)  # a key at its quota is refused before its body is read
     upload = await receive_graph(request, services.store, services.settings, format)
-    record = await services.catalog.create(upload)
+    record = await services.catalog.create(upload, owner)
     response.headers["Location"] = f"/v1/graphs/{record.id}"
     return services.catalog.describe(record)
 
 
 @router.get("", operation_id="listGraphs", response_model=GraphList, summary="List graphs")
-async def list_graphs(services: ServicesDep) -> GraphList:
-    """Every stored graph, oldest first."""
-    return GraphList(graphs=[services.catalog.describe(g) for g in services.store.list_graphs()])
+async def list_graphs(services: ServicesDep, owner: OwnerDep) -> GraphList:
+    """The caller's stored graphs (those of its API key), oldest first."""
+    return GraphList(graphs=[services.catalog.describe(g) for g in services.catalog.owned(owner)])
 
 
 @router.get(
@@ -69,9 +72,9 @@ async def list_graphs(services: ServicesDep) -> GraphList:
     summary="Describe a graph",
     responses=problems(404),
 )
-async def get_graph(graph_id: str, catalog: CatalogDep) -> GraphOut:
+async def get_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> GraphOut:
     """Sizes, weight dtype, and where the graph is resident (worker, device, bytes on the device)."""
-    return catalog.describe(catalog.get(graph_id))
+    return catalog.describe(catalog.get(graph_id, owner))
 
 
 @router.delete(
@@ -81,9 +84,9 @@ async def get_graph(graph_id: str, catalog: CatalogDep) -> GraphOut:
     summary="Delete a graph",
     responses=problems(404),
 )
-async def delete_graph(graph_id: str, catalog: CatalogDep) -> Response:
+async def delete_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> Response:
     """Delete the graph, free its device memory, cancel its queued jobs; finished jobs keep their results."""
-    catalog.delete(graph_id)
+    catalog.delete(graph_id, owner)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -98,7 +101,7 @@ _CACHE = Query(
 )
 _SUBMITTED = {
     200: {"model": JobOut, "description": "The job finished within ?wait= seconds (or came from the cache)."},
-    **problems(404, 422, 503),
+    **problems(404, 422, 429, 503),
 }
 
 
@@ -121,7 +124,8 @@ async def submit_job(
 ) -> Response:
     """Queue a spanning-forest job: 202 with the job, or 200 with the job finished within ?wait."""
     params = {} if objective == "min" else {"objective": objective}
-    return await submit_response(services_of(request), graph_id, wait, params=params, cache=cache)
+    services, owner = services_of(request), owner_of(request.scope)
+    return await submit_response(services, graph_id, wait, owner, params=params, cache=cache)
 
 
 @router.post(
@@ -141,10 +145,10 @@ async def submit_task(
 ) -> Response:
     """Queue a job on the graph: a forest (``mst``: min or max, optionally without some edges),
     ``components``, ``clusters`` (k or a threshold) or the single-linkage ``dendrogram``."""
-    services = services_of(request)
+    services, owner = services_of(request), owner_of(request.scope)
     params = task_params(job.task, job.params)
     if "exclude" in params:
-        num_edges = services.catalog.get(graph_id).num_edges
+        num_edges = services.catalog.get(graph_id, owner).num_edges
         bad = next((i for i, e in enumerate(params["exclude"]) if not 0 <= e < num_edges), None)
         if bad is not None:
             raise InvalidParamsError(
@@ -153,7 +157,7 @@ async def submit_task(
                 field="params.exclude",
                 index=bad,
             )
-    return await submit_response(services, graph_id, wait, job.task, params, cache)
+    return await submit_response(services, graph_id, wait, owner, job.task, params, cache)
 
 
 def task_params(task: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -176,12 +180,13 @@ async def submit_response(
     services: Services,
     graph_id: str,
     wait: float,
+    owner: str,
     task: str = "mst",
     params: dict[str, Any] | None = None,
     cache: bool = False,
 ) -> Response:
-    """Submit a job and wait up to ``wait`` seconds for it (also served by :mod:`service.fastpath`)."""
-    job = services.jobs.submit(graph_id, task=task, params=params, publish=wait <= 0, cache=cache)
+    """Submit a job of ``owner``, wait up to ``wait`` s for it (also served by :mod:`service.fastpath`)."""
+    job = services.jobs.submit(graph_id, owner, task=task, params=params, publish=wait <= 0, cache=cache)
     if wait > 0:
         job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
         if not job.finished:
@@ -202,13 +207,12 @@ def _weights_body(description: str, json_schema: str) -> dict[str, Any]:
     }
 
 
-async def _update_weights(
-    request: Request, services: Services, graph_id: str, fmt: str | None, partial: bool
-) -> GraphOut:
-    record = services.catalog.get(graph_id)
+async def _update_weights(request: Request, graph_id: str, fmt: str | None, partial: bool) -> GraphOut:
+    services, owner = services_of(request), owner_of(request.scope)
+    record = services.catalog.get(graph_id, owner)
     upload = await receive_weights(request, services.store, services.settings, fmt, partial)
     check_weights_header(upload, record.num_edges)
-    updated = await services.catalog.update_weights(graph_id, upload, partial)
+    updated = await services.catalog.update_weights(graph_id, owner, upload, partial)
     return services.catalog.describe(updated)
 
 
@@ -234,7 +238,7 @@ async def replace_weights(
     """New weights for every edge; the topology stays resident and only what depends on the order is
     rebuilt. Jobs submitted before this request compute on the old weights, jobs submitted after it
     returns on the new ones (``weights_version``)."""
-    return await _update_weights(request, services_of(request), graph_id, format, partial=False)
+    return await _update_weights(request, graph_id, format, partial=False)
 
 
 @router.patch(
@@ -251,4 +255,4 @@ async def update_weights(
     format: Annotated[WeightsFormat | None, Query(description="Format of a binary body: npz.")] = None,
 ) -> GraphOut:
     """New weights for the given edges (exact in the graph's weight dtype); as for PUT otherwise."""
-    return await _update_weights(request, services_of(request), graph_id, format, partial=True)
+    return await _update_weights(request, graph_id, format, partial=True)

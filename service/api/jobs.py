@@ -6,9 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
 
+from ..auth import owner_of
 from ..encoders import job_out, job_response, job_summary, json_result, npz_response, wants_binary
 from ..models import JobOut, ResultOut
-from .deps import JobsDep, Services, services_of
+from .deps import JobsDep, OwnerDep, Services, services_of
 from .docs import BINARY_SCHEMA, problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -19,7 +20,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 )
 async def get_job(job_id: str, request: Request) -> Response:
     """Status, timestamps, ``error`` on failure and the result summary (with ``compute_ms``) on success."""
-    return job_response(services_of(request).jobs.get(job_id))
+    return job_response(services_of(request).jobs.get(job_id, owner_of(request.scope)))
 
 
 @router.get(
@@ -45,14 +46,15 @@ async def get_job_result(
     job_id: str, request: Request, accept: Annotated[str | None, Header(include_in_schema=False)] = None
 ) -> Response:
     """The edge ids (ascending) and weights of a succeeded job's forest; 409 while it has not succeeded."""
-    return await result_response(services_of(request), job_id, accept, request.headers.get("range"))
+    services, owner = services_of(request), owner_of(request.scope)
+    return await result_response(services, job_id, accept, request.headers.get("range"), owner)
 
 
 async def result_response(
-    services: Services, job_id: str, accept: str | None, byte_range: str | None
+    services: Services, job_id: str, accept: str | None, byte_range: str | None, owner: str
 ) -> Response:
     """A succeeded job's forest, negotiated by ``Accept`` (also served by :mod:`service.fastpath`)."""
-    job, path = await services.jobs.result_path(job_id)
+    job, path = await services.jobs.result_path(job_id, owner)
     summary = job_summary(job)
     if wants_binary(accept):
         return await npz_response(path, summary, filename=f"{job.id}.npz", byte_range=byte_range)
@@ -66,6 +68,6 @@ async def result_response(
     summary="Cancel a queued job",
     responses=problems(404, 409),
 )
-async def cancel_job(job_id: str, jobs: JobsDep) -> JobOut:
+async def cancel_job(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobOut:
     """Cancel a job that has not started; 409 for a running or finished one."""
-    return job_out(jobs.cancel(job_id))
+    return job_out(jobs.cancel(job_id, owner))

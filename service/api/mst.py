@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from ..encoders import json_result, npz_response, wants_binary
 from ..models import GraphFormat, ResultOut
 from ..uploads import receive_graph
-from .deps import ServicesDep
+from .deps import OwnerDep, ServicesDep
 from .docs import BINARY_SCHEMA, graph_upload_body, problems
 
 router = APIRouter(prefix="/v1/mst", tags=["mst"])
@@ -32,19 +32,21 @@ _BODY = graph_upload_body("A graph file, see ?format=.")
             },
             "model": ResultOut,
         },
-        **problems(400, 413, 415, 422, 503),
+        **problems(400, 413, 415, 422, 429, 503),
     },
 )
 async def compute_mst(
     request: Request,
     services: ServicesDep,
+    owner: OwnerDep,
     format: Annotated[GraphFormat | None, Query(description="Format of a binary body; default npz.")] = None,
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
     """Upload, compute and answer with the forest in one request (the upload is not stored)."""
+    services.jobs.admit(owner)  # a full queue is refused before the body is read
     upload = await receive_graph(request, services.store, services.settings, format)
     try:
-        summary, result = await services.jobs.one_shot(upload.path, upload.format, upload.size)
+        summary, result = await services.jobs.one_shot(upload.path, upload.format, upload.size, owner)
     finally:
         upload.discard()
     if wants_binary(accept):

@@ -149,6 +149,16 @@ def test_bad_settings_exit_with_a_message(tmp_path: Path) -> None:
     assert done.returncode == 2 and "port" in done.stderr.lower()
 
 
+def test_bad_settings_never_echo_an_api_key(tmp_path: Path) -> None:
+    secret = "a-secret-key-0123456789"
+    env = {**os.environ, "MST_API_KEYS": f"{secret},short", "MST_DATA_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "service"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "MST_API_KEYS: Value error, key 2 of MST_API_KEYS" in done.stderr
+    assert secret not in done.stderr and "short" not in done.stderr.replace("at least", "")
+
+
 def test_results_survive_as_npz_files(live: LiveServer) -> None:
     graph = live.upload_npz([0, 1], [1, 2], np.array([2.5, 1.5], dtype=np.float64))
     job = live.submit(graph["id"], wait=30).json()

@@ -109,3 +109,49 @@ def test_every_error_class_documents_itself() -> None:
         assert cls.code in (errors.__doc__ or ""), cls
     assert errors.error_type(core.DeviceError("x")) == "device_error"
     assert errors.error_type(KeyError("x")) == "internal_error"
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "members", "headers"),
+    [
+        (errors.UnauthorizedError("no key"), 401, {}, {"www-authenticate": 'Bearer realm="mst"'}),
+        (
+            errors.UnauthorizedError("bad key", challenge='Bearer realm="mst", error="invalid_token"'),
+            401,
+            {},
+            {"www-authenticate": 'Bearer realm="mst", error="invalid_token"'},
+        ),
+        (
+            errors.QuotaExceededError("jobs", quota="MST_QUOTA_QUEUED_JOBS", limit=2, used=2),
+            429,
+            {"quota": "MST_QUOTA_QUEUED_JOBS", "limit": 2, "used": 2},
+            {"retry-after": "1"},
+        ),
+        (
+            errors.QuotaExceededError("graphs", quota="MST_QUOTA_GRAPHS", limit=5, used=5, retry_after=60),
+            429,
+            {"quota": "MST_QUOTA_GRAPHS", "limit": 5, "used": 5},
+            {"retry-after": "60"},
+        ),
+        (
+            errors.DeviceQuotaExceededError("bytes", quota="MST_QUOTA_DEVICE_BYTES", limit=10, used=8),
+            413,
+            {"quota": "MST_QUOTA_DEVICE_BYTES", "limit": 10, "used": 8},
+            {"retry-after": None},
+        ),
+        (errors.QueueFullError("full"), 503, {}, {"retry-after": "1"}),
+    ],
+)
+def test_errors_with_members_and_headers(
+    exc: errors.ServiceError, status: int, members: dict[str, Any], headers: dict[str, str | None]
+) -> None:
+    response = app_raising(exc).get("/boom")
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["code"] == exc.code and body["detail"] == str(exc)
+    assert {k: body[k] for k in members} == members
+    for name, value in headers.items():
+        assert response.headers.get(name) == value
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is type(exc) and back.__dict__ == exc.__dict__ and back.headers() == exc.headers()

@@ -28,13 +28,13 @@ def test_a_result_request_waits_for_the_file(tmp_path: Path) -> None:
         succeeded_job(store, "j_1")
         note: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         jobs._store_behind("j_1", note)
-        fetch = asyncio.create_task(jobs.result_path("j_1"))
+        fetch = asyncio.create_task(jobs.result_path("j_1", ""))
         await asyncio.sleep(0.05)
         assert not fetch.done()  # the worker has not said the file is there
         note.set_result(None)
         job, path = await asyncio.wait_for(fetch, 5)
         assert job.status == "succeeded" and path == store.result_path("j_1")
-        assert await asyncio.wait_for(jobs.result_path("j_1"), 5) == (job, path)  # nothing left to await
+        assert await asyncio.wait_for(jobs.result_path("j_1", ""), 5) == (job, path)  # nothing left to await
 
     asyncio.run(scenario())
 
@@ -47,7 +47,7 @@ def test_a_result_the_worker_could_not_write_fails_the_job(tmp_path: Path) -> No
         succeeded_job(store, "j_2")
         note: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         jobs._store_behind("j_2", note)
-        fetch = asyncio.create_task(jobs.result_path("j_2"))
+        fetch = asyncio.create_task(jobs.result_path("j_2", ""))
         await asyncio.sleep(0)
         note.set_exception(OSError(28, "No space left on device"))
         with pytest.raises(JobNotFinishedError, match=r"result_lost.*No space left"):

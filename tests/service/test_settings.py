@@ -61,3 +61,56 @@ def test_unsafe_values_are_refused(monkeypatch: pytest.MonkeyPatch, name: str, v
 def test_settings_are_frozen() -> None:
     with pytest.raises(ValidationError):
         Settings().port = 1
+
+
+def test_api_keys_are_off_by_default_and_split_on_commas(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Settings()
+    assert s.api_keys == [] and s.api_keys_file is None
+    assert (s.quota_graphs, s.quota_device_bytes, s.quota_queued_jobs, s.max_queued_jobs) == (0, 0, 0, 10_000)
+    monkeypatch.setenv("MST_API_KEYS", " key-one-0123456789 , key-two-0123456789 ")
+    keys = Settings().api_keys
+    assert [k.get_secret_value() for k in keys] == ["key-one-0123456789", "key-two-0123456789"]
+    assert "key-one" not in repr(Settings())  # secrets stay out of reprs and logs
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("key-one-0123456789,,key-two-0123456789", "key 2 of MST_API_KEYS is empty"),
+        ("short-key", "at least 16"),
+        ("key one 0123456789", "visible ASCII"),
+        ("key-\u00e9-0123456789abc", "visible ASCII"),
+    ],
+)
+def test_bad_api_keys_are_refused(monkeypatch: pytest.MonkeyPatch, value: str, message: str) -> None:
+    monkeypatch.setenv("MST_API_KEYS", value)
+    with pytest.raises(ValidationError, match=message):
+        Settings()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "holds no key"),
+        ("# only a comment\n", "holds no key"),
+        ("abc123 team\n", "line 1: expected '<sha256-hex> \\[owner\\]'"),
+        ("# ok\n" + "a" * 64 + " team one\n", "line 2"),
+        ("a" * 64 + " t\u00e9am\n", "line 1"),
+    ],
+)
+def test_bad_key_files_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "keys"
+    path.write_text(text)
+    with pytest.raises(ValidationError, match=message):
+        Settings(api_keys_file=path)
+
+
+def test_a_missing_key_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="cannot be read"):
+        Settings(api_keys_file=tmp_path / "nope")
+
+
+def test_a_good_key_file(tmp_path: Path) -> None:
+    path = tmp_path / "keys"
+    path.write_text("# keys\n" + "a" * 64 + "\n" + "B" * 64 + "  team-b   # rotated\n")
+    assert Settings(api_keys_file=path).api_keys_file == path

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +135,48 @@ def test_spool_file_is_removed_unless_detached(store: Store) -> None:
     final = store.graph_path("g_new")
     Store.publish(kept, final)
     assert final.read_bytes() == b"abc" and not kept.exists()
+
+
+#: the schema of the first release (before API keys): no owner columns
+_SCHEMA_V1 = """
+CREATE TABLE graphs (
+    id TEXT PRIMARY KEY, created_at REAL NOT NULL, num_vertices INTEGER NOT NULL,
+    num_edges INTEGER NOT NULL, weight_dtype TEXT NOT NULL, source_format TEXT NOT NULL,
+    payload_bytes INTEGER NOT NULL, device_bytes INTEGER NOT NULL
+);
+CREATE TABLE jobs (
+    id TEXT PRIMARY KEY, graph_id TEXT NOT NULL, status TEXT NOT NULL, created_at REAL NOT NULL,
+    started_at REAL, finished_at REAL, error_type TEXT, error_message TEXT, num_edges INTEGER,
+    total_weight TEXT, num_components INTEGER, compute_ms REAL
+);
+CREATE INDEX jobs_by_status ON jobs (status, created_at);
+CREATE INDEX jobs_by_graph ON jobs (graph_id);
+INSERT INTO graphs VALUES ('g_old', 1.0, 4, 5, 'int64', 'npz', 100, 80);
+INSERT INTO jobs (id, graph_id, status, created_at, num_edges, total_weight, num_components, compute_ms)
+    VALUES ('j_old', 'g_old', 'succeeded', 2.0, 3, '7', 1, 0.5);
+"""
+
+
+def test_a_database_of_the_first_schema_is_upgraded_in_place(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    with sqlite3.connect(data / "mst.sqlite3") as db:
+        db.executescript(_SCHEMA_V1)
+    for _ in range(2):  # upgraded once, then opened as it is
+        s = Store(data)
+        old = s.get_graph("g_old")
+        assert old is not None and old.owner == "" and old.device_bytes == 80
+        assert s.get_job("j_old") == JobRecord(
+            "j_old", "g_old", "succeeded", 2.0, num_edges=3, total_weight=7, num_components=1, compute_ms=0.5
+        )
+        assert s.get_graph("g_old", owner="k:1") is None and s.get_graph("g_old", owner="") == old
+        s.close()
+    s = Store(data)
+    s.add_graph(replace(graph("g_new"), owner="k:1", device_bytes=30))
+    s.add_job(replace(job("j_new", "g_new"), owner="k:1"))
+    assert [g.id for g in s.list_graphs("")] == ["g_old"]
+    assert [g.id for g in s.list_graphs("k:1")] == ["g_new"]
+    assert [g.id for g in s.list_graphs()] == ["g_old", "g_new"]
+    assert s.graph_usage("k:1") == (1, 30) and s.graph_usage("") == (1, 80) and s.graph_usage("k:2") == (0, 0)
+    assert get("j_new", s).owner == "k:1"
+    s.close()
