@@ -60,6 +60,7 @@ class GpuGraph:
         self.device_id = int(cp.cuda.Device().id)
         self._stream = cp.cuda.Stream(non_blocking=True)
         try:
+            self._after_caller()  # device arrays given may still be being written on the caller's stream
             with self._stream:
                 self._build(cp, src, dst, weight, num_vertices)
             self._stream.synchronize()
@@ -267,22 +268,21 @@ class GpuGraph:
         order = cp.ascontiguousarray(order, dtype=cp.int64)
         nonloop = cp.zeros(m, dtype=cp.bool_)
         nonloop[self.rank_to_id] = True
-        below = cp.empty(m, dtype=cp.int32)  # non-loop edges before each position of the order
-        below[0] = 0
-        if m > 1:
-            cp.cumsum(nonloop[order[:-1]], dtype=cp.int32, out=below[1:])
+        upto = cp.cumsum(nonloop[order], dtype=cp.int32)  # non-loop edges up to each position
         rank_of_id = cp.empty(m, dtype=cp.int32)
         new_rank_to_id = cp.empty(k, dtype=cp.int32)
         kernel("assign_ranks")(
-            self._grid(m), (BLOCK,), (order, below, nonloop, np.int32(m), rank_of_id, new_rank_to_id)
+            self._grid(m), (BLOCK,), (order, upto, nonloop, np.int32(m), rank_of_id, new_rank_to_id)
         )
-        del order, below, nonloop
+        del order, upto, nonloop
+        slot_rank = rank_of_id[self.rank_to_id[self.adj[:, 1]]]  # every slot's new rank, one gather pass
+        del rank_of_id
         moved = cp.empty_like(self.adj)
         kernel("partition_rows")(
             self._grid(n), (BLOCK,),
-            (self.row_ptr, self.adj, self.rank_to_id, rank_of_id, np.int32(self.threshold), np.int32(n),
-             moved, self.split),
+            (self.row_ptr, self.adj, slot_rank, np.int32(self.threshold), np.int32(n), moved, self.split),
         )  # fmt: skip
+        del slot_rank
         self.rank_to_id[...] = new_rank_to_id
         self.adj[...] = moved
 
@@ -294,6 +294,12 @@ class GpuGraph:
                 self._rerank(edge_order(cp, self.weight, objective))
             self._objective = objective
 
+    def _after_caller(self) -> None:
+        """Order this graph's stream after the caller's current one, which made the arrays it passes
+        (the graph's stream does not synchronize with the legacy default stream by itself)."""
+        cp = _cupy()
+        self._stream.wait_event(cp.cuda.get_current_stream().record())
+
     def set_weights(self, weight: Any, edge_ids: Any = None) -> None:
         """New weights (all, or those of ``edge_ids``), validated by the caller: the ranks are rebuilt.
 
@@ -301,6 +307,7 @@ class GpuGraph:
         """
         cp = _cupy()
         try:
+            self._after_caller()
             with cp.cuda.Device(self.device_id), self._stream:
                 if edge_ids is not None:
                     self.weight[edge_ids] = cp.asarray(weight, dtype=self.weight.dtype)
@@ -324,6 +331,7 @@ class GpuGraph:
     def endpoints(self, edge_ids: Any) -> tuple[Any, Any]:
         """(src, dst) of the given (loop-free) edges, on the device, read off the CSR (smaller end first)."""
         cp = _cupy()
+        self._after_caller()
         with cp.cuda.Device(self.device_id), self._stream:
             slots = 2 * self.num_loop_free
             slot = cp.arange(slots, dtype=cp.int32)
@@ -336,7 +344,9 @@ class GpuGraph:
             src[ids] = row[once]
             dst[ids] = col[once]
             edge_ids = cp.asarray(edge_ids)
-            return src[edge_ids], dst[edge_ids]
+            ends = src[edge_ids], dst[edge_ids]
+        self._stream.synchronize()  # the caller reads them on its own stream
+        return ends
 
     # -- running ------------------------------------------------------------------------
     def _run_phase_stepwise(self, second_phase: bool, skip: Any) -> int:
@@ -437,6 +447,8 @@ class GpuGraph:
         if self.num_loop_free == 0:
             return cp.empty(0, dtype=cp.int64), self.weight[:0], 0.0
         try:
+            if exclude is not None:
+                self._after_caller()
             with cp.cuda.Device(self.device_id), self._stream:
                 self._ensure_order(objective)
                 skip = None if exclude is None or not exclude.size else self._skip_mask(exclude)

@@ -288,29 +288,28 @@ extern "C" __global__ void link_lightest(const Item* __restrict__ items, const i
 // under the filter threshold and the rest (`split`). Two kernels; the sort of the edges by
 // their new order (CUB, through CuPy) and one prefix sum come before them.
 
-// order[i] is the edge id of the i-th edge in the new order; below[i] counts the non-loop edges
-// among order[0..i) (an exclusive prefix sum of nonloop[order]). Writes the rank of every
+// order[i] is the edge id of the i-th edge in the new order; upto[i] counts the non-loop edges
+// among order[0..i] (an inclusive prefix sum of nonloop[order]). Writes the rank of every
 // non-loop edge id and the rank -> edge id map.
-extern "C" __global__ void assign_ranks(const long long* __restrict__ order, const int* __restrict__ below,
+extern "C" __global__ void assign_ranks(const long long* __restrict__ order, const int* __restrict__ upto,
                                         const bool* __restrict__ nonloop, int m, int* __restrict__ rank_of_id,
                                         int* __restrict__ rank_to_id) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < m; i += grid_stride()) {
     const int id = static_cast<int>(order[i]);
     if (nonloop[id]) {
-      const int r = below[i];
+      const int r = upto[i] - 1;
       rank_of_id[id] = r;
       rank_to_id[r] = id;
     }
   }
 }
 
-// Slot s of row v holds {neighbour, old rank}; its new rank is rank_of_id[old_rank_to_id[old rank]].
-// Each row is written to `out` with its light slots (new rank < threshold) first, in slot order,
-// then the rest; split[v] = where the rest start. Rows under a warp's width go to their own
-// lane, longer rows to the whole warp, 32 slots at a time (ballots give the positions).
+// Slot s of row v holds {neighbour, old rank}; slot_rank[s] is its edge's new rank. Each row is
+// written to `out` with its light slots (new rank < threshold) first, in slot order, then the
+// rest; split[v] = where the rest start. Rows under a warp's width go to their own lane, longer
+// rows to the whole warp, 32 slots at a time (ballots give the positions).
 extern "C" __global__ void partition_rows(const int* __restrict__ row_ptr, const int2* __restrict__ adj,
-                                          const int* __restrict__ old_rank_to_id,
-                                          const int* __restrict__ rank_of_id, int threshold, int n,
+                                          const int* __restrict__ slot_rank, int threshold, int n,
                                           int2* __restrict__ out, int* __restrict__ split) {
   const int lane = lane_id();
   const unsigned below_lane = (1u << lane) - 1u;
@@ -321,13 +320,12 @@ extern "C" __global__ void partition_rows(const int* __restrict__ row_ptr, const
     const bool by_lane = end - beg < kWarpSize;
     if (v < n && by_lane) {
       int light = 0;
-      for (int s = beg; s < end; ++s) light += rank_of_id[old_rank_to_id[adj[s].y]] < threshold;
+      for (int s = beg; s < end; ++s) light += slot_rank[s] < threshold;
       int lo = beg;
       int hi = beg + light;
       for (int s = beg; s < end; ++s) {
-        const int2 e = adj[s];
-        const int r = rank_of_id[old_rank_to_id[e.y]];
-        out[r < threshold ? lo++ : hi++] = make_int2(e.x, r);
+        const int r = slot_rank[s];
+        out[r < threshold ? lo++ : hi++] = make_int2(adj[s].x, r);
       }
       split[v] = beg + light;
     }
@@ -340,25 +338,19 @@ extern "C" __global__ void partition_rows(const int* __restrict__ row_ptr, const
       int light = 0;
       for (int chunk = row_beg; chunk < row_end; chunk += kWarpSize) {
         const int s = chunk + lane;
-        const bool is_light = s < row_end && rank_of_id[old_rank_to_id[adj[s].y]] < threshold;
-        light += __popc(__ballot_sync(FULL_MASK, is_light));
+        light += __popc(__ballot_sync(FULL_MASK, s < row_end && slot_rank[s] < threshold));
       }
       int lo = row_beg;
       int hi = row_beg + light;
       for (int chunk = row_beg; chunk < row_end; chunk += kWarpSize) {
         const int s = chunk + lane;
-        int2 e = make_int2(0, 0);
-        int r = 0;
-        if (s < row_end) {
-          e = adj[s];
-          r = rank_of_id[old_rank_to_id[e.y]];
-        }
+        const int r = s < row_end ? slot_rank[s] : 0;
         const bool is_light = s < row_end && r < threshold;
         const unsigned light_mask = __ballot_sync(FULL_MASK, is_light);
         const unsigned heavy_mask = __ballot_sync(FULL_MASK, s < row_end && !is_light);
         if (s < row_end) {
           const int at = is_light ? lo + __popc(light_mask & below_lane) : hi + __popc(heavy_mask & below_lane);
-          out[at] = make_int2(e.x, r);
+          out[at] = make_int2(adj[s].x, r);
         }
         lo += __popc(light_mask);
         hi += __popc(heavy_mask);
