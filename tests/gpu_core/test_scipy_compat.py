@@ -103,7 +103,9 @@ def test_sparse_inf_and_nan_entries_sort_last_as_in_scipy():
 def test_self_loops_duplicates_and_masked_arrays():
     coo = sp.coo_matrix((np.array([1.0, 2.0, 10.0, 0.5]), ([0, 0, 1, 2], [1, 1, 2, 2])), shape=(3, 3))
     assert_same_tree(minimum_spanning_tree(coo, backend="cpu"), scipy_mst(coo))  # duplicates summed
-    masked = np.ma.masked_array([[0, 3, 1], [0, 0, 0], [0, 2, 0]], mask=[[0, 1, 0], [1, 1, 1], [1, 0, 1]])
+    masked = np.ma.masked_array(
+        [[0, 3, 1], [0, 0, 0], [0, 2, 0]], mask=np.array([[0, 1, 0], [1, 1, 1], [1, 0, 1]], dtype=bool)
+    )
     assert_same_tree(minimum_spanning_tree(masked, backend="cpu"), scipy_mst(masked))
 
 
