@@ -42,7 +42,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from . import _graph
+from ._graph import minimum_spanning_forest
 
 BACKEND_NAME = "mst_service"
 
@@ -140,11 +140,12 @@ def _edge_list(graph: Any, weight: Any, ignore_nan: bool) -> _Edges | str:
 def _forest_ids(prepared: _Edges, minimum: bool, reverse_ties: bool = False) -> np.ndarray[Any, Any]:
     """Edge ids of the forest under ``(weight, edge_id)`` (``(-weight, edge_id)`` for the maximum);
     with ``reverse_ties`` under ``(weight, -edge_id)``, computed on the reversed edge list."""
-    objective: dict[str, Any] = {} if minimum else {"objective": "max"}
     src, dst, weight = prepared.src, prepared.dst, prepared.weight
     if reverse_ties:
         src, dst, weight = src[::-1].copy(), dst[::-1].copy(), weight[::-1].copy()
-    forest = _graph.minimum_spanning_forest(src, dst, weight, num_vertices=prepared.num_vertices, **objective)
+    forest = minimum_spanning_forest(
+        src, dst, weight, num_vertices=prepared.num_vertices, objective="min" if minimum else "max"
+    )
     if reverse_ties:
         return np.sort(len(prepared.edges) - 1 - forest.edge_ids)
     return forest.edge_ids

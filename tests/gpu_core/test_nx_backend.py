@@ -205,15 +205,23 @@ def test_networkx_finds_the_backend_through_the_entry_points(tmp_path):
         G.add_weighted_edges_from([(0, 1, 3), (1, 2, 1), (0, 2, 1), (3, 4, 2)])
         T = nx.minimum_spanning_tree(G, backend="mst_service")
         edges = list(nx.maximum_spanning_edges(G, backend="mst_service", data=False))
+        from fractions import Fraction
+        exact = nx.Graph([(0, 1, {"weight": Fraction(1, 3)}), (1, 2, {"weight": Fraction(1, 2)}),
+                          (0, 2, {"weight": Fraction(1, 4)})])
         try:
-            nx.minimum_spanning_tree(nx.Graph([(0, 1, {"weight": "x"})]), backend="mst_service")
+            nx.minimum_spanning_tree(exact, backend="mst_service")
             refused = None
-        except (NotImplementedError, RuntimeError) as exc:
-            refused = type(exc).__name__
+        except NotImplementedError as exc:
+            refused = str(exc)
         nx.config.backend_priority.generators = ["mst_service"]  # automatic dispatch, with fallback
-        fallback = sorted(nx.minimum_spanning_tree(nx.Graph([(0, 1, {"weight": "x"})])).edges)
+        fallback = sorted(nx.minimum_spanning_tree(exact).edges)
+        import gpu_core._nx_backend as engine_side
+        calls, engine = [], engine_side.minimum_spanning_forest
+        engine_side.minimum_spanning_forest = lambda *a, **k: calls.append(1) or engine(*a, **k)
+        automatic = sorted(nx.minimum_spanning_tree(nx.Graph(G)).edges)
         print(json.dumps({"tree": sorted(T.edges), "max": edges, "refused": refused,
-                          "fallback": fallback, "backends": sorted(nx.utils.backends.backends)}))
+                          "fallback": fallback, "automatic": [automatic, len(calls)],
+                          "backends": sorted(nx.utils.backends.backends)}))
         """
     )
     env = {
@@ -229,5 +237,6 @@ def test_networkx_finds_the_backend_through_the_entry_points(tmp_path):
     assert "mst_service" in out["backends"]
     assert out["tree"] == [[0, 2], [1, 2], [3, 4]]
     assert out["max"] == [[0, 1], [3, 4], [0, 2]]  # ties: the first in G.edges order
-    assert out["refused"] is not None  # asked for by name, it says it cannot
-    assert out["fallback"] == [[0, 1]]  # by priority, NetworkX took over
+    assert "mst_service" in out["refused"]  # asked for by name, it says it cannot
+    assert out["fallback"] == [[0, 1], [0, 2]]  # by priority, NetworkX took over
+    assert out["automatic"] == [out["tree"], 1]  # by priority, on the engine
