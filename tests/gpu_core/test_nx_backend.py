@@ -240,3 +240,22 @@ def test_networkx_finds_the_backend_through_the_entry_points(tmp_path):
     assert "mst_service" in out["refused"]  # asked for by name, it says it cannot
     assert out["fallback"] == [[0, 1], [0, 2]]  # by priority, NetworkX took over
     assert out["automatic"] == [out["tree"], 1]  # by priority, on the engine
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("multigraph", [False, True], ids=["Graph", "MultiGraph"])
+def test_on_a_gpu_host_the_backend_computes_on_the_gpu(monkeypatch, multigraph):
+    """``backend="auto"``: where CuPy sees a device the engine runs there, with NetworkX's answer."""
+    ran_on = []
+    engine = backend.minimum_spanning_forest
+
+    def recording(*args, **kwargs):
+        forest = engine(*args, **kwargs)
+        ran_on.append(forest.backend)
+        return forest
+
+    monkeypatch.setattr(backend, "minimum_spanning_forest", recording)
+    G = random_graph(11, 3000, 20000, multigraph, POOLS["ties-float"])
+    for name in TREES:
+        assert call(name, G)._adj == getattr(nx, name)(G)._adj
+    assert ran_on == ["gpu", "gpu"]
