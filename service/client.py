@@ -295,10 +295,16 @@ class Client:
         return result
 
     def one_shot(self, body: bytes, fmt: str = "npz") -> Forest:
-        response = self._http.post(
-            "/v1/mst", content=self._pieces(body), params={"format": fmt}, headers=binary_headers(body, OCTET)
+        response, forest = read_response(
+            self._http,
+            "POST",
+            "/v1/mst",
+            content=self._pieces(body),
+            params={"format": fmt},
+            headers=binary_headers(body, OCTET),
+            progress=self.progress,
         )
-        return _forest_from_npz(self._check(response))
+        return _forest_from_npz(self._check(response), forest)
 
     def one_shot_graph(self, graph: Any, *, weight: str = "weight", output: str = "forest") -> Any:
         """The forest of a SciPy sparse matrix or NetworkX graph in one request (nothing stored)."""

@@ -135,6 +135,10 @@ def test_cli_progress_bars_for_large_transfers(
     out = tmp_path / "forest.npz"
     assert main(["--url", live.url, "--progress", "result", job["id"], "--out", str(out)]) == 0
     assert "download [" in capsys.readouterr().err
+    assert main(["--url", live.url, "--progress", "oneshot", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "upload [" in captured.err and "download [" in captured.err
+    assert json.loads(captured.out)["num_components"] == 1
     small = tmp_path / "small.txt"
     small.write_text("0 1 1\n")
     assert main(["--url", live.url, "--progress", "upload", str(small)]) == 0
