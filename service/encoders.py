@@ -241,20 +241,29 @@ def json_result(path: Path, summary: dict[str, Any], **ids: str) -> Response:
     return Response(json.dumps(body, separators=(",", ":")), media_type=JSON_MEDIA_TYPE)
 
 
+def _arrow_column(pa: Any, values: np.ndarray[Any, Any]) -> Any:
+    """A 1-D array as it is; a 2-D one (a dendrogram's linkage) as fixed-size lists, one per row."""
+    if values.ndim == 2:
+        flat = pa.array(np.ascontiguousarray(values).reshape(-1))
+        return pa.FixedSizeListArray.from_arrays(flat, values.shape[1])
+    return pa.array(values)
+
+
 def _arrow_stream(path: Path, summary: dict[str, Any]) -> bytes:
     import pyarrow as pa
     import pyarrow.ipc
 
-    arrays = read_npz(path, ("edge_ids", "weights"))
+    names = RESULT_ARRAYS[str(summary.get("task", "mst"))]
+    arrays = read_npz(path, names)
     if arrays is None:
         with np.load(path, allow_pickle=False) as npz:
-            arrays = {"edge_ids": npz["edge_ids"], "weights": npz["weights"]}
+            arrays = {name: npz[name] for name in names}
     metadata = {key: json.dumps(summary[key]) for key in ("num_edges", "total_weight", "num_components")}
     metadata["compute_ms"] = repr(float(summary["compute_ms"]))
-    table = pa.table(
-        {"edge_ids": pa.array(arrays["edge_ids"]), "weights": pa.array(arrays["weights"])},
-        metadata=metadata,
-    )
+    metadata["task"] = str(summary.get("task", "mst"))
+    if summary.get("cached"):
+        metadata["cached"] = "true"
+    table = pa.table({name: _arrow_column(pa, arrays[name]) for name in names}, metadata=metadata)
     sink = pa.BufferOutputStream()
     with pyarrow.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -262,8 +271,9 @@ def _arrow_stream(path: Path, summary: dict[str, Any]) -> bytes:
 
 
 async def arrow_result(path: Path, summary: dict[str, Any], filename: str) -> Response:
-    """The forest as an Arrow IPC stream: columns ``edge_ids`` (int64) and ``weights`` (the graph's
-    dtype); the summary in the schema metadata and in ``X-MST-*`` headers."""
+    """A result as an Arrow IPC stream: the arrays of its task as columns (a forest: ``edge_ids``
+    int64 and ``weights`` in the graph's dtype; labels; a linkage as rows of 4), the summary in
+    the schema metadata and in ``X-MST-*`` headers."""
     body = await asyncio.to_thread(_arrow_stream, path, summary)
     headers = {**summary_headers(summary), "Content-Disposition": f'attachment; filename="{filename}"'}
     return Response(body, media_type=ARROW_STREAM_MEDIA_TYPE, headers=headers)

@@ -44,10 +44,11 @@ def graph_upload_body(binary_description: str) -> dict[str, Any]:
 
 
 RESULT_DESCRIPTION = (
-    "The forest, by Accept: JSON by default; an .npz file (arrays edge_ids int64 and weights in the "
-    "graph's dtype) for application/octet-stream; an Arrow IPC stream (columns edge_ids and weights, "
-    f"the summary in the schema metadata) for {ARROW_STREAM_MEDIA_TYPE} where the server has pyarrow. "
-    "Binary results carry the summary in X-MST-* headers."
+    "The result, by Accept: JSON by default; an .npz file for application/octet-stream (a forest: "
+    "arrays edge_ids int64 and weights in the graph's dtype; other tasks: labels, or a linkage); an "
+    f"Arrow IPC stream of the same arrays as columns for {ARROW_STREAM_MEDIA_TYPE} where the server "
+    "has pyarrow (the summary in its schema metadata). Binary results carry the summary in X-MST-* "
+    "headers."
 )
 RESULT_CONTENT: dict[str, Any] = {
     "application/json": {"schema": {"$ref": "#/components/schemas/ResultOut"}},

@@ -22,7 +22,6 @@ from .docs import RESULT_CONTENT, RESULT_DESCRIPTION, problems
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
-
 @router.get(
     "/{job_id}", operation_id="getJob", response_model=JobOut, summary="Job status", responses=problems(404)
 )

@@ -204,3 +204,16 @@ def test_without_pyarrow_uploads_are_415_and_arrow_results_406(server_factory: S
 def ids_of(server: LiveServer, job_id: str) -> list[int]:
     ids, _, _ = server.result_npz(job_id)
     return ids.tolist()
+
+
+@pytest.mark.parametrize(("task", "column"), [("components", "labels"), ("dendrogram", "linkage")])
+def test_other_tasks_results_as_arrow_columns(live: LiveServer, task, column):
+    graph = random_graph(9, 60, 300, dtype=np.dtype("float64"))  # connected: one component
+    record = live.upload_npz(graph.src, graph.dst, graph.weight)
+    job = live.client.post(f"/v1/graphs/{record['id']}/jobs", params={"wait": 30}, json={"task": task}).json()
+    assert job["status"] == "succeeded", job
+    result = f"/v1/jobs/{job['id']}/result"
+    table = read_arrow_result(live.client.get(result, headers={"accept": ARROW}).content)
+    assert table.schema.metadata[b"task"] == task.encode()
+    expected = live.client.get(result).json()[column]
+    assert table.column(column).to_pylist() == expected  # a linkage: one list of 4 per row
