@@ -112,7 +112,6 @@ def negotiate(accept: str | None) -> str:
     if accept is None or not accept.strip():
         return "json"
     ranges = _accept_ranges(accept)
-    arrow = pyarrow_available()
     best: tuple[float, int, int, str] | None = None
     arrow_wanted = False
     for rank, (name, media) in enumerate(RESULT_MEDIA_TYPES.items()):
@@ -126,14 +125,15 @@ def negotiate(accept: str | None) -> str:
                 match = (specificity, q, position)
         if match is None or match[1] <= 0:
             continue
-        if name == "arrow" and not arrow:
+        key = (match[1], -match[2], -rank, name)
+        if best is not None and key[:3] <= best[:3]:
+            continue
+        if name == "arrow" and not pyarrow_available():  # asked only when Arrow would be chosen
             arrow_wanted = arrow_wanted or match[0] == 2
             continue
-        key = (match[1], -match[2], -rank, name)
-        if best is None or key[:3] > best[:3]:
-            best = key
+        best = key
     if best is None:
-        offered = [m for n, m in RESULT_MEDIA_TYPES.items() if n != "arrow" or arrow]
+        offered = [m for n, m in RESULT_MEDIA_TYPES.items() if n != "arrow" or pyarrow_available()]
         missing = (
             f" {ARROW_STREAM_MEDIA_TYPE} needs pyarrow, which this server lacks (the 'arrow' extra)."
             if arrow_wanted
