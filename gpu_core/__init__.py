@@ -19,6 +19,7 @@ from ._graph import (
     warm_up,
 )
 from ._order import OBJECTIVES
+from ._scipy_compat import minimum_spanning_tree
 from ._validate import WEIGHT_DTYPES
 from .formats import FORMATS, read_graph
 
@@ -34,6 +35,7 @@ __all__ = [
     "gpu_available",
     "maximum_spanning_forest",
     "minimum_spanning_forest",
+    "minimum_spanning_tree",
     "read_graph",
     "resolve_backend",
     "warm_up",

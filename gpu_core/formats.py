@@ -1,4 +1,5 @@
-"""Readers for graph files: NumPy ``.npz``, ECL ``.egr``, Matrix Market, plain edge lists and DIMACS.
+"""Readers for graph files: NumPy ``.npz``, ECL ``.egr``, Matrix Market, plain edge lists, DIMACS,
+Arrow IPC and Parquet (the last two with the optional ``pyarrow``: the ``arrow`` extra).
 
 Every reader returns an :class:`EdgeArrays` (``src``, ``dst``, ``weight``,
 ``num_vertices``) in input order, so the edge id of an edge is its position in
@@ -8,6 +9,7 @@ files raise :class:`gpu_core.errors.GraphValidationError` naming the problem.
 
 from __future__ import annotations
 
+import functools
 import io
 import zipfile
 from collections.abc import Callable
@@ -174,6 +176,112 @@ def read_dimacs(data: bytes) -> EdgeArrays:
     return EdgeArrays(src - 1, dst - 1, weight, n)
 
 
+# ---------------------------------------------------------------------------------------------
+# Arrow IPC and Parquet: tables with columns src, dst, weight (pyarrow, optional)
+
+#: exact conversions of Arrow column types the engine does not take as they are
+_ARROW_WEIGHT_CASTS = {
+    "int8": "int32",
+    "int16": "int32",
+    "uint8": "int32",
+    "uint16": "int32",
+    "uint32": "int64",
+    "halffloat": "float32",
+    "float16": "float32",
+}
+
+
+@functools.cache
+def pyarrow_available() -> bool:
+    """True when ``pyarrow`` can be imported (Arrow and Parquet uploads need it); asked once."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _pyarrow(fmt: str) -> Any:
+    try:
+        import pyarrow
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError:
+        raise GraphValidationError(
+            f"{fmt} files need pyarrow, which is not installed here (pip install 'mst-service[arrow]').",
+            field="format",
+        ) from None
+    return pyarrow
+
+
+def _table_column(pa: Any, table: Any, name: str, fmt: str, weight: bool) -> np.ndarray[Any, Any]:
+    column = table.column(name)
+    if column.null_count:
+        first = next(i for i, v in enumerate(column.is_null().to_pylist()) if v)
+        raise GraphValidationError(
+            f"not a valid {fmt} graph: column {name!r} has null values (the first at row {first})",
+            field=name,
+            index=first,
+        )
+    kind = str(column.type)
+    if weight and kind in _ARROW_WEIGHT_CASTS:
+        column = column.cast(_ARROW_WEIGHT_CASTS[kind])
+    elif weight and kind == "uint64":
+        wide: np.ndarray[Any, Any] = column.to_numpy()
+        if wide.size and int(wide.max()) > 2**63 - 1:
+            raise _bad(fmt, "column 'weight' holds uint64 values beyond int64")
+        return wide.astype(np.int64)
+    elif not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+        raise _bad(fmt, f"column {name!r} has type {kind}; it must hold numbers")
+    values: np.ndarray[Any, Any] = column.to_numpy()
+    return values
+
+
+def _from_table(pa: Any, table: Any, fmt: str) -> EdgeArrays:
+    missing = [c for c in ("src", "dst", "weight") if c not in table.column_names]
+    if missing:
+        raise _bad(
+            fmt,
+            f"missing column(s) {', '.join(missing)}; found {', '.join(table.column_names) or 'none'}",
+        )
+    n = None
+    metadata = table.schema.metadata or {}
+    if b"num_vertices" in metadata:
+        try:
+            n = int(metadata[b"num_vertices"])
+        except ValueError:
+            raise _bad(fmt, "the schema metadata 'num_vertices' must be an integer") from None
+    src, dst, weight = (_table_column(pa, table, c, fmt, c == "weight") for c in ("src", "dst", "weight"))
+    return EdgeArrays(src, dst, weight, n)
+
+
+def read_arrow(data: bytes) -> EdgeArrays:
+    """Arrow IPC: a stream (or a file) of record batches with columns ``src``, ``dst``, ``weight``.
+
+    Integer weights narrower than 32 bits become int32, uint32 int64, float16 float32 (exact);
+    ``num_vertices`` may be given in the schema metadata. Nulls are refused.
+    """
+    pa = _pyarrow("arrow")
+    try:
+        if data[:6] == b"ARROW1":
+            table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+        else:
+            table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
+        raise _bad("arrow", str(exc)) from None
+    return _from_table(pa, table, "arrow")
+
+
+def read_parquet(data: bytes) -> EdgeArrays:
+    """Parquet with columns ``src``, ``dst``, ``weight`` (as :func:`read_arrow`)."""
+    pa = _pyarrow("parquet")
+    try:
+        table = pa.parquet.read_table(pa.BufferReader(data))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
+        raise _bad("parquet", str(exc)) from None
+    return _from_table(pa, table, "parquet")
+
+
 #: upload formats and their readers
 FORMATS: dict[str, Callable[[bytes], EdgeArrays]] = {
     "npz": read_npz,
@@ -181,6 +289,8 @@ FORMATS: dict[str, Callable[[bytes], EdgeArrays]] = {
     "mtx": read_mtx,
     "edgelist": read_edgelist,
     "dimacs": read_dimacs,
+    "arrow": read_arrow,
+    "parquet": read_parquet,
 }
 
 

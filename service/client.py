@@ -10,8 +10,14 @@
 service runs without keys). The CLI takes it from ``MST_API_KEY`` (or ``--api-key``, which other
 users of the machine can see in the process list).
 
-CLI: ``python -m service.client [--url URL] [--api-key KEY] upload FILE [--format F] | list
-| mst GRAPH_ID [--wait S] | job JOB_ID | result JOB_ID [--out FILE.npz] | delete GRAPH_ID | oneshot FILE``.
+SciPy sparse matrices and NetworkX graphs go up with :meth:`Client.upload_graph` (or
+:meth:`Client.one_shot_graph`), and their forests come back as the same kind of object with
+``result(job_id, output="networkx" | "scipy")`` (see :mod:`service.interop`).
+
+CLI: ``python -m service.client [--url URL] [--api-key KEY] [--progress | --no-progress] upload FILE
+[--format F] | list | mst GRAPH_ID [--wait S] | job JOB_ID | result JOB_ID [--out FILE.npz]
+| delete GRAPH_ID | oneshot FILE``; progress bars on stderr for transfers of 4 MB or more, by
+default when stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -31,7 +37,13 @@ from typing import Any, cast
 import httpx
 import numpy as np
 
+from .interop import GraphSource, graph_source
+from .progress import MIN_BYTES, ProgressBar
+from .progress import wanted as progress_wanted
+
 OCTET = "application/octet-stream"
+#: what :meth:`Client.result` and :meth:`Client.one_shot_graph` can return
+OUTPUTS = ("forest", "networkx", "scipy")
 
 #: pieces a binary body is sent in. httpx sends one ``bytes`` body with ``sock.send`` and
 #: ``buffer = buffer[n:]`` after each partial send, a copy of the rest every time: quadratic,
@@ -39,10 +51,17 @@ OCTET = "application/octet-stream"
 _PIECE = 4 << 20
 
 
-def body_pieces(body: bytes) -> Iterator[bytes]:
+def body_pieces(body: bytes, progress: ProgressBar | None = None) -> Iterator[bytes]:
     view = memoryview(body)
-    for start in range(0, len(view), _PIECE):
-        yield cast(bytes, view[start : start + _PIECE])  # a view: httpx sends any bytes-like piece
+    try:
+        for start in range(0, len(view), _PIECE):
+            piece = view[start : start + _PIECE]
+            yield cast(bytes, piece)  # a view: httpx sends any bytes-like piece
+            if progress is not None:
+                progress.update(len(piece))
+    finally:
+        if progress is not None:
+            progress.close()
 
 
 #: pieces a response body is read in. httpx's default reads are small: a 12 MB npz comes in at
@@ -69,18 +88,26 @@ def receive_buffer(size: int) -> memoryview:
 
 
 def read_response(
-    http: httpx.Client, method: str, url: str, **kwargs: Any
+    http: httpx.Client, method: str, url: str, *, progress: bool = False, **kwargs: Any
 ) -> tuple[httpx.Response, bytes | memoryview]:
-    """Send a request and read its body in large pieces into one buffer: (the response, the body)."""
+    """Send a request and read its body in large pieces into one buffer: (the response, the body).
+
+    ``progress``: a bar on stderr while a body of :data:`service.progress.MIN_BYTES` or more comes in.
+    """
     with http.stream(method, url, **kwargs) as response:
         size = int(response.headers.get("content-length", "0") or 0)
         if response.status_code >= 400 or size <= 0:
             return response, response.read()
         body = receive_buffer(size)
         filled = 0
+        bar = ProgressBar("download", size) if progress and size >= MIN_BYTES else None
         for piece in response.iter_raw(_READ_PIECE):
             body[filled : filled + len(piece)] = piece
             filled += len(piece)
+            if bar is not None:
+                bar.update(len(piece))
+        if bar is not None:
+            bar.close()
         if filled != size:
             raise httpx.RemoteProtocolError(f"the body has {filled} bytes, Content-Length said {size}")
         return response, body
@@ -139,10 +166,19 @@ class Client:
     """Talks to one service; use as a context manager (or call :meth:`close`)."""
 
     def __init__(
-        self, base_url: str = "http://127.0.0.1:8000", *, timeout: float = 600.0, api_key: str | None = None
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        timeout: float = 600.0,
+        api_key: str | None = None,
+        progress: bool = False,
     ) -> None:
         headers = {} if api_key is None else {"authorization": f"Bearer {api_key}"}
         self._http = httpx.Client(base_url=base_url, timeout=timeout, headers=headers)
+        #: progress bars on stderr for uploads and downloads of a few MB or more
+        self.progress = progress
+        #: how the graphs this client uploaded from SciPy or NetworkX objects became edge arrays
+        self._sources: dict[str, GraphSource] = {}
 
     def close(self) -> None:
         self._http.close()
@@ -169,12 +205,27 @@ class Client:
         """Upload edge arrays as an npz body (binary: weights keep their dtype exactly)."""
         return self.upload_bytes(npz_bytes(src, dst, weight, num_vertices), "npz")
 
+    def _pieces(self, body: bytes) -> Iterator[bytes]:
+        bar = ProgressBar("upload", len(body)) if self.progress and len(body) >= MIN_BYTES else None
+        return body_pieces(body, bar)
+
     def upload_bytes(self, body: bytes, fmt: str = "npz") -> dict[str, Any]:
         response = self._http.post(
-            "/v1/graphs", content=body_pieces(body), params={"format": fmt}, headers=binary_headers(body)
+            "/v1/graphs", content=self._pieces(body), params={"format": fmt}, headers=binary_headers(body)
         )
         result: dict[str, Any] = self._check(response).json()
         return result
+
+    def upload_graph(self, graph: Any, *, weight: str = "weight") -> dict[str, Any]:
+        """Upload a SciPy sparse matrix (each stored entry an edge) or a NetworkX ``Graph``/``MultiGraph``.
+
+        The client remembers how it turned the graph into edges, so :meth:`result` can give the
+        forest back as a NetworkX graph or a SciPy matrix (see :mod:`service.interop`).
+        """
+        source = graph_source(graph, weight)
+        record = self.upload_arrays(source.src, source.dst, source.weight, source.num_vertices)
+        self._sources[record["id"]] = source
+        return record
 
     def upload_file(self, path: str | Path, fmt: str | None = None) -> dict[str, Any]:
         path = Path(path)
@@ -276,12 +327,33 @@ class Client:
         result: dict[str, Any] = self._check(self._http.delete(f"/v1/jobs/{job_id}")).json()
         return result
 
-    def result(self, job_id: str) -> Forest:
-        """The forest of a succeeded job, fetched as npz."""
+    def result(self, job_id: str, *, output: str = "forest", source: Any = None) -> Any:
+        """The forest of a succeeded job, fetched as npz.
+
+        ``output``: ``"forest"`` (a :class:`Forest` of arrays), ``"networkx"`` (a graph) or
+        ``"scipy"`` (an N x N ``csr_array``). The last two need the graph's edges: those of a
+        graph this client uploaded with :meth:`upload_graph`, or ``source=`` (the same SciPy
+        matrix or NetworkX graph that was uploaded).
+        """
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}.")
         response, body = read_response(
-            self._http, "GET", f"/v1/jobs/{job_id}/result", headers={"accept": OCTET}
+            self._http, "GET", f"/v1/jobs/{job_id}/result", headers={"accept": OCTET}, progress=self.progress
         )
-        return _forest_from_npz(self._check(response), body)
+        forest = _forest_from_npz(self._check(response), body)
+        if output == "forest":
+            return forest
+        if source is not None:
+            edges = graph_source(source) if not isinstance(source, GraphSource) else source
+        else:
+            graph_id = self.job(job_id)["graph_id"]
+            if graph_id not in self._sources:
+                raise ValueError(
+                    f"graph {graph_id} was not uploaded by this client with upload_graph(); pass "
+                    "source= (the SciPy matrix or NetworkX graph) to convert its forest."
+                )
+            edges = self._sources[graph_id]
+        return _convert(forest, edges, output)
 
     def result_arrays(self, job_id: str) -> dict[str, np.ndarray[Any, Any]]:
         """The arrays of any succeeded job's result (``edge_ids``/``weights``, ``labels``, ``linkage``)."""
@@ -297,10 +369,24 @@ class Client:
         return result
 
     def one_shot(self, body: bytes, fmt: str = "npz") -> Forest:
-        response = self._http.post(
-            "/v1/mst", content=body_pieces(body), params={"format": fmt}, headers=binary_headers(body, OCTET)
+        response, forest = read_response(
+            self._http,
+            "POST",
+            "/v1/mst",
+            content=self._pieces(body),
+            params={"format": fmt},
+            headers=binary_headers(body, OCTET),
+            progress=self.progress,
         )
-        return _forest_from_npz(self._check(response))
+        return _forest_from_npz(self._check(response), forest)
+
+    def one_shot_graph(self, graph: Any, *, weight: str = "weight", output: str = "forest") -> Any:
+        """The forest of a SciPy sparse matrix or NetworkX graph in one request (nothing stored)."""
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}.")
+        source = graph_source(graph, weight)
+        forest = self.one_shot(npz_bytes(source.src, source.dst, source.weight, source.num_vertices))
+        return forest if output == "forest" else _convert(forest, source, output)
 
     def ready(self) -> bool:
         try:
@@ -309,9 +395,16 @@ class Client:
             return False
 
 
+def _convert(forest: Forest, source: GraphSource, output: str) -> Any:
+    if output == "scipy":
+        return source.to_scipy(forest.edge_ids, forest.weights)
+    return source.to_networkx(forest.edge_ids, forest.weights)
+
+
 def _format_of(path: Path) -> str:
     suffix = path.suffix.lower().lstrip(".")
-    return {"txt": "edgelist", "el": "edgelist", "gr": "dimacs"}.get(suffix, suffix or "npz")
+    aliases = {"txt": "edgelist", "el": "edgelist", "gr": "dimacs", "arrows": "arrow", "pq": "parquet"}
+    return aliases.get(suffix, suffix or "npz")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,6 +414,12 @@ def main(argv: list[str] | None = None) -> int:
         "--api-key",
         default=os.environ.get("MST_API_KEY") or None,
         help="the service's API key (default: $MST_API_KEY; prefer the variable, a flag shows in ps)",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bars on stderr for transfers of a few MB or more (default: when stderr is a terminal)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("upload", help="upload a graph file")
@@ -343,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out: Any
     try:
-        with Client(args.url, api_key=args.api_key) as mst:
+        with Client(args.url, api_key=args.api_key, progress=progress_wanted(args.progress)) as mst:
             if args.command == "upload":
                 out = mst.upload_file(args.file, args.format)
             elif args.command == "list":

@@ -1,4 +1,5 @@
-"""Encoders of records and results: job records as JSON models, forests as JSON or as an ``.npz`` file.
+"""Encoders of records and results: job records as JSON models, forests as JSON, an ``.npz`` file or
+an Arrow IPC stream, negotiated by ``Accept`` (:func:`negotiate`; 406 when none is acceptable).
 
 The binary result is the worker's own ``.npz`` file from the spool (arrays
 ``edge_ids`` int64 and ``weights`` in the graph's dtype), sent as it is: the
@@ -22,12 +23,16 @@ from starlette.background import BackgroundTask
 from starlette.responses import FileResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from gpu_core.formats import pyarrow_available
+
+from .errors import NotAcceptableError
 from .models import JobError, JobOut, JobSummary, timestamp
-from .npzio import map_file
+from .npzio import map_file, read_npz
 from .store import JobRecord
 
 NPZ_MEDIA_TYPE = "application/octet-stream"
 JSON_MEDIA_TYPE = "application/json"
+ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 
 
 def job_out(job: JobRecord) -> JobOut:
@@ -63,27 +68,83 @@ def job_response(job: JobRecord, status_code: int = 200, headers: dict[str, str]
     return Response(job_out(job).model_dump_json(), status_code, headers, JSON_MEDIA_TYPE)
 
 
-def wants_binary(accept: str | None) -> bool:
-    """True when the Accept header prefers application/octet-stream to JSON."""
-    if not accept:
-        return False
-    best_binary, best_json = -1.0, -1.0
+#: result representations by name, and their media types (JSON first: the default)
+RESULT_MEDIA_TYPES = {"json": JSON_MEDIA_TYPE, "npz": NPZ_MEDIA_TYPE, "arrow": ARROW_STREAM_MEDIA_TYPE}
+
+
+def _accept_ranges(accept: str) -> list[tuple[str, str, float, int]]:
+    """``(type, subtype, q, position)`` of each media range of an Accept header."""
+    ranges = []
     for position, part in enumerate(accept.split(",")):
         fields = [f.strip() for f in part.split(";")]
         kind = fields[0].lower()
+        if not kind:
+            continue
+        main, _, sub = kind.partition("/")
         q = 1.0
         for param in fields[1:]:
-            if param.startswith("q="):
+            if param.lower().startswith("q="):
                 try:
-                    q = float(param[2:])
+                    q = min(max(float(param[2:]), 0.0), 1.0)
                 except ValueError:
                     q = 0.0
-        score = q - position * 1e-6  # earlier wins a tie
-        if kind == NPZ_MEDIA_TYPE and q > 0:
-            best_binary = max(best_binary, score)
-        elif kind in (JSON_MEDIA_TYPE, "application/*", "*/*") and q > 0:
-            best_json = max(best_json, score)
-    return best_binary > best_json
+        ranges.append((main, sub or "*", q, position))
+    return ranges
+
+
+def _specificity(r_main: str, r_sub: str, main: str, sub: str) -> int:
+    """2 for ``type/subtype``, 1 for ``type/*``, 0 for ``*/*``; -1 when the range does not match."""
+    if (r_main, r_sub) == (main, sub):
+        return 2
+    if r_main == main and r_sub == "*":
+        return 1
+    return 0 if (r_main, r_sub) == ("*", "*") else -1
+
+
+def negotiate(accept: str | None) -> str:
+    """The result representation an Accept header asks for: ``"json"``, ``"npz"`` or ``"arrow"``.
+
+    Each representation takes the quality of the most specific media range that matches it
+    (RFC 9110: ``type/subtype`` over ``type/*`` over ``*/*``); the highest quality wins, then
+    the range named first, then JSON before npz before Arrow. No header: JSON. Arrow needs
+    pyarrow in the API process. Nothing acceptable: :class:`NotAcceptableError` (406).
+    """
+    if accept is None or not accept.strip():
+        return "json"
+    ranges = _accept_ranges(accept)
+    best: tuple[float, int, int, str] | None = None
+    arrow_wanted = False
+    for rank, (name, media) in enumerate(RESULT_MEDIA_TYPES.items()):
+        main, sub = media.split("/")
+        match: tuple[int, float, int] | None = None
+        for r_main, r_sub, q, position in ranges:
+            specificity = _specificity(r_main, r_sub, main, sub)
+            if specificity < 0:
+                continue
+            if match is None or specificity > match[0]:
+                match = (specificity, q, position)
+        if match is None or match[1] <= 0:
+            continue
+        key = (match[1], -match[2], -rank, name)
+        if best is not None and key[:3] <= best[:3]:
+            continue
+        if name == "arrow" and not pyarrow_available():  # asked only when Arrow would be chosen
+            arrow_wanted = arrow_wanted or match[0] == 2
+            continue
+        best = key
+    if best is None:
+        offered = [m for n, m in RESULT_MEDIA_TYPES.items() if n != "arrow" or pyarrow_available()]
+        missing = (
+            f" {ARROW_STREAM_MEDIA_TYPE} needs pyarrow, which this server lacks (the 'arrow' extra)."
+            if arrow_wanted
+            else ""
+        )
+        raise NotAcceptableError(
+            f"no representation of the result is acceptable for Accept: {accept!r}; this route "
+            f"offers {', '.join(offered)}.{missing}",
+            field="accept",
+        )
+    return best[3]
 
 
 def summary_headers(summary: dict[str, Any]) -> dict[str, str]:
@@ -178,6 +239,44 @@ def json_result(path: Path, summary: dict[str, Any], **ids: str) -> Response:
         body["cached"] = True
     body.update(arrays)
     return Response(json.dumps(body, separators=(",", ":")), media_type=JSON_MEDIA_TYPE)
+
+
+def _arrow_column(pa: Any, values: np.ndarray[Any, Any]) -> Any:
+    """A 1-D array as it is; a 2-D one (a dendrogram's linkage) as fixed-size lists, one per row."""
+    if values.ndim == 2:
+        flat = pa.array(np.ascontiguousarray(values).reshape(-1))
+        return pa.FixedSizeListArray.from_arrays(flat, values.shape[1])
+    return pa.array(values)
+
+
+def _arrow_stream(path: Path, summary: dict[str, Any]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.ipc
+
+    names = RESULT_ARRAYS[str(summary.get("task", "mst"))]
+    arrays = read_npz(path, names)
+    if arrays is None:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in names}
+    metadata = {key: json.dumps(summary[key]) for key in ("num_edges", "total_weight", "num_components")}
+    metadata["compute_ms"] = repr(float(summary["compute_ms"]))
+    metadata["task"] = str(summary.get("task", "mst"))
+    if summary.get("cached"):
+        metadata["cached"] = "true"
+    table = pa.table({name: _arrow_column(pa, arrays[name]) for name in names}, metadata=metadata)
+    sink = pa.BufferOutputStream()
+    with pyarrow.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue())
+
+
+async def arrow_result(path: Path, summary: dict[str, Any], filename: str) -> Response:
+    """A result as an Arrow IPC stream: the arrays of its task as columns (a forest: ``edge_ids``
+    int64 and ``weights`` in the graph's dtype; labels; a linkage as rows of 4), the summary in
+    the schema metadata and in ``X-MST-*`` headers."""
+    body = await asyncio.to_thread(_arrow_stream, path, summary)
+    headers = {**summary_headers(summary), "Content-Disposition": f'attachment; filename="{filename}"'}
+    return Response(body, media_type=ARROW_STREAM_MEDIA_TYPE, headers=headers)
 
 
 def job_summary(job: JobRecord) -> dict[str, Any]:

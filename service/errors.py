@@ -7,7 +7,8 @@ short machine-readable ``code`` and a title::
     ├── InvalidRequestError              400 invalid_request
     │   ├── InvalidUploadError           422 invalid_upload      (names field and index)
     │   ├── InvalidParamsError           422 invalid_params      (a job's task parameters)
-    │   └── UnsupportedMediaTypeError    415 unsupported_media_type
+    │   ├── UnsupportedMediaTypeError    415 unsupported_media_type
+    │   └── NotAcceptableError           406 not_acceptable
     ├── UnauthorizedError                401 unauthorized        (WWW-Authenticate)
     ├── NotFoundError                    404 not_found
     │   ├── GraphNotFoundError           404 graph_not_found
@@ -113,6 +114,14 @@ class UnsupportedMediaTypeError(InvalidRequestError):
     status = 415
     code = "unsupported_media_type"
     title = "Unsupported media type"
+
+
+class NotAcceptableError(InvalidRequestError):
+    """No representation the route offers is acceptable by the Accept header; ask for one it names."""
+
+    status = 406
+    code = "not_acceptable"
+    title = "Not acceptable"
 
 
 class UnauthorizedError(ServiceError):

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
-GraphFormat = Literal["npz", "egr", "mtx", "edgelist", "dimacs"]
+GraphFormat = Literal["npz", "egr", "mtx", "edgelist", "dimacs", "arrow", "parquet"]
 WeightsFormat = Literal["npy", "npz"]
 TaskName = Literal["mst", "components", "clusters", "dendrogram"]
 Objective = Literal["min", "max"]

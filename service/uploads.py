@@ -26,12 +26,25 @@ import numpy as np
 from fastapi import Request
 from pydantic import ValidationError
 
+from gpu_core.formats import pyarrow_available
+
+from .encoders import ARROW_STREAM_MEDIA_TYPE
 from .errors import InvalidRequestError, InvalidUploadError, PayloadTooLargeError, UnsupportedMediaTypeError
 from .models import GraphUpload, WeightsPatch, WeightsUpload
 from .settings import Settings
 from .store import SpoolFile, Store
 
 _EXACT_FLOAT_INT = 2**53
+
+PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
+#: binary media types, and the format each one implies (octet-stream: ?format=, default npz)
+BINARY_MEDIA_TYPES: dict[str, str | None] = {
+    "application/octet-stream": None,
+    ARROW_STREAM_MEDIA_TYPE: "arrow",
+    PARQUET_MEDIA_TYPE: "parquet",
+}
+#: formats read with pyarrow (the optional 'arrow' extra)
+PYARROW_FORMATS = ("arrow", "parquet")
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
 
@@ -63,13 +76,33 @@ async def receive_graph(request: Request, store: Store, settings: Settings, fmt:
                 "?format= applies to binary bodies (application/octet-stream), not to JSON.", field="format"
             )
         return await _receive_json(request, store, settings)
-    if kind == "application/octet-stream":
-        return await _receive_binary(request, store, settings.max_upload_bytes, fmt or "npz")
+    if kind in BINARY_MEDIA_TYPES:
+        return await _receive_binary(request, store, settings.max_upload_bytes, binary_format(kind, fmt))
     raise UnsupportedMediaTypeError(
-        f"Content-Type {kind or '(none)'!r} is not accepted; send application/json columns or an "
-        "application/octet-stream body with ?format=npz|egr|mtx|edgelist|dimacs.",
+        f"Content-Type {kind or '(none)'!r} is not accepted; send application/json columns, an "
+        "application/octet-stream body with ?format=npz|egr|mtx|edgelist|dimacs|arrow|parquet, "
+        f"or {ARROW_STREAM_MEDIA_TYPE} or {PARQUET_MEDIA_TYPE}.",
         field="content-type",
     )
+
+
+def binary_format(kind: str, fmt: str | None) -> str:
+    """The format of a binary body from its media type and ``?format=`` (which must agree)."""
+    implied = BINARY_MEDIA_TYPES[kind]
+    if implied is not None and fmt is not None and fmt != implied:
+        raise InvalidRequestError(
+            f"Content-Type {kind} is format {implied!r} but ?format={fmt} was given; drop one.",
+            field="format",
+        )
+    chosen = fmt or implied or "npz"
+    if chosen in PYARROW_FORMATS and not pyarrow_available():
+        raise UnsupportedMediaTypeError(
+            f"{chosen} uploads need pyarrow, which this server does not have (install the "
+            "'arrow' extra: pip install 'mst-service[arrow]'); send npz, egr, mtx, edgelist, "
+            "dimacs or JSON instead.",
+            field="content-type" if implied else "format",
+        )
+    return chosen
 
 
 def _check_declared(request: Request, limit: int, what: str) -> None:

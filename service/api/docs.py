@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..encoders import ARROW_STREAM_MEDIA_TYPE
 from ..models import Problem
+from ..uploads import PARQUET_MEDIA_TYPE
 
 BINARY_SCHEMA: dict[str, Any] = {"type": "string", "format": "binary"}
 
 _DESCRIPTIONS = {
     400: "Malformed request (e.g. invalid JSON).",
     404: "No such resource.",
+    406: "No representation the route offers is acceptable (the problem names those it offers).",
     409: "The resource is not in a state that allows this.",
     413: "Upload over a configured limit (bytes or edges), or over the API key's device-bytes quota.",
-    415: "Unsupported Content-Type.",
+    415: "Unsupported Content-Type, or an Arrow or Parquet body where the server lacks pyarrow.",
     422: "Invalid input; the problem names the field and the edge index.",
     429: "A quota of the API key is used up (the problem names it, its limit and the use); see Retry-After.",
     503: "No worker is ready, the worker was lost, or the job queues are full; retry (see Retry-After).",
@@ -28,9 +31,31 @@ def graph_upload_body(binary_description: str) -> dict[str, Any]:
             "content": {
                 "application/json": {"schema": {"$ref": "#/components/schemas/GraphUpload"}},
                 "application/octet-stream": {"schema": BINARY_SCHEMA, "description": binary_description},
+                ARROW_STREAM_MEDIA_TYPE: {
+                    "schema": BINARY_SCHEMA,
+                    "description": "An Arrow IPC stream with columns src, dst, weight (as ?format=arrow).",
+                },
+                PARQUET_MEDIA_TYPE: {
+                    "schema": BINARY_SCHEMA,
+                    "description": "Parquet with columns src, dst, weight (as ?format=parquet).",
+                },
             },
         }
     }
+
+
+RESULT_DESCRIPTION = (
+    "The result, by Accept: JSON by default; an .npz file for application/octet-stream (a forest: "
+    "arrays edge_ids int64 and weights in the graph's dtype; other tasks: labels, or a linkage); an "
+    f"Arrow IPC stream of the same arrays as columns for {ARROW_STREAM_MEDIA_TYPE} where the server "
+    "has pyarrow (the summary in its schema metadata). Binary results carry the summary in X-MST-* "
+    "headers."
+)
+RESULT_CONTENT: dict[str, Any] = {
+    "application/json": {"schema": {"$ref": "#/components/schemas/ResultOut"}},
+    "application/octet-stream": {"schema": BINARY_SCHEMA},
+    ARROW_STREAM_MEDIA_TYPE: {"schema": BINARY_SCHEMA},
+}
 
 
 def problems(*codes: int) -> dict[int | str, dict[str, Any]]:

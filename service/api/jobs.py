@@ -1,4 +1,4 @@
-"""``/v1/jobs``: job status, results (JSON or npz by ``Accept``) and cancellation."""
+"""``/v1/jobs``: job status, results (JSON, npz or Arrow IPC by ``Accept``) and cancellation."""
 
 from __future__ import annotations
 
@@ -7,10 +7,18 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request, Response
 
 from ..auth import owner_of
-from ..encoders import job_out, job_response, job_summary, json_result, npz_response, wants_binary
+from ..encoders import (
+    arrow_result,
+    job_out,
+    job_response,
+    job_summary,
+    json_result,
+    negotiate,
+    npz_response,
+)
 from ..models import JobOut, ResultOut
 from .deps import JobsDep, OwnerDep, Services, services_of
-from .docs import BINARY_SCHEMA, problems
+from .docs import RESULT_CONTENT, RESULT_DESCRIPTION, problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -30,16 +38,11 @@ async def get_job(job_id: str, request: Request) -> Response:
     response_model=None,
     responses={
         200: {
-            "description": "The forest: JSON by default; an .npz file (arrays edge_ids int64 and weights "
-            "in the graph's dtype) for Accept: application/octet-stream, with the summary in "
-            "X-MST-* headers.",
-            "content": {
-                "application/json": {"schema": {"$ref": "#/components/schemas/ResultOut"}},
-                "application/octet-stream": {"schema": BINARY_SCHEMA},
-            },
+            "description": RESULT_DESCRIPTION,
+            "content": RESULT_CONTENT,
             "model": ResultOut,
         },
-        **problems(404, 409),
+        **problems(404, 406, 409),
     },
 )
 async def get_job_result(
@@ -54,10 +57,13 @@ async def result_response(
     services: Services, job_id: str, accept: str | None, byte_range: str | None, owner: str
 ) -> Response:
     """A succeeded job's forest, negotiated by ``Accept`` (also served by :mod:`service.fastpath`)."""
+    representation = negotiate(accept)  # 406 before anything is looked up
     job, path = await services.jobs.result_path(job_id, owner)
     summary = job_summary(job)
-    if wants_binary(accept):
+    if representation == "npz":
         return await npz_response(path, summary, filename=f"{job.id}.npz", byte_range=byte_range)
+    if representation == "arrow":
+        return await arrow_result(path, summary, filename=f"{job.id}.arrows")
     return json_result(path, summary, job_id=job.id, graph_id=job.graph_id)
 
 

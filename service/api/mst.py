@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
-from ..encoders import json_result, npz_response, wants_binary
+from ..encoders import arrow_result, json_result, negotiate, npz_response
 from ..models import GraphFormat, ResultOut
 from ..uploads import receive_graph
 from .deps import OwnerDep, ServicesDep
-from .docs import BINARY_SCHEMA, graph_upload_body, problems
+from .docs import RESULT_CONTENT, graph_upload_body, problems
 
 router = APIRouter(prefix="/v1/mst", tags=["mst"])
 
@@ -25,14 +25,12 @@ _BODY = graph_upload_body("A graph file, see ?format=.")
     openapi_extra=_BODY,
     responses={
         200: {
-            "description": "The forest, as for GET /v1/jobs/{job_id}/result (JSON, or npz by Accept).",
-            "content": {
-                "application/json": {"schema": {"$ref": "#/components/schemas/ResultOut"}},
-                "application/octet-stream": {"schema": BINARY_SCHEMA},
-            },
+            "description": "The forest, as for GET /v1/jobs/{job_id}/result (JSON, npz or Arrow IPC "
+            "by Accept).",
+            "content": RESULT_CONTENT,
             "model": ResultOut,
         },
-        **problems(400, 413, 415, 422, 429, 503),
+        **problems(400, 406, 413, 415, 422, 429, 503),
     },
 )
 async def compute_mst(
@@ -43,15 +41,18 @@ async def compute_mst(
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
     """Upload, compute and answer with the forest in one request (the upload is not stored)."""
+    representation = negotiate(accept)  # 406 before the upload is read
     services.jobs.admit(owner)  # a full queue is refused before the body is read
     upload = await receive_graph(request, services.store, services.settings, format)
     try:
         summary, result = await services.jobs.one_shot(upload.path, upload.format, upload.size, owner)
     finally:
         upload.discard()
-    if wants_binary(accept):
+    if representation == "npz":
         return await npz_response(result, summary, filename="forest.npz", delete_after=True)
     try:
+        if representation == "arrow":
+            return await arrow_result(result, summary, filename="forest.arrows")
         return json_result(result, summary)
     finally:
         result.unlink(missing_ok=True)

@@ -189,7 +189,7 @@ def test_empty_files_that_are_valid() -> None:
 
 
 def test_formats_registry() -> None:
-    assert set(gpu_core.FORMATS) == {"npz", "egr", "mtx", "edgelist", "dimacs"}
+    assert set(gpu_core.FORMATS) == {"npz", "egr", "mtx", "edgelist", "dimacs", "arrow", "parquet"}
     assert all(callable(reader) for reader in gpu_core.FORMATS.values())
 
 

@@ -60,9 +60,16 @@ def test_binary_media_types_are_documented(spec: dict) -> None:
         content = paths[path]["post"]["requestBody"]["content"]
         assert content["application/octet-stream"]["schema"] == {"type": "string", "format": "binary"}
         assert content["application/json"]["schema"] == {"$ref": "#/components/schemas/GraphUpload"}
+        for arrow in ("application/vnd.apache.arrow.stream", "application/vnd.apache.parquet"):
+            assert content[arrow]["schema"] == {"type": "string", "format": "binary"}
     for path, method in (("/v1/jobs/{job_id}/result", "get"), ("/v1/mst", "post")):
-        content = paths[path][method]["responses"]["200"]["content"]
-        assert set(content) == {"application/json", "application/octet-stream"}
+        responses = paths[path][method]["responses"]
+        assert set(responses["200"]["content"]) == {
+            "application/json",
+            "application/octet-stream",
+            "application/vnd.apache.arrow.stream",
+        }
+        assert "406" in responses
     formats = next(p for p in paths["/v1/graphs"]["post"]["parameters"] if p["name"] == "format")
     assert "npz" in json.dumps(formats)
     assert "GraphUpload" in spec["components"]["schemas"]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import gpu_core
-from service.encoders import wants_binary
-from service.errors import InvalidUploadError
+from service.encoders import negotiate
+from service.errors import InvalidUploadError, NotAcceptableError
 from service.models import GraphFormat, WeightDtype
 from service.uploads import weights_array
 
@@ -56,18 +56,30 @@ def test_literals_match_the_engine() -> None:
 
 
 @pytest.mark.parametrize(
-    ("accept", "binary"),
+    ("accept", "chosen"),
     [
-        (None, False),
-        ("", False),
-        ("application/octet-stream", True),
-        ("application/octet-stream;q=0", False),
-        ("application/json, application/octet-stream", False),
-        ("application/octet-stream, application/json", True),
-        ("application/json;q=0.9, application/octet-stream;q=1.0", True),
-        ("text/html, */*;q=0.8", False),
-        ("application/octet-stream;q=0.5, */*;q=0.9", False),
+        (None, "json"),
+        ("", "json"),
+        ("application/octet-stream", "npz"),
+        ("application/json, application/octet-stream", "json"),
+        ("application/octet-stream, application/json", "npz"),
+        ("application/json;q=0.9, application/octet-stream;q=1.0", "npz"),
+        ("text/html, */*;q=0.8", "json"),
+        ("application/octet-stream;q=0.5, */*;q=0.9", "json"),
+        ("application/*", "json"),
+        ("application/vnd.apache.arrow.stream", "arrow"),
+        ("application/json;q=0.5, application/vnd.apache.arrow.stream", "arrow"),
+        ("application/vnd.apache.arrow.stream;q=0.1, application/octet-stream;q=0.2", "npz"),
+        ("*/*;q=0.1, application/vnd.apache.arrow.stream;q=0", "json"),
     ],
 )
-def test_wants_binary(accept: str | None, binary: bool) -> None:
-    assert wants_binary(accept) is binary
+def test_negotiate(accept: str | None, chosen: str) -> None:
+    assert negotiate(accept) == chosen
+
+
+@pytest.mark.parametrize(
+    "accept", ["text/html", "application/octet-stream;q=0", "image/*", "application/json;q=0, text/csv"]
+)
+def test_negotiate_refuses_what_it_does_not_offer(accept: str) -> None:
+    with pytest.raises(NotAcceptableError, match="offers application/json, application/octet-stream"):
+        negotiate(accept)
