@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=int, default=22)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--backend", default="auto")
+    parser.add_argument(
+        "--ids", default="generated", choices=("generated", "int64"),
+        help="dtype of the uploaded src/dst: as generated (uint32) or int64 (NumPy's default integers)",
+    )  # fmt: skip
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -52,11 +56,22 @@ def main(argv: list[str] | None = None) -> int:
     m = int(topo.src.shape[0])
     rng = np.random.default_rng(3)
     weights = [rng.integers(1, 2**24, m, dtype=np.int32) for _ in range(2)]
-    graphs = [Edges(topo.src, topo.dst, w, topo.num_vertices) for w in weights]
+    src, dst = (
+        (topo.src, topo.dst)
+        if args.ids == "generated"
+        else (topo.src.astype(np.int64), topo.dst.astype(np.int64))
+    )
+    graphs = [Edges(src, dst, w, topo.num_vertices) for w in weights]
     npz_bodies = [npz_body(g) for g in graphs]
     npy_bodies = [_npy(w) for w in weights]
     reupload_ms: list[float] = []
     update_ms: list[float] = []
+    steps: dict[str, list[float]] = {
+        "upload": [],
+        "put_weights": [],
+        "mst_after_upload": [],
+        "mst_after_put": [],
+    }
     forests: dict[int, dict[str, np.ndarray[Any, Any]]] = {}
 
     def same_forest(forest: Any, which: int) -> bool:
@@ -73,9 +88,12 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             body = _body(npz_bodies[which], NPZ)
             graph = _check(client.post("/v1/graphs", **body, params={"format": "npz"}), 201).json()
+            steps["upload"].append((time.perf_counter() - t0) * 1e3)
+            t1 = time.perf_counter()
             job, _ = _mst_request(client, graph["id"], 600)
             forest, _ = _fetch(client, job["id"], binary=True)
             reupload_ms.append((time.perf_counter() - t0) * 1e3)
+            steps["mst_after_upload"].append((time.perf_counter() - t1) * 1e3)
             forests.setdefault(which, read_npz(forest))
             if not same_forest(forest, which):
                 raise RuntimeError("two uploads of the same graph gave different forests")
@@ -86,10 +104,13 @@ def main(argv: list[str] | None = None) -> int:
             which = (r + 1) % 2
             t0 = time.perf_counter()
             _check(client.put(f"/v1/graphs/{graph['id']}/weights", **_body(npy_bodies[which], NPZ)), 200)
+            t1 = time.perf_counter()
             job, _ = _mst_request(client, graph["id"], 600)
             forest, _ = _fetch(client, job["id"], binary=True)
             if r:
                 update_ms.append((time.perf_counter() - t0) * 1e3)
+                steps["put_weights"].append((t1 - t0) * 1e3)
+                steps["mst_after_put"].append((time.perf_counter() - t1) * 1e3)
             if not same_forest(forest, which):
                 raise RuntimeError(
                     "the forest after a weight update differs from the upload's with those weights"
@@ -105,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         "update_ms": update_ms,
         "reupload_median_ms": statistics.median(reupload_ms),
         "update_median_ms": statistics.median(update_ms),
+        "ids": args.ids,
+        "steps_median_ms": {k: statistics.median(v) for k, v in steps.items()},
     }
     share = record["update_median_ms"] / record["reupload_median_ms"]
     record["update_share"] = share
@@ -113,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"re-upload (npz {npz_mb:.0f} MB) + mst + result:   {record['reupload_median_ms']:8.1f} ms")
     print(f"new weights (npy {npy_mb:.0f} MB) + mst + result: {record['update_median_ms']:8.1f} ms")
     print(f"update / re-upload: {100 * share:.1f} % (target <= 25 %); forests identical")
+    print("steps (median ms): " + ", ".join(f"{k} {v:.1f}" for k, v in record["steps_median_ms"].items()))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=2)
