@@ -56,11 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     m = int(topo.src.shape[0])
     rng = np.random.default_rng(3)
     weights = [rng.integers(1, 2**24, m, dtype=np.int32) for _ in range(2)]
-    src, dst = (
-        (topo.src, topo.dst)
-        if args.ids == "generated"
-        else (topo.src.astype(np.int64), topo.dst.astype(np.int64))
-    )
+    src: Any = topo.src
+    dst: Any = topo.dst
+    if args.ids == "int64":
+        src, dst = src.astype(np.int64), dst.astype(np.int64)
     graphs = [Edges(src, dst, w, topo.num_vertices) for w in weights]
     npz_bodies = [npz_body(g) for g in graphs]
     npy_bodies = [_npy(w) for w in weights]
