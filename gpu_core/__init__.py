@@ -8,6 +8,7 @@
 """
 
 from . import errors, formats
+from ._estimate import MemoryEstimate, estimate_device_bytes
 from ._forest import SpanningForest
 from ._graph import (
     Backend,
@@ -29,8 +30,10 @@ __all__ = [
     "WEIGHT_DTYPES",
     "Backend",
     "Graph",
+    "MemoryEstimate",
     "SpanningForest",
     "errors",
+    "estimate_device_bytes",
     "formats",
     "gpu_available",
     "maximum_spanning_forest",
