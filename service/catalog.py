@@ -233,7 +233,7 @@ class Catalog:
                 "worker": handle.index,
                 "backend": handle.info.get("backend", handle.config.backend),
                 "device": handle.info.get("device"),
-                "device_bytes": placed.device_bytes,
+                "device_bytes": 0 if placed.status == "evicted" else placed.device_bytes,
                 "error": placed.error,
             }
         return GraphOut(

@@ -16,7 +16,10 @@ short machine-readable ``code`` and a title::
     ├── ConflictError                    409 conflict
     │   ├── JobNotFinishedError          409 job_not_finished
     │   └── JobNotCancellableError       409 job_not_cancellable
+    ├── ResultGoneError                  410 result_gone
     ├── PayloadTooLargeError             413 payload_too_large
+    │   └── GraphExceedsWorkerError      413 graph_exceeds_worker_memory
+    ├── InsufficientMemoryError          507 insufficient_memory
     ├── QuotaExceededError               429 quota_exceeded      (names quota, limit, used; Retry-After)
     │   └── DeviceQuotaExceededError     413 quota_exceeded
     ├── ServiceUnavailableError          503 service_unavailable
@@ -225,6 +228,64 @@ class DeviceQuotaExceededError(QuotaExceededError):
         return {}  # waiting does not help: only deleting graphs does
 
 
+class ResultGoneError(ServiceError):
+    """The job's result file was lost and its graph has been deleted since, so it cannot be computed
+    again; upload the graph again and submit a new job."""
+
+    status = 410
+    code = "result_gone"
+    title = "Result gone"
+
+
+class _MemoryNumbers:
+    """Bytes a graph needs and a worker has, carried to the problem (``needed_bytes``, ...)."""
+
+    needed_bytes: int | None
+    available_bytes: int | None
+    capacity_bytes: int | None
+
+    def _numbers(self, needed: int | None, available: int | None, capacity: int | None) -> None:
+        self.needed_bytes, self.available_bytes, self.capacity_bytes = needed, available, capacity
+
+    def _members(self) -> dict[str, Any]:
+        return {
+            "needed_bytes": self.needed_bytes,
+            "available_bytes": self.available_bytes,
+            "capacity_bytes": self.capacity_bytes,
+        }
+
+
+class GraphExceedsWorkerError(_MemoryNumbers, PayloadTooLargeError):
+    """The graph needs more memory than a worker has in all (or than MST_WORKER_MEMORY_BYTES allows),
+    so it can never be loaded; split it, or run the service on a larger device."""
+
+    code = "graph_exceeds_worker_memory"
+    title = "Graph larger than a worker"
+
+    def __init__(self, message: str, *, needed: int, capacity: int, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self._numbers(needed, None, capacity)
+
+    def members(self) -> dict[str, Any]:
+        return {**super().members(), **self._members()}
+
+
+class InsufficientMemoryError(_MemoryNumbers, ServiceError):
+    """No worker has room for the graph now, even after evicting its idle graphs; retry later or
+    delete graphs you no longer need."""
+
+    status = 507
+    code = "insufficient_memory"
+    title = "Insufficient storage"
+
+    def __init__(self, message: str, *, needed: int, available: int, capacity: int | None = None) -> None:
+        super().__init__(message)
+        self._numbers(needed, available, capacity)
+
+    def members(self) -> dict[str, Any]:
+        return {**super().members(), **self._members()}
+
+
 class ServiceUnavailableError(ServiceError):
     """No worker can take the request right now (starting or restarting); retry shortly."""
 
@@ -265,6 +326,7 @@ _CORE_STATUS: dict[type[core_errors.MSTError], tuple[int, str]] = {
     core_errors.GraphValidationError: (422, "Invalid graph"),
     core_errors.GraphTooLargeError: (413, "Graph too large"),
     core_errors.BackendUnavailableError: (503, "Backend unavailable"),
+    core_errors.DeviceMemoryError: (507, "Out of device memory"),
     core_errors.DeviceError: (500, "Device error"),
     core_errors.MSTError: (500, "Computation failed"),
 }

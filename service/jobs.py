@@ -126,6 +126,8 @@ class WeightsTask:
 
     async def run(self, worker: WorkerHandle) -> None:
         try:
+            await worker.ensure_resident(self.graph_id)  # an evicted graph is loaded back first
+            worker.touch(self.graph_id)
             summary = await worker.request(
                 worker_module.WEIGHTS, self.graph_id, self.path, self.fmt, self.out, self.expected
             )
@@ -366,6 +368,8 @@ class Jobs:
         if job.task != "mst" or job.params != "{}":
             args += (job.task, json.loads(job.params))
         try:
+            await handle.ensure_resident(job.graph_id)
+            handle.touch(job.graph_id)
             summary, stored = await handle.request_with_note(worker_module.MST, *args)
         except Exception as exc:
             log.warning("job %s failed: %s: %s", job.id, error_type(exc), exc)

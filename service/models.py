@@ -123,8 +123,9 @@ class WeightsUpload(BaseModel):
 
 
 class Residency(BaseModel):
-    status: Literal["loading", "resident", "failed", "unplaced"] = Field(
-        description="'resident' when the graph is in the worker's device memory."
+    status: Literal["loading", "resident", "evicted", "failed", "unplaced"] = Field(
+        description="'resident' when the graph is in the worker's device memory; 'evicted' when it was "
+        "dropped to make room for others (it stays stored; its next job loads it back first)."
     )
     worker: int | None = Field(description="Index of the worker holding the graph.")
     backend: str | None = Field(description="'gpu' or 'cpu'.")

@@ -49,6 +49,12 @@ class Settings(BaseSettings):
         description="Largest JSON upload body (413 above); use a binary upload for more.",
     )
     max_edges: int = Field(default=1 << 31, gt=0, description="Most edges one graph may have (413 above).")
+    worker_memory_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="Memory each worker may fill with graphs (bytes); 0: its device's (host memory on the "
+        "CPU backend). Uploads are admitted against it; idle graphs are evicted to make room.",
+    )
     max_wait_s: float = Field(default=300.0, ge=0, description="Cap on ?wait=SECONDS of job submissions.")
     heartbeat_interval_s: float = Field(default=0.5, gt=0, description="How often a worker beats.")
     heartbeat_timeout_s: float = Field(

@@ -14,6 +14,15 @@ Placement: a new graph goes to the worker with the most free device memory
 (as the worker last reported it, less what is being loaded); a job goes to
 the worker that holds its graph.
 
+Eviction: when the worker answers a LOAD with 507 (the graph does not fit in
+what is free, see ``worker._Worker._admit``), its idle graphs (no job queued
+or running) are evicted, least recently used first (last upload, reload or
+job), until the shortfall is freed, and the LOAD is sent again; with nothing
+left to evict the 507 goes to the client. An evicted graph is dropped from the
+worker but stays in the spool and the catalog (``residency.status =
+"evicted"``); its next job loads it back first (:meth:`WorkerHandle.ensure_resident`,
+evicting others the same way), in the worker's ordered pipe.
+
 Failure: a worker that exits, whose heartbeat stamp is older than
 ``MST_HEARTBEAT_TIMEOUT_S`` once it is up, or that is not up within
 ``MST_WORKER_START_TIMEOUT_S`` (it is then SIGKILLed), is restarted with a
@@ -38,12 +47,12 @@ import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Literal, Protocol
 
 from . import worker as worker_module
-from .errors import ServiceUnavailableError, WorkerLostError
+from .errors import InsufficientMemoryError, ServiceUnavailableError, WorkerLostError
 from .settings import Settings
 from .worker import WorkerConfig
 
@@ -69,11 +78,13 @@ class Task(Protocol):
 @dataclass
 class Residency:
     graph_id: str
-    status: Literal["loading", "resident", "failed"]
+    status: Literal["loading", "resident", "evicted", "failed"]
     device_bytes: int
     error: str | None = None
     #: weight updates queued so far: the version a job submitted now computes on
     weights_version: int = 0
+    #: time.monotonic() of the graph's last upload, reload or job: eviction takes the oldest first
+    last_used: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -230,7 +241,7 @@ class WorkerHandle:
             info.get("warmup_ms", 0.0),
             len(self.graphs),
         )
-        pending = [self._reload(gid) for gid in list(self.graphs)]
+        pending = [self._reload(gid) for gid, r in list(self.graphs.items()) if r.status != "evicted"]
         assert self._accepting is not None
         self._accepting.set()
         self._background(self._finish_reload(pending))
@@ -253,6 +264,11 @@ class WorkerHandle:
                 summary = await fut
             except WorkerLostError:
                 return  # the next generation reloads it
+            except InsufficientMemoryError:
+                if generation == self.generation and graph_id in self.graphs:
+                    self.graphs[graph_id].status = "evicted"  # no room now: loaded by its next job
+                log.info("worker %d: no room to reload graph %s; left evicted", self.index, graph_id)
+                return
             except Exception as exc:
                 if generation == self.generation and graph_id in self.graphs:
                     self.graphs[graph_id].status = "failed"
@@ -294,7 +310,8 @@ class WorkerHandle:
         if self._conn is not None:
             self._conn.close()
         for residency in self.graphs.values():
-            residency.status = "loading"
+            if residency.status != "evicted":
+                residency.status = "loading"
         if self._stopping:
             return
         log.error("worker %d died (state %s, exit code %s); restarting it", self.index, was, code)
@@ -422,10 +439,90 @@ class WorkerHandle:
         try:
             await self.wait_accepting(self._settings.worker_start_timeout_s)
             generation = self.generation
-            summary = await self._send(worker_module.LOAD, graph_id, path, fmt, num_vertices, canonical)
+            summary = await self._load_with_room(graph_id, path, fmt, num_vertices, canonical)
         finally:
             self.reserved_bytes -= estimate
         return summary, generation
+
+    # -- eviction -----------------------------------------------------------------------------
+
+    def touch(self, graph_id: str) -> None:
+        """Mark a graph as just used (its eviction comes later)."""
+        residency = self.graphs.get(graph_id)
+        if residency is not None:
+            residency.last_used = time.monotonic()
+
+    def _busy(self) -> set[str]:
+        """Graphs with a job queued or running here: never evicted."""
+        tasks = [*self._tasks, self.current]
+        return {g for g in (getattr(t, "graph_id", None) for t in tasks) if isinstance(g, str)}
+
+    async def evict(self, needed: int, keep: str | None = None) -> int:
+        """Evict idle resident graphs, least recently used first, until ``needed`` bytes are freed
+        (or none is left); the bytes freed. Evicting drops a graph from the worker; the spool keeps
+        it, and its next job loads it again (:meth:`ensure_resident`)."""
+        busy = self._busy()
+        idle = sorted(
+            (r for r in self.graphs.values() if r.status == "resident" and r.graph_id not in busy | {keep}),
+            key=lambda r: r.last_used,
+        )
+        freed = 0
+        for residency in idle:
+            if freed >= needed:
+                break
+            residency.status = "evicted"
+            freed += residency.device_bytes
+            log.info(
+                "worker %d: evicted graph %s (%d bytes, idle %.1f s)",
+                self.index,
+                residency.graph_id,
+                residency.device_bytes,
+                time.monotonic() - residency.last_used,
+            )
+            await self._send(worker_module.DROP, residency.graph_id)
+        return freed
+
+    async def _load_with_room(
+        self,
+        graph_id: str,
+        path: str,
+        fmt: str,
+        num_vertices: int | None,
+        canonical: str | None,
+        weights_path: str | None = None,
+    ) -> dict[str, Any]:
+        """LOAD; while the worker answers that it has no room (507), evict idle graphs and ask again."""
+        while True:
+            try:
+                summary: dict[str, Any] = await self._send(
+                    worker_module.LOAD, graph_id, path, fmt, num_vertices, canonical, weights_path
+                )
+                return summary
+            except InsufficientMemoryError as exc:
+                shortfall = (exc.needed_bytes or 0) - (exc.available_bytes or 0)
+                if await self.evict(max(shortfall, 1), keep=graph_id) == 0:
+                    raise
+
+    async def ensure_resident(self, graph_id: str) -> None:
+        """Load an evicted graph back from the spool before a job on it (the pipe keeps the order)."""
+        residency = self.graphs.get(graph_id)
+        if residency is None or residency.status != "evicted":
+            return
+        source = self._sources(graph_id)
+        if source is None:
+            return  # deleted meanwhile: the job's MST request fails with graph not resident
+        residency.status = "loading"
+        try:
+            summary = await self._load_with_room(
+                graph_id, source.path, "npz", source.num_vertices, None, source.weights_path
+            )
+        except BaseException:
+            if self.graphs.get(graph_id) is residency:
+                residency.status = "evicted"
+            raise
+        residency.status = "resident"
+        residency.device_bytes = int(summary["device_bytes"])
+        residency.last_used = time.monotonic()
 
     def adopt(self, graph_id: str, device_bytes: int, generation: int) -> None:
         """Record a graph loaded by :meth:`load_new` as placed here (reloaded if its worker restarted)."""
@@ -490,8 +587,9 @@ class WorkerHandle:
             "device": self.info.get("device"),
             "restarts": self.restarts,
             "heartbeat_age_s": round(self.heartbeat_age(), 3),
-            "resident_graphs": len(self.graphs),
-            "device_bytes": sum(r.device_bytes for r in self.graphs.values()),
+            "resident_graphs": sum(r.status != "evicted" for r in self.graphs.values()),
+            "evicted_graphs": sum(r.status == "evicted" for r in self.graphs.values()),
+            "device_bytes": sum(r.device_bytes for r in self.graphs.values() if r.status != "evicted"),
             "free_bytes": self.free_bytes,
             "total_bytes": self.total_bytes,
             "queue_depth": self.queue_depth,
@@ -575,6 +673,7 @@ def plan_workers(settings: Settings) -> list[WorkerConfig]:
             cuda_device=device,
             tmp_dir=str(settings.spool_dir / "tmp"),
             max_edges=settings.max_edges,
+            memory_bytes=settings.worker_memory_bytes,
             heartbeat_interval_s=settings.heartbeat_interval_s,
             spin_s=settings.worker_spin_ms / 1e3,
         )

@@ -28,7 +28,13 @@ awake, without the wake-up of a sleeping process and with warm caches.
 A heartbeat thread stamps ``time.monotonic()`` into shared memory every
 ``heartbeat_interval_s``; the supervisor restarts a worker whose stamp gets
 old. After a :class:`gpu_core.errors.DeviceError` the worker answers and exits,
-so its replacement starts from a fresh CUDA context.
+so its replacement starts from a fresh CUDA context; out of device memory
+(:class:`gpu_core.errors.DeviceMemoryError`) is the exception: it is answered
+(507), the pool's cached blocks are freed and the worker carries on.
+
+Admission: a parsed upload is checked against the memory the worker has
+(:meth:`_Worker._admit`, with ``gpu_core.estimate_device_bytes``) before the
+graph is built: 413 when it can never fit, 507 when it does not fit now.
 """
 
 from __future__ import annotations
@@ -46,7 +52,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from . import npzio
-from .errors import PayloadTooLargeError, ServiceError, WorkerInternalError
+from .errors import (
+    GraphExceedsWorkerError,
+    InsufficientMemoryError,
+    PayloadTooLargeError,
+    ServiceError,
+    WorkerInternalError,
+)
 
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
     import gpu_core
@@ -76,6 +88,8 @@ class WorkerConfig:
     heartbeat_interval_s: float
     #: how long to poll for the next request before sleeping in recv (MST_WORKER_SPIN_MS)
     spin_s: float = 0.0
+    #: bytes of graphs this worker may hold (MST_WORKER_MEMORY_BYTES); 0: its device's memory
+    memory_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -222,18 +236,60 @@ class _Worker:
         return f"{name} (CUDA_VISIBLE_DEVICES={self.config.cuda_device})"
 
     def _memory(self) -> tuple[int, int]:
-        """(free, total) bytes of the memory graphs live in: the device's, or the host's."""
+        """(free, total) bytes of the memory graphs live in: the device's, or the host's; with
+        MST_WORKER_MEMORY_BYTES, no more than that cap less what the resident graphs hold."""
         if self.backend != "gpu":
-            return _host_memory()
-        import cupy
+            free, total = _host_memory()
+        else:
+            import cupy
 
-        free, total = cupy.cuda.runtime.memGetInfo()
-        return int(free) + int(cupy.get_default_memory_pool().free_bytes()), int(total)
+            device_free, device_total = cupy.cuda.runtime.memGetInfo()
+            free = int(device_free) + int(cupy.get_default_memory_pool().free_bytes())
+            total = int(device_total)
+        cap = self.config.memory_bytes
+        if cap:
+            held = sum(g.nbytes for g in self.graphs.values())
+            free, total = min(free, max(cap - held, 0)), min(cap, total)
+        return free, total
+
+    def _admit(self, edges: Any, num_vertices: int | None) -> None:
+        """Refuse a parsed graph that cannot be built here, before anything of its size is allocated:
+        413 when it needs more than the worker has in all, 507 when more than is free now
+        (the supervisor then evicts idle graphs and asks again)."""
+        import numpy as np
+
+        import gpu_core
+
+        m = int(edges.weight.shape[0]) if edges.weight.shape[:1] else 0
+        n = num_vertices
+        if n is None:
+            ids = [a for a in (edges.src, edges.dst) if a.dtype.kind in "iu" and a.size]
+            n = max((int(a.max()) for a in ids), default=-1) + 1
+        dtype = edges.weight.dtype if edges.weight.dtype in gpu_core.WEIGHT_DTYPES else np.dtype(np.float64)
+        needed = gpu_core.estimate_device_bytes(max(n, 0), m, dtype, backend=self.backend).peak
+        free, total = self._memory()
+        where = "device" if self.backend == "gpu" else "host"
+        if needed > total:
+            raise GraphExceedsWorkerError(
+                f"the graph ({n} vertices, {m} edges, {dtype} weights) needs about {needed} bytes of "
+                f"{where} memory to build, more than worker {self.config.index} has in all ({total} bytes).",
+                needed=needed,
+                capacity=total,
+                field="body",
+            )
+        if needed > free:
+            raise InsufficientMemoryError(
+                f"the graph needs about {needed} bytes of {where} memory to build; worker "
+                f"{self.config.index} has {free} of {total} bytes free.",
+                needed=needed,
+                available=free,
+                capacity=total,
+            )
 
     # -- requests -----------------------------------------------------------------------------
 
     def serve(self, conn: Connection) -> None:
-        from gpu_core.errors import DeviceError
+        from gpu_core.errors import DeviceError, DeviceMemoryError
 
         handlers: dict[str, Callable[..., dict[str, Any] | Reply]] = {
             LOAD: self.load,
@@ -257,7 +313,12 @@ class _Worker:
             try:
                 answer = handlers[op](*args)
             except BaseException as exc:
-                fatal = isinstance(exc, DeviceError) or not isinstance(exc, Exception)
+                # out of device memory is not sticky: answer, free the pool's cache, carry on
+                fatal = not isinstance(exc, Exception) or (
+                    isinstance(exc, DeviceError) and not isinstance(exc, DeviceMemoryError)
+                )
+                if isinstance(exc, DeviceMemoryError):
+                    self._release_cached()
                 reply: tuple[Any, ...] = (req_id, False, _portable(exc))
             else:
                 fatal = False
@@ -273,6 +334,14 @@ class _Worker:
                 return  # the API process is gone
             if fatal:
                 return  # a fresh process gets a fresh CUDA context
+
+    def _release_cached(self) -> None:
+        """Give the memory pool's cached blocks back to the device (after an out-of-memory error)."""
+        if self.backend == "gpu":
+            import cupy
+
+            gc.collect()
+            cupy.get_default_memory_pool().free_all_blocks()
 
     @staticmethod
     def _after(work: Callable[[], None]) -> BaseException | None:
@@ -310,6 +379,7 @@ class _Worker:
                 field="body",
             )
         n = num_vertices if num_vertices is not None else edges.num_vertices
+        self._admit(edges, n)
         graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
         return edges, graph
 

@@ -15,11 +15,14 @@ _DESCRIPTIONS = {
     404: "No such resource.",
     406: "No representation the route offers is acceptable (the problem names those it offers).",
     409: "The resource is not in a state that allows this.",
-    413: "Upload over a configured limit (bytes or edges), or over the API key's device-bytes quota.",
+    410: "The result was lost and its graph deleted since: it cannot be computed again.",
+    413: "Upload over a configured limit (bytes or edges), or over the API key's device-bytes quota,"
+    " or larger than a worker's memory.",
     415: "Unsupported Content-Type, or an Arrow or Parquet body where the server lacks pyarrow.",
     422: "Invalid input; the problem names the field and the edge index.",
     429: "A quota of the API key is used up (the problem names it, its limit and the use); see Retry-After.",
     503: "No worker is ready, the worker was lost, or the job queues are full; retry (see Retry-After).",
+    507: "No worker has room for the graph now, even after evicting idle graphs (see needed_bytes).",
 }
 
 

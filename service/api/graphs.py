@@ -39,7 +39,7 @@ _UPLOAD_BODY = graph_upload_body(
     response_model=GraphOut,
     summary="Upload a graph",
     openapi_extra=_UPLOAD_BODY,
-    responses=problems(400, 413, 415, 422, 429, 503),
+    responses=problems(400, 413, 415, 422, 429, 503, 507),
 )
 async def create_graph(
     request: Request,

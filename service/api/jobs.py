@@ -42,7 +42,7 @@ async def get_job(job_id: str, request: Request) -> Response:
             "content": RESULT_CONTENT,
             "model": ResultOut,
         },
-        **problems(404, 406, 409),
+        **problems(404, 406, 409, 410),
     },
 )
 async def get_job_result(

@@ -30,7 +30,7 @@ _BODY = graph_upload_body("A graph file, see ?format=.")
             "content": RESULT_CONTENT,
             "model": ResultOut,
         },
-        **problems(400, 406, 413, 415, 422, 429, 503),
+        **problems(400, 406, 413, 415, 422, 429, 503, 507),
     },
 )
 async def compute_mst(
