@@ -16,9 +16,12 @@ for it; its client saw no id and no answer, so nothing it knew of is lost.
 A succeeded job's result file is written by the worker right *after* its
 answer (see :mod:`service.worker`), so the answer to ``?wait=`` does not wait
 for the file; a request for the result waits for it instead (it is normally
-there before the client asks). If the file cannot be written (disk full) or
-the worker dies first, the job becomes ``failed`` with ``error.type =
-"result_lost"``, as after a power cut (see :mod:`service.store`): submit it again.
+there before the client asks). If the file is lost (it could not be written,
+the worker died first, a crash or a power cut), the job stays ``succeeded``:
+the forest is deterministic, so the next request for the result computes it
+again from the stored graph on the graph's worker (in its queue, after the
+jobs already there) and answers with it. Only when the graph has been deleted
+meanwhile is that request a 410 (:class:`ResultGoneError`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ from .errors import (
     JobNotFoundError,
     QueueFullError,
     QuotaExceededError,
+    ResultGoneError,
     ServiceUnavailableError,
+    WorkerInternalError,
     error_type,
 )
 from .metrics import Metrics
@@ -53,7 +58,11 @@ log = logging.getLogger("service.jobs")
 
 _QUEUED = frozenset({"queued"})
 _RUNNING = frozenset({"running"})
-_SUCCEEDED = frozenset({"succeeded"})
+
+
+def _consume_error(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _resolve(future: asyncio.Future[JobRecord | None], job: JobRecord | None) -> None:
@@ -78,6 +87,47 @@ class JobTask:
         (A job whose id was never given out is not in the store: it ends with the request that
         was waiting for it.)
         """
+
+
+@dataclass
+class RecomputeTask:
+    """The computation again of a succeeded job whose result file was lost."""
+
+    task_id: str
+    graph_id: str
+    job: JobRecord
+    result_path: str
+    done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    async def run(self, worker: WorkerHandle) -> None:
+        try:
+            await worker.ensure_resident(self.graph_id)
+            worker.touch(self.graph_id)
+            summary, stored = await worker.request_with_note(
+                worker_module.MST, self.graph_id, self.result_path
+            )
+            await stored
+            same = (summary["num_edges"], summary["total_weight"]) == (
+                self.job.num_edges,
+                self.job.total_weight,
+            )
+            if not same:  # the forest is deterministic: this is a bug, never serve a different answer
+                Path(self.result_path).unlink(missing_ok=True)
+                raise WorkerInternalError(
+                    f"job {self.job.id}: computing the lost result again gave a different forest "
+                    f"({summary['num_edges']} edges, total {summary['total_weight']}; recorded "
+                    f"{self.job.num_edges}, {self.job.total_weight})."
+                )
+        except Exception as exc:
+            if not self.done.done():
+                self.done.set_exception(exc)
+        else:
+            if not self.done.done():
+                self.done.set_result(None)
+
+    def abandon(self, reason: str) -> None:
+        if not self.done.done():
+            self.done.set_exception(ServiceUnavailableError(reason))
 
 
 @dataclass
@@ -166,6 +216,8 @@ class Jobs:
         self.graph_owners: dict[str, str] = {}
         #: queued and running jobs (one-shot computations included) per owner, for MST_QUOTA_QUEUED_JOBS
         self._active: Counter[str] = Counter()
+        #: lost results being computed again, by job id (one computation for concurrent requests)
+        self._recomputing: dict[str, asyncio.Future[None]] = {}
 
     def get(self, job_id: str, owner: str) -> JobRecord:
         """The job's record; 404 when there is none or it is another owner's (the same answer)."""
@@ -357,7 +409,36 @@ class Jobs:
             raise JobNotFinishedError(
                 f"job {job_id} is {job.status}{why}; only succeeded jobs have a result."
             )
-        return job, self._store.result_path(job_id)
+        path = self._store.result_path(job_id)
+        if not path.exists():
+            await self._recompute(job)
+        return job, path
+
+    async def _recompute(self, job: JobRecord) -> None:
+        """Compute a succeeded job's lost result file again, from its stored graph."""
+        pending = self._recomputing.get(job.id)
+        if pending is None:
+            handle = self._supervisor.holder(job.graph_id)
+            if handle is None or self._store.get_graph(job.graph_id) is None:
+                raise ResultGoneError(
+                    f"the result of job {job.id} was lost and its graph {job.graph_id} has been deleted "
+                    "since, so it cannot be computed again; upload the graph again and submit a new job."
+                )
+            log.warning("job %s: the result file is missing; computing it again", job.id)
+            task = RecomputeTask(new_id("r"), job.graph_id, job, str(self._store.result_path(job.id)))
+            handle.enqueue(task)
+            pending = task.done
+            self._recomputing[job.id] = pending
+            pending.add_done_callback(lambda _: self._recomputing.pop(job.id, None))
+            pending.add_done_callback(_consume_error)
+        try:
+            await asyncio.shield(pending)
+        except ResultGoneError:
+            raise
+        except Exception as exc:
+            raise ServiceUnavailableError(
+                f"the result of job {job.id} was lost and computing it again failed ({exc}); retry shortly."
+            ) from None
 
     async def _run(self, task: JobTask, handle: WorkerHandle) -> None:
         job = self._transition(task.task_id, _QUEUED, status="running", started_at=time.time())
@@ -396,19 +477,16 @@ class Jobs:
         note.add_done_callback(functools.partial(self._stored, job_id))
 
     def _stored(self, job_id: str, note: asyncio.Future[None]) -> None:
-        """The worker has written a succeeded job's result file, or failed to."""
+        """The worker has written a succeeded job's result file, or failed to (then the job stays
+        succeeded, and a request for its result computes it again)."""
         del self._storing[job_id]
         error = note.exception()
-        if error is None:
-            return
-        log.error("job %s: the result could not be stored: %s", job_id, error)
-        self._store.transition(
-            job_id,
-            _SUCCEEDED,
-            status="failed",
-            error_type="result_lost",
-            error_message=f"The result could not be stored ({error}); submit the job again.",
-        )
+        if error is not None:
+            log.error(
+                "job %s: the result could not be stored (%s); it is computed again if asked for",
+                job_id,
+                error,
+            )
 
     def _finish(
         self,

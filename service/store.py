@@ -18,8 +18,8 @@ survives any crash or restart of the service's processes; graph payloads are
 also fsynced (with their folder). Result files are written by the worker just
 after the job is recorded succeeded (see :mod:`service.jobs`) and are not
 fsynced (that would cost milliseconds per job). A result lost to a crash in
-between or to a power cut is found at start-up and its job marked failed with
-``error.type = "result_lost"`` (submit the job again).
+between or to a power cut is computed again from the stored graph when it is
+next asked for (:meth:`service.jobs.Jobs.result_path`); the job stays succeeded.
 """
 
 from __future__ import annotations
@@ -407,14 +407,7 @@ class Store:
         for path in self.result_dir.iterdir():
             if path.stem not in done:
                 path.unlink(missing_ok=True)
-        lost = [job_id for job_id in done if not self.result_path(job_id).exists()]
-        with self._tx() as db:
-            for job_id in lost:
-                db.execute(
-                    "UPDATE jobs SET status = 'failed', error_type = 'result_lost', error_message = ? "
-                    "WHERE id = ?",
-                    ("The result file was lost (power cut?); submit the job again.", job_id),
-                )
+        # a succeeded job whose result file is missing stays succeeded: it is computed again if asked for
         return self.jobs_with_status("queued"), failed
 
 

@@ -1,4 +1,5 @@
-"""Results written behind their job's answer: requests for them wait for the file, or see it lost."""
+"""Results written behind their job's answer: requests for them wait for the file; a lost one is
+computed again (tests/service/test_faults.py checks that against a live server)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,6 @@ import asyncio
 import time
 from pathlib import Path
 
-import pytest
-
-from service.errors import JobNotFinishedError
 from service.jobs import Jobs
 from service.metrics import Metrics
 from service.store import JobRecord, Store
@@ -31,6 +29,7 @@ def test_a_result_request_waits_for_the_file(tmp_path: Path) -> None:
         fetch = asyncio.create_task(jobs.result_path("j_1", ""))
         await asyncio.sleep(0.05)
         assert not fetch.done()  # the worker has not said the file is there
+        store.result_path("j_1").write_bytes(b"npz")
         note.set_result(None)
         job, path = await asyncio.wait_for(fetch, 5)
         assert job.status == "succeeded" and path == store.result_path("j_1")
@@ -39,7 +38,7 @@ def test_a_result_request_waits_for_the_file(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-def test_a_result_the_worker_could_not_write_fails_the_job(tmp_path: Path) -> None:
+def test_a_result_the_worker_could_not_write_keeps_the_job_succeeded(tmp_path: Path) -> None:
     store = Store(tmp_path)
 
     async def scenario() -> None:
@@ -47,12 +46,10 @@ def test_a_result_the_worker_could_not_write_fails_the_job(tmp_path: Path) -> No
         succeeded_job(store, "j_2")
         note: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         jobs._store_behind("j_2", note)
-        fetch = asyncio.create_task(jobs.result_path("j_2", ""))
-        await asyncio.sleep(0)
         note.set_exception(OSError(28, "No space left on device"))
-        with pytest.raises(JobNotFinishedError, match=r"result_lost.*No space left"):
-            await asyncio.wait_for(fetch, 5)
+        await asyncio.sleep(0)
         job = store.get_job("j_2")
-        assert job is not None and (job.status, job.error_type) == ("failed", "result_lost")
+        assert job is not None and (job.status, job.error_type) == ("succeeded", None)
+        assert "j_2" not in jobs._storing
 
     asyncio.run(scenario())

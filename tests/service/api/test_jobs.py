@@ -163,7 +163,7 @@ def test_result_media_type_follows_accept(live: LiveServer, accept: str | None, 
     assert response.headers["content-type"] == expected
 
 
-def test_a_result_that_cannot_be_stored_fails_its_job_with_result_lost(server_factory: ServerFactory) -> None:
+def test_a_result_that_cannot_be_stored_is_computed_again_when_asked_for(server_factory: ServerFactory) -> None:
     server = server_factory()
     graph = server.upload_npz([0, 1, 2], [1, 2, 0], [3, 1, 2])
     results = server.data_dir / "spool" / "results"
@@ -174,18 +174,20 @@ def test_a_result_that_cannot_be_stored_fails_its_job_with_result_lost(server_fa
         # the answer comes with the forest's summary, before the file is written behind it
         assert answered.status_code == 200 and answered.json()["status"] == "succeeded"
         job_id = answered.json()["id"]
-        body = problem(server.client.get(f"/v1/jobs/{job_id}/result"), 409, "job_not_finished")
-        assert "result_lost" in body["detail"]
+        # asked for, it is computed again, which cannot be stored either: 503, and the job stays succeeded
+        body = problem(server.client.get(f"/v1/jobs/{job_id}/result"), 503, "service_unavailable")
+        assert "computing it again failed" in body["detail"] and "NotADirectoryError" in body["detail"]
         job = server.client.get(f"/v1/jobs/{job_id}").json()
-        assert job["status"] == "failed" and job["error"]["type"] == "result_lost"
-        assert "NotADirectoryError" in job["error"]["message"]
+        assert job["status"] == "succeeded" and job["error"] is None
     finally:
         results.unlink()
         results.with_name("results.away").rename(results)
+    edge_ids, weights, _ = server.result_npz(job_id)  # computed again, now stored
+    assert edge_ids.tolist() == [1, 2] and weights.tolist() == [1, 2]
+    assert (results / f"{job_id}.npz").exists()
     again = server.submit(graph["id"], wait=30).json()  # the worker serves on, and stores again
     assert again["status"] == "succeeded"
-    edge_ids, _, _ = server.result_npz(again["id"])
-    assert edge_ids.tolist() == [1, 2]
+    assert server.result_npz(again["id"])[0].tolist() == [1, 2]
 
 
 def test_a_waited_for_job_cancelled_by_its_graph_delete_answers_and_is_recorded(live: LiveServer) -> None:
