@@ -163,7 +163,9 @@ def test_result_media_type_follows_accept(live: LiveServer, accept: str | None, 
     assert response.headers["content-type"] == expected
 
 
-def test_a_result_that_cannot_be_stored_is_computed_again_when_asked_for(server_factory: ServerFactory) -> None:
+def test_a_result_that_cannot_be_stored_is_computed_again_when_asked_for(
+    server_factory: ServerFactory,
+) -> None:
     server = server_factory()
     graph = server.upload_npz([0, 1, 2], [1, 2, 0], [3, 1, 2])
     results = server.data_dir / "spool" / "results"
