@@ -20,9 +20,11 @@ short machine-readable ``code`` and a title::
     ├── PayloadTooLargeError             413 payload_too_large
     │   └── GraphExceedsWorkerError      413 graph_exceeds_worker_memory
     ├── InsufficientMemoryError          507 insufficient_memory
+    ├── StorageFullError                 507 storage_full
     ├── QuotaExceededError               429 quota_exceeded      (names quota, limit, used; Retry-After)
     │   └── DeviceQuotaExceededError     413 quota_exceeded
     ├── ServiceUnavailableError          503 service_unavailable
+    │   ├── StorageUnavailableError      503 storage_unavailable
     │   ├── WorkerLostError              503 worker_lost
     │   └── QueueFullError               503 queue_full          (Retry-After)
     └── WorkerInternalError              500 worker_internal_error
@@ -35,7 +37,9 @@ engine's limits a 413. Routes raise these exceptions; only the handlers of
 
 from __future__ import annotations
 
+import errno
 import logging
+import sqlite3
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -294,6 +298,42 @@ class ServiceUnavailableError(ServiceError):
     title = "Service unavailable"
 
 
+class StorageFullError(ServiceError):
+    """The data dir's file system is full, so nothing more can be stored; nothing stored before is
+    lost. Delete graphs you no longer need, or ask the operator for room, and retry."""
+
+    status = 507
+    code = "storage_full"
+    title = "Insufficient storage"
+
+
+class StorageUnavailableError(ServiceUnavailableError):
+    """The data dir cannot be written (read-only, permissions); the operator must fix it. Retry later."""
+
+    code = "storage_unavailable"
+    title = "Storage unavailable"
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def storage_error(exc: BaseException) -> ServiceError | None:
+    """The service error for a failure of the data dir's file system or SQLite (full, read-only),
+    or None when ``exc`` is not one."""
+    if isinstance(exc, OSError) and exc.errno in _FULL:
+        return StorageFullError(f"the data dir is full: {exc.strerror or exc}; nothing was stored.")
+    if isinstance(exc, OSError) and exc.errno in _UNWRITABLE:
+        return StorageUnavailableError(f"the data dir cannot be written: {exc.strerror or exc}.")
+    if isinstance(exc, sqlite3.OperationalError):
+        text = str(exc).lower()
+        if "full" in text:
+            return StorageFullError(f"the database's disk is full ({exc}); nothing was stored.")
+        if "readonly" in text or "read-only" in text or "unable to open" in text:
+            return StorageUnavailableError(f"the database cannot be written ({exc}).")
+    return None
+
+
 class WorkerLostError(ServiceUnavailableError):
     """The worker process died while handling the request; it is being restarted, so retry."""
 
@@ -432,6 +472,14 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+async def _storage_or_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    """An OSError or SQLite error: 507/503 when the data dir is full or unwritable, else a 500."""
+    mapped = storage_error(exc)
+    if mapped is not None:
+        return await service_error_response(request, mapped)
+    return await _unexpected(request, exc)
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return problem(
@@ -449,4 +497,6 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(core_errors.MSTError, _core_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(OSError, _storage_or_unexpected)
+    app.add_exception_handler(sqlite3.Error, _storage_or_unexpected)
     app.add_exception_handler(Exception, _unexpected)

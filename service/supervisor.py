@@ -114,6 +114,9 @@ class WorkerHandle:
         self.last_error: str | None = None
         self._kill_reason: str | None = None
         self.restarts = 0
+        #: restarts in a row of processes that never answered a request: the crash-loop back-off
+        self._failures_in_row = 0
+        self._served = False
         self.generation = 0
         self.started_at = 0.0
         self.free_bytes = 0
@@ -177,6 +180,7 @@ class WorkerHandle:
         self.generation += 1
         self._process, self._conn, self._heartbeat = process, conn, heartbeat
         self.state = "starting"
+        self._served = False
         self.started_at = time.monotonic()
         self._in_flight = 0
         self._outbox.clear()
@@ -221,6 +225,7 @@ class WorkerHandle:
             _settle(self._notes.pop(req_id, None), None, error)
             return
         req_id, ok, payload = message
+        self._served = True
         self._in_flight -= 1
         self._flush()
         fut = self._futures.pop(req_id, None)
@@ -320,9 +325,11 @@ class WorkerHandle:
     async def _restart(self) -> None:
         if self._process is not None:
             await asyncio.to_thread(self._process.join, 5)
-        delay = min(0.2 * 2 ** min(self.restarts, 8), 30.0)
-        if time.monotonic() - self.started_at > 60:
-            delay = 0.2  # it ran for a while: not a crash loop
+        if self._served or time.monotonic() - self.started_at > 60:
+            self._failures_in_row = 0  # it was up and answered (or ran a while): not a crash loop
+        else:
+            self._failures_in_row += 1  # died before answering anything: back off
+        delay = min(0.2 * 2 ** min(self._failures_in_row, 8), 30.0)
         self.restarts += 1
         await asyncio.sleep(delay)
         if not self._stopping:
@@ -336,9 +343,17 @@ class WorkerHandle:
             self._process.kill()
 
     async def stop(self, timeout: float = 5.0) -> None:
+        """Stop dispatching, let the running task finish (up to ``timeout`` s), stop the process.
+
+        Queued jobs stay queued in the store (the next start runs them); a job still running after
+        ``timeout`` is failed with ``worker_lost`` at the next start (``Store.recover``).
+        """
         self._stopping = True
         if self._restart_task is not None:
             self._restart_task.cancel()
+        deadline = time.monotonic() + timeout
+        while self.current is not None and self.accepting and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         if self._dispatcher is not None:
             self._dispatcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -561,7 +576,7 @@ class WorkerHandle:
     async def _dispatch_loop(self) -> None:
         assert self._has_tasks is not None and self._accepting is not None
         while True:
-            while not self._tasks:
+            while not self._tasks or self._stopping:
                 self._has_tasks.clear()
                 await self._has_tasks.wait()
             await self._accepting.wait()

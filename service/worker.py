@@ -58,6 +58,7 @@ from .errors import (
     PayloadTooLargeError,
     ServiceError,
     WorkerInternalError,
+    storage_error,
 )
 
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
@@ -143,6 +144,9 @@ def _portable(exc: BaseException) -> BaseException:
 
     if isinstance(exc, (MSTError, ServiceError)):
         return exc
+    storage = storage_error(exc)  # the spool's file system full or read-only: 507/503, not a bug
+    if storage is not None:
+        return storage
     return WorkerInternalError(f"{type(exc).__name__}: {exc}")
 
 

@@ -1,0 +1,271 @@
+"""Faults against live servers (real processes, CPU backend): what a client was told stays true.
+
+* 20 SIGKILLs of the worker in a row, some while an upload is being loaded, some while a job
+  runs, some right after a job's answer (while its result file is written): every job ends
+  final, none stays ``running``; ``/readyz`` says 503 while no worker is up, then 200; every
+  acknowledged graph is listed and answers the same forest as the engine; each kill costs
+  exactly one restart (no crash loop, no back-off for workers that were up);
+* a job that kills its worker every time ends ``failed`` (``worker_lost``) after one run: it
+  is not retried (at most one run, documented in the README);
+* a result lost to a crash after its job succeeded is computed again when asked for; once
+  the graph is deleted, that request is a 410;
+* SIGTERM: the running job finishes, queued ones run after the restart, SQLite is intact;
+* a full data dir (a 4 MB tmpfs, when this runs as root): 507 ``storage_full``, nothing half
+  written in the spool, SQLite intact, earlier graphs and results still there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import gpu_core
+
+from .conftest import ServerFactory
+from .live import OCTET, LiveServer, npz_body
+
+FAST_HEARTBEAT = {"MST_HEARTBEAT_INTERVAL_S": "0.1", "MST_HEARTBEAT_TIMEOUT_S": "1.5"}
+BIG = {"MST_MAX_EDGES": "5000000", "MST_MAX_UPLOAD_BYTES": "100000000"}
+FINAL = ("succeeded", "failed", "cancelled")
+#: uvicorn re-raises SIGTERM once it has shut down gracefully: the process then ends by the signal
+CLEAN_EXIT = (0, -signal.SIGTERM)
+
+Edges = tuple[np.ndarray, np.ndarray, np.ndarray, int]
+
+
+def random_graph(seed: int, n: int, m: int) -> Edges:
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, n, m).astype(np.int32)
+    dst = rng.integers(0, n, m).astype(np.int32)
+    return src, dst, rng.integers(-1000, 1000, m).astype(np.int32), n
+
+
+def forest(graph: Edges) -> gpu_core.SpanningForest:
+    src, dst, weight, n = graph
+    return gpu_core.minimum_spanning_forest(src, dst, weight, num_vertices=n, backend="cpu")
+
+
+def new_worker(server: LiveServer, old_pid: int, timeout: float = 60.0) -> bool:
+    """Wait until a worker other than ``old_pid`` is ready; whether /readyz said 503 meanwhile."""
+    saw_503 = False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = server.client.get("/readyz")
+        if response.status_code == 503:
+            saw_503 = True
+        elif response.json()["workers"][0]["pid"] != old_pid:
+            return saw_503
+        time.sleep(0.005)
+    raise AssertionError(f"no new worker within {timeout} s:\n{server.log()}")
+
+
+def sqlite_ok(data_dir: Path) -> None:
+    db = sqlite3.connect(data_dir / "mst.sqlite3")
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        db.close()
+
+
+def check_result(server: LiveServer, job_id: str, graph: Edges) -> None:
+    edge_ids, weights, _ = server.result_npz(job_id)
+    expected = forest(graph)
+    assert np.array_equal(edge_ids, expected.edge_ids) and np.array_equal(weights, expected.weights)
+
+
+def test_twenty_sigkills_in_a_row_lose_nothing_acknowledged(server_factory: ServerFactory) -> None:
+    server = server_factory(**FAST_HEARTBEAT, **BIG)
+    acknowledged: dict[str, Edges] = {}
+    jobs: dict[str, str] = {}  # job id -> graph id
+    big = random_graph(0, 100_000, 600_000)
+    acknowledged[server.upload_npz(*big)["id"]] = big
+    big_id = next(iter(acknowledged))
+    small = random_graph(1, 50, 200)
+    acknowledged[server.upload_npz(*small)["id"]] = small
+    small_id = list(acknowledged)[1]
+    saw_503 = 0
+    rng = np.random.default_rng(3)
+    for kill in range(20):
+        pid = server.worker_pid()
+        scenario = kill % 3
+        if scenario == 0:  # while an upload is parsed and built
+            graph = random_graph(100 + kill, 50_000, 300_000)
+            with ThreadPoolExecutor(1) as pool:
+                upload = pool.submit(
+                    server.client.post,
+                    "/v1/graphs",
+                    content=npz_body(*graph),
+                    headers={"content-type": OCTET},
+                )
+                time.sleep(float(rng.uniform(0.0, 0.25)))
+                os.kill(pid, signal.SIGKILL)
+                response = upload.result(timeout=60)
+            assert response.status_code in (201, 503), response.text
+            if response.status_code == 201:
+                acknowledged[response.json()["id"]] = graph
+            else:
+                assert response.json()["code"] == "worker_lost"
+        elif scenario == 1:  # while a job runs
+            job_id = server.submit(big_id).json()["id"]
+            jobs[job_id] = big_id
+            server.poll(job_id, until=("running", *FINAL))
+            os.kill(pid, signal.SIGKILL)
+        else:  # right after a job's answer: while its result file is written behind it
+            answer = server.submit(small_id, wait=30).json()
+            os.kill(pid, signal.SIGKILL)
+            jobs[answer["id"]] = small_id
+            assert answer["status"] == "succeeded", answer
+        saw_503 += new_worker(server, pid)
+
+    ready = server.wait_ready()
+    assert ready["workers"][0]["restarts"] == 20, ready  # one restart per kill: no crash loop
+    assert saw_503 > 0, "/readyz never said 503 while the worker was down"
+    for job_id, graph_id in jobs.items():
+        job = server.poll(job_id, timeout=60)
+        assert job["status"] in FINAL
+        if job["status"] == "succeeded":  # its result, lost or not, answers the graph's forest
+            check_result(server, job_id, acknowledged[graph_id])
+        else:
+            assert job["error"]["type"] == "worker_lost", job
+    listed = {g["id"] for g in server.client.get("/v1/graphs").json()["graphs"]}
+    assert listed == set(acknowledged)
+    for graph_id, graph in acknowledged.items():
+        job = server.submit(graph_id, wait=60).json()
+        assert job["status"] == "succeeded", job
+        check_result(server, job["id"], graph)
+    assert server.stop() in CLEAN_EXIT, server.log()
+    sqlite_ok(server.data_dir)
+
+
+def test_a_job_that_kills_its_worker_fails_after_one_run_without_a_crash_loop(
+    server_factory: ServerFactory,
+) -> None:
+    server = server_factory(**FAST_HEARTBEAT)
+    graph = random_graph(7, 300, 2000)
+    graph_id = server.upload_npz(*graph)["id"]
+    pid = server.worker_pid()
+    os.kill(pid, signal.SIGSTOP)  # the job is handed over but never answered: its worker dies with it
+    job_id = server.submit(graph_id).json()["id"]
+    assert server.poll(job_id, until=("running", *FINAL))["status"] == "running"
+    os.kill(pid, signal.SIGKILL)
+    job = server.poll(job_id)
+    assert job["status"] == "failed" and job["error"]["type"] == "worker_lost", job
+    new_worker(server, pid)
+    time.sleep(2)  # nothing retries it: the worker stays up, the job stays failed
+    ready = server.wait_ready()
+    assert ready["workers"][0]["restarts"] == 1, ready
+    assert server.client.get(f"/v1/jobs/{job_id}").json()["status"] == "failed"
+    again = server.submit(graph_id, wait=60).json()  # the graph still answers
+    assert again["result"]["total_weight"] == forest(graph).total_weight
+
+
+def test_a_result_lost_to_a_crash_is_computed_again_and_410_once_its_graph_is_gone(
+    server_factory: ServerFactory,
+) -> None:
+    server = server_factory()
+    graph = random_graph(11, 300, 2000)
+    graph_id = server.upload_npz(*graph)["id"]
+    job = server.submit(graph_id, wait=30).json()
+    assert job["status"] == "succeeded"
+    check_result(server, job["id"], graph)
+    server.stop(signal.SIGKILL)  # a crash; then the file is lost too (a power cut before it was flushed)
+    result = server.data_dir / "spool" / "results" / f"{job['id']}.npz"
+    result.unlink()
+
+    server = server_factory(server.data_dir)
+    after = server.client.get(f"/v1/jobs/{job['id']}").json()
+    assert after["status"] == "succeeded" and after["result"] == job["result"], after
+    check_result(server, job["id"], graph)  # computed again from the stored graph
+    assert result.exists()
+    body = server.client.get(f"/v1/jobs/{job['id']}/result").json()  # JSON too, from the new file
+    assert body["edge_ids"] == forest(graph).edge_ids.tolist()
+
+    assert server.client.delete(f"/v1/graphs/{graph_id}").status_code == 204
+    check_result(server, job["id"], graph)  # the file is there: the graph is not needed
+    result.unlink()
+    gone = server.client.get(f"/v1/jobs/{job['id']}/result")
+    assert gone.status_code == 410 and gone.json()["code"] == "result_gone", gone.text
+    assert server.client.get(f"/v1/jobs/{job['id']}").json()["status"] == "succeeded"
+
+
+def test_sigterm_finishes_the_running_job_and_keeps_the_queued_ones(server_factory: ServerFactory) -> None:
+    server = server_factory(**BIG)
+    big = random_graph(5, 200_000, 1_500_000)
+    graph_id = server.upload_npz(*big)["id"]
+    first = server.submit(graph_id).json()["id"]
+    server.poll(first, until=("running", *FINAL))
+    queued = [server.submit(graph_id).json()["id"] for _ in range(3)]
+    assert server.stop(signal.SIGTERM) in CLEAN_EXIT, server.log()
+    sqlite_ok(server.data_dir)
+    assert not list((server.data_dir / "spool" / "tmp").iterdir())
+
+    server = server_factory(server.data_dir, **BIG)
+    done = server.poll(first)
+    assert done["status"] == "succeeded", done  # it finished before the service stopped
+    check_result(server, first, big)
+    for job_id in queued:  # queued jobs were kept and run after the restart
+        assert server.poll(job_id, timeout=60)["status"] == "succeeded"
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MB tmpfs (needs root; skips otherwise)."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_data_dir_is_507_and_leaves_nothing_half_written(
+    server_factory: ServerFactory, tiny_fs: Path
+) -> None:
+    server = server_factory(tiny_fs / "data")
+    stored: dict[str, Edges] = {}
+    codes: list[int] = []
+    for seed in range(40):
+        graph = random_graph(seed, 5_000, 40_000)  # about 480 kB as npz
+        response = server.client.post("/v1/graphs", content=npz_body(*graph), headers={"content-type": OCTET})
+        codes.append(response.status_code)
+        if response.status_code == 201:
+            stored[response.json()["id"]] = graph
+        else:
+            assert response.status_code == 507, response.text
+            problem: dict[str, Any] = response.json()
+            assert problem["code"] == "storage_full" and "full" in problem["detail"]
+            if codes.count(507) >= 3:
+                break
+    assert 507 in codes and stored, codes
+    assert not list((server.data_dir / "spool" / "tmp").iterdir()), "a partial spool file was left"
+    listed = {g["id"] for g in server.client.get("/v1/graphs").json()["graphs"]}
+    assert listed == set(stored)
+    first = next(iter(stored))
+    job = server.submit(first, wait=30).json()  # stored graphs still answer (the result may not fit)
+    assert job["status"] == "succeeded"
+    for graph_id in list(stored)[1:]:  # room again: uploads work
+        assert server.client.delete(f"/v1/graphs/{graph_id}").status_code == 204
+    assert (
+        server.client.post(
+            "/v1/graphs", content=npz_body(*random_graph(99, 5_000, 40_000)), headers={"content-type": OCTET}
+        ).status_code
+        == 201
+    )
+    check_result(server, job["id"], stored[first])
+    server.stop()
+    sqlite_ok(server.data_dir)
