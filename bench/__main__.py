@@ -10,6 +10,7 @@ CUDA context or an out-of-memory kill costs only that benchmark.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import signal
@@ -22,6 +23,7 @@ from typing import Any
 
 from .engine import ENGINES, EngineOptions, merge_records, run_engine_benchmark
 from .generators import DEFAULT_CACHE, GraphSpec
+from .load import LoadSpec, run_load_benchmark
 from .report import environment, load_results, write_results
 from .service import ServiceOptions, run_service_benchmark
 from .suites import SUITES, ServiceSpec, benchmark_names, select
@@ -89,6 +91,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--requests", type=int, help="MST requests per service benchmark (latency percentiles)")
     p.add_argument("--uploads", type=int, help="uploads / downloads / one-shot calls per service benchmark")
+    p.add_argument("--load-clients", help="load benchmark: comma-separated client counts (e.g. 1,8,64,256)")
+    p.add_argument("--load-duration", type=float, help="load benchmark: seconds per client count")
     p.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help="graph cache folder (default bench/cache)"
     )
@@ -145,7 +149,19 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
     )
 
 
-def run_one(item: GraphSpec | ServiceSpec, args: argparse.Namespace) -> dict[str, Any]:
+def load_spec(item: LoadSpec, args: argparse.Namespace) -> LoadSpec:
+    clients = item.clients if not args.load_clients else tuple(int(c) for c in args.load_clients.split(","))
+    duration = item.duration_s if args.load_duration is None else args.load_duration
+    return dataclasses.replace(item, clients=clients, duration_s=duration)
+
+
+def _kind(item: GraphSpec | ServiceSpec | LoadSpec) -> str:
+    return "load" if isinstance(item, LoadSpec) else "service" if isinstance(item, ServiceSpec) else "engine"
+
+
+def run_one(item: GraphSpec | ServiceSpec | LoadSpec, args: argparse.Namespace) -> dict[str, Any]:
+    if isinstance(item, LoadSpec):
+        return run_load_benchmark(load_spec(item, args), args.service_backend, args.out / "logs", log)
     if isinstance(item, ServiceSpec):
         return run_service_benchmark(item, service_options(args), log)
     return run_engine_benchmark(item, engine_options(args), log)
@@ -166,6 +182,8 @@ def _child_argv(args: argparse.Namespace, name: str, record: Path) -> list[str]:
         ("--service-backend", args.service_backend),
         ("--requests", args.requests),
         ("--uploads", args.uploads),
+        ("--load-clients", args.load_clients),
+        ("--load-duration", args.load_duration),
         ("--cache", args.cache),
     ):
         if value is not None:
@@ -175,7 +193,7 @@ def _child_argv(args: argparse.Namespace, name: str, record: Path) -> list[str]:
     return argv
 
 
-def run_isolated(item: GraphSpec | ServiceSpec, args: argparse.Namespace) -> dict[str, Any]:
+def run_isolated(item: GraphSpec | ServiceSpec | LoadSpec, args: argparse.Namespace) -> dict[str, Any]:
     """Run one benchmark in a subprocess; a crash or a timeout becomes an error record."""
     with tempfile.TemporaryDirectory(prefix="mst-bench-") as tmp:
         record_path = Path(tmp) / "record.json"
@@ -199,7 +217,7 @@ def run_isolated(item: GraphSpec | ServiceSpec, args: argparse.Namespace) -> dic
             return record
         return {
             "name": item.name,
-            "type": "service" if isinstance(item, ServiceSpec) else "engine",
+            "type": _kind(item),
             "status": "error",
             "error": f"the benchmark process died with exit code {rc} (signal {-rc})"
             if rc < 0
@@ -259,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         except Exception as exc:  # a bug in the harness itself: keep going with the others
             record = {"name": item.name, "status": "error", "error": f"{type(exc).__name__}: {exc}"}
-        record.setdefault("type", "service" if isinstance(item, ServiceSpec) else "engine")
+        record.setdefault("type", _kind(item))
         record["seconds"] = round(time.perf_counter() - t0, 2)
         record["measured_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         record["commit"] = env["git"]["commit"]

@@ -429,6 +429,23 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             _table(*_service_rows(service)),
         ]
+    for record in (r for r in results["benchmarks"].values() if r.get("type") == "load"):
+        from .load import table as load_table
+
+        checks = record.get("checks", {})
+        lines += [
+            "",
+            f"## Load ({record.get('backend')} worker)",
+            "",
+            "Concurrent clients (one keep-alive http.client connection each) mixing status polls, small "
+            "jobs, large result downloads and small uploads (then deleted) for a fixed time, while one "
+            "more client keeps the worker busy with jobs on a large graph (`big_job`). "
+            f"Checks: no errors {checks.get('no_errors')}, no 5xx {checks.get('no_5xx')}, status p99 "
+            f"{checks.get('status_p99_ms_max')} ms (target <= 10), API RSS growth "
+            f"{checks.get('rss_growth_mb')} MB.",
+            "",
+            load_table(record),
+        ]
     problems = [r for r in results["benchmarks"].values() if r.get("status") != "ok"]
     skipped: dict[tuple[str, str], list[str]] = {}
     for r in engine:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .generators import GraphSpec
+from .load import FULL_LOAD, QUICK_LOAD, LoadSpec
 
 #: Reference CUDA ECL-MST v1.0 on an NVIDIA H200, graph on the device, median of 5 (issue 2).
 REFERENCE_GPU = "NVIDIA H200"
@@ -142,15 +143,19 @@ SUITES: dict[str, tuple[list[GraphSpec], list[ServiceSpec]]] = {
 }
 
 
+#: the load benchmark of each suite (bench/load.py), run last
+LOADS: dict[str, list[LoadSpec]] = {"quick": [QUICK_LOAD], "full": [FULL_LOAD]}
+
+
 def benchmark_names(suite: str) -> list[str]:
     graphs, services = SUITES[suite]
-    return [g.name for g in graphs] + [s.name for s in services]
+    return [g.name for g in graphs] + [s.name for s in services] + [x.name for x in LOADS[suite]]
 
 
-def select(suite: str, only: list[str] | None) -> list[GraphSpec | ServiceSpec]:
+def select(suite: str, only: list[str] | None) -> list[GraphSpec | ServiceSpec | LoadSpec]:
     """The suite's benchmarks whose names match one of the ``only`` patterns (shell globs); all without."""
     graphs, services = SUITES[suite]
-    items: list[GraphSpec | ServiceSpec] = [*graphs, *services]
+    items: list[GraphSpec | ServiceSpec | LoadSpec] = [*graphs, *services, *LOADS[suite]]
     if not only:
         return items
     unknown = [p for p in only if not any(fnmatch.fnmatchcase(i.name, p) for i in items)]

@@ -1,0 +1,423 @@
+"""Load benchmark: many concurrent clients against one ``python -m service`` on loopback.
+
+Each level runs ``clients`` threads for ``duration_s`` seconds, each with one keep-alive
+``http.client`` connection (the leanest client: httpx would add about 0.5 ms of its own per
+request), drawing requests from a fixed mix:
+
+* ``status``: ``GET /v1/jobs/{id}`` of a finished job (a status poll);
+* ``small_job``: ``POST /v1/graphs/{small}/mst?wait=30`` on a small resident graph;
+* ``big_result``: ``GET /v1/jobs/{id}/result`` (binary) of a job with a large forest;
+* ``upload`` + ``delete``: a small npz upload, then its deletion (so memory may stay flat).
+
+Meanwhile one more thread keeps the worker busy with jobs on a large graph (``big_job``), so
+the status polls are measured while the device computes. Reported per level: p50/p99 per
+route, errors (transport errors and unexpected statuses), 5xx answers, and the API process's
+resident memory (VmRSS, sampled every 0.25 s) at the start, the end and its maximum.
+
+Targets (issue 9): 0 errors, 0 5xx, ``status`` p99 <= 10 ms while the device is busy, RSS flat.
+The client threads share the host with the server: on a small machine they measure both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.client
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .timing import percentile
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NPZ = "application/octet-stream"
+#: the request mix: route -> share of a client's requests
+MIX: dict[str, float] = {"status": 0.55, "small_job": 0.2, "big_result": 0.1, "upload": 0.15}
+STATUS_P99_TARGET_MS = 10.0
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """The load benchmark of a suite."""
+
+    name: str
+    clients: tuple[int, ...]
+    duration_s: float
+    #: edges of the graph that keeps the worker busy, and of the one whose result is downloaded
+    busy_edges: int
+    result_vertices: int
+    small_edges: int = 1_000
+
+
+QUICK_LOAD = LoadSpec("load", clients=(1, 8), duration_s=2.0, busy_edges=300_000, result_vertices=50_000)
+FULL_LOAD = LoadSpec(
+    "load", clients=(1, 8, 64, 256), duration_s=20.0, busy_edges=30_000_000, result_vertices=1_000_000
+)
+
+
+def _graph(seed: int, n: int, m: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, n, m).astype(np.int32)
+    dst = rng.integers(0, n, m).astype(np.int32)
+    weight = rng.integers(0, 1 << 20, m).astype(np.int32)
+    buf = io.BytesIO()
+    np.savez(buf, src=src, dst=dst, weight=weight, num_vertices=np.int64(n))
+    return buf.getvalue()
+
+
+def _path_graph(n: int) -> bytes:
+    """A path of ``n`` vertices: its forest has n - 1 edges (a large result)."""
+    src = np.arange(n - 1, dtype=np.int32)
+    buf = io.BytesIO()
+    np.savez(buf, src=src, dst=src + 1, weight=np.ones(n - 1, np.int32), num_vertices=np.int64(n))
+    return buf.getvalue()
+
+
+class Conn:
+    """One keep-alive connection; ``call`` returns (status, body), reconnecting once if it was closed."""
+
+    def __init__(self, port: int, timeout: float = 120.0) -> None:
+        self.port, self.timeout = port, timeout
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+
+    def call(
+        self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes]:
+        for attempt in (0, 1):
+            try:
+                self.conn.request(method, path, body=body, headers=headers or {})
+                response = self.conn.getresponse()
+                return response.status, response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.conn.close()
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def json(self, method: str, path: str, body: bytes | None = None, ok: tuple[int, ...] = (200,)) -> Any:
+        headers = {"content-type": NPZ} if body is not None else None
+        status, data = self.call(method, path, body, headers)
+        if status not in ok:
+            raise RuntimeError(f"{method} {path} answered {status}: {data[:300]!r}")
+        return json.loads(data)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@contextlib.contextmanager
+def _server(backend: str, log_path: Path | None, ready_timeout_s: float = 300.0) -> Iterator[tuple[int, int]]:
+    """Start ``python -m service``; yield (port, pid of the API process); stop it."""
+    from .service import _stop, free_port
+
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="mst-load-") as data_dir:
+        env = {
+            **os.environ,
+            "MST_HOST": "127.0.0.1",
+            "MST_PORT": str(port),
+            "MST_DATA_DIR": data_dir,
+            "MST_BACKEND": backend,
+            "MST_MAX_EDGES": str(1 << 30),
+            "MST_MAX_UPLOAD_BYTES": str(4 << 30),
+            "MST_LOG_LEVEL": "warning",
+        }
+        log_file = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + ready_timeout_s
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"'python -m service' exited with {proc.returncode}")
+                with contextlib.suppress(OSError):
+                    conn = Conn(port, 5.0)
+                    status, _ = conn.call("GET", "/readyz")
+                    conn.close()
+                    if status == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the service was not ready after {ready_timeout_s:.0f} s")
+                time.sleep(0.2)
+            yield port, proc.pid
+        finally:
+            _stop(proc)
+            if log_path:
+                log_file.close()  # type: ignore[union-attr]
+
+
+def _rss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class Recorder:
+    """Latencies and outcomes of one level, from many threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ms: dict[str, list[float]] = {}
+        self.errors: list[str] = []
+        self.server_errors = 0
+
+    def add(self, route: str, ms: float, status: int | None, ok: tuple[int, ...], detail: str = "") -> None:
+        with self.lock:
+            self.ms.setdefault(route, []).append(ms)
+            if status is None or status not in ok:
+                if len(self.errors) < 20:
+                    self.errors.append(f"{route}: {status} {detail[:200]}")
+                else:
+                    self.errors.append("")
+            if status is not None and status >= 500:
+                self.server_errors += 1
+
+    def summary(self) -> dict[str, Any]:
+        routes = {
+            route: {
+                "n": len(xs),
+                "p50_ms": round(percentile(xs, 50), 3),
+                "p99_ms": round(percentile(xs, 99), 3),
+                "max_ms": round(max(xs), 3),
+            }
+            for route, xs in sorted(self.ms.items())
+        }
+        return {
+            "routes": routes,
+            "errors": len(self.errors),
+            "error_samples": [e for e in self.errors if e][:10],
+            "server_errors": self.server_errors,
+        }
+
+
+def _timed(rec: Recorder, route: str, ok: tuple[int, ...], fn: Callable[[], tuple[int, bytes]]) -> bytes:
+    t0 = time.perf_counter()
+    try:
+        status, body = fn()
+    except Exception as exc:
+        rec.add(route, (time.perf_counter() - t0) * 1e3, None, ok, f"{type(exc).__name__}: {exc}")
+        return b""
+    rec.add(route, (time.perf_counter() - t0) * 1e3, status, ok, body[:200].decode(errors="replace"))
+    return body
+
+
+def _client(port: int, ids: dict[str, str], upload: bytes, stop: float, seed: int, rec: Recorder) -> None:
+    rng = np.random.default_rng(seed)
+    conn = Conn(port)
+    routes, shares = list(MIX), list(MIX.values())
+    try:
+        while time.monotonic() < stop:
+            route = routes[int(rng.choice(len(routes), p=shares))]
+            if route == "status":
+                _timed(rec, route, (200,), lambda: conn.call("GET", f"/v1/jobs/{ids['status_job']}"))
+            elif route == "small_job":
+                path = f"/v1/graphs/{ids['small']}/mst?wait=30"
+                _timed(rec, route, (200,), functools.partial(conn.call, "POST", path))
+            elif route == "big_result":
+                path = f"/v1/jobs/{ids['result_job']}/result"
+                _timed(rec, route, (200,), functools.partial(conn.call, "GET", path, headers={"accept": NPZ}))
+            else:
+                body = _timed(
+                    rec,
+                    "upload",
+                    (201,),
+                    lambda: conn.call("POST", "/v1/graphs", upload, {"content-type": NPZ}),
+                )
+                if body:
+                    graph_id = json.loads(body)["id"]
+                    _timed(
+                        rec,
+                        "delete",
+                        (204,),
+                        functools.partial(conn.call, "DELETE", f"/v1/graphs/{graph_id}"),
+                    )
+    finally:
+        conn.close()
+
+
+def _busy(port: int, graph_id: str, stop: threading.Event, rec: Recorder) -> None:
+    """Keep the worker computing the large graph's forest, one job after the other."""
+    conn = Conn(port, timeout=600)
+    try:
+        while not stop.is_set():
+            _timed(rec, "big_job", (200,), lambda: conn.call("POST", f"/v1/graphs/{graph_id}/mst?wait=300"))
+    finally:
+        conn.close()
+
+
+def run_level(
+    port: int, pid: int, ids: dict[str, str], upload: bytes, clients: int, duration_s: float
+) -> dict[str, Any]:
+    rec = Recorder()
+    rss: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            value = _rss_bytes(pid)
+            if value is not None:
+                rss.append(value)
+            done.wait(0.25)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    busy = threading.Thread(target=_busy, args=(port, ids["busy"], done, rec), daemon=True)
+    sampler.start()
+    busy.start()
+    stop = time.monotonic() + duration_s
+    threads = [
+        threading.Thread(target=_client, args=(port, ids, upload, stop, 1000 * clients + i, rec), daemon=True)
+        for i in range(clients)
+    ]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(duration_s + 300)
+    elapsed = time.perf_counter() - started
+    done.set()
+    busy.join(600)
+    sampler.join(5)
+    out = rec.summary()
+    requests = sum(r["n"] for r in out["routes"].values())
+    mb = 1 << 20
+    out.update(
+        clients=clients,
+        duration_s=round(elapsed, 2),
+        requests_per_s=round(requests / elapsed, 1),
+        rss_mb={
+            "start": round(rss[0] / mb, 1) if rss else None,
+            "end": round(rss[-1] / mb, 1) if rss else None,
+            "max": round(max(rss) / mb, 1) if rss else None,
+        },
+    )
+    return out
+
+
+def run_load_benchmark(
+    spec: LoadSpec, backend: str, log_dir: Path | None, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Set the graphs up, run every level, and judge the targets."""
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    log(f"[{spec.name}] graphs: busy {spec.busy_edges} edges, result of {spec.result_vertices} vertices")
+    busy_body = _graph(1, max(spec.busy_edges // 4, 2), spec.busy_edges)
+    result_body = _path_graph(spec.result_vertices)
+    small_body = _graph(2, max(spec.small_edges // 4, 2), spec.small_edges)
+    with _server(backend, None if log_dir is None else log_dir / f"{spec.name}.log") as (port, pid):
+        conn = Conn(port, timeout=600)
+        ids = {
+            "busy": conn.json("POST", "/v1/graphs", busy_body, (201,))["id"],
+            "small": conn.json("POST", "/v1/graphs", small_body, (201,))["id"],
+        }
+        result_graph = conn.json("POST", "/v1/graphs", result_body, (201,))["id"]
+        ids["result_job"] = conn.json("POST", f"/v1/graphs/{result_graph}/mst?wait=300")["id"]
+        ids["status_job"] = conn.json("POST", f"/v1/graphs/{ids['small']}/mst?wait=30")["id"]
+        busy_job = conn.json("POST", f"/v1/graphs/{ids['busy']}/mst?wait=300")
+        conn.close()
+        backend_used = "unknown"
+        with contextlib.suppress(Exception):
+            probe = Conn(port)
+            backend_used = probe.json("GET", "/readyz")["workers"][0]["backend"]
+            probe.close()
+        levels = []
+        for clients in spec.clients:
+            level = run_level(port, pid, ids, small_body, clients, spec.duration_s)
+            levels.append(level)
+            status = level["routes"].get("status", {})
+            log(
+                f"[{spec.name}] {clients:>3} clients: {level['requests_per_s']} req/s, status p99 "
+                f"{status.get('p99_ms')} ms, errors {level['errors']}, 5xx {level['server_errors']}, "
+                f"RSS {level['rss_mb']}"
+            )
+    rss_values = [lv["rss_mb"][k] for lv in levels for k in ("start", "end") if lv["rss_mb"][k] is not None]
+    checks = {
+        "no_errors": all(lv["errors"] == 0 for lv in levels),
+        "no_5xx": all(lv["server_errors"] == 0 for lv in levels),
+        "status_p99_ms_max": max(
+            (lv["routes"].get("status", {}).get("p99_ms", 0.0) for lv in levels), default=None
+        ),
+        "rss_growth_mb": round(rss_values[-1] - rss_values[0], 1) if rss_values else None,
+    }
+    checks["status_p99_within_target"] = (checks["status_p99_ms_max"] or 0.0) <= STATUS_P99_TARGET_MS
+    record = {
+        "name": spec.name,
+        "type": "load",
+        "status": "ok" if checks["no_errors"] and checks["no_5xx"] else "error",
+        "backend": backend_used,
+        "busy_job_compute_ms": (busy_job.get("result") or {}).get("compute_ms"),
+        "mix": MIX,
+        "spec": {
+            "clients": list(spec.clients),
+            "duration_s": spec.duration_s,
+            "busy_edges": spec.busy_edges,
+            "result_vertices": spec.result_vertices,
+            "small_edges": spec.small_edges,
+        },
+        "levels": levels,
+        "checks": checks,
+    }
+    if record["status"] == "error":
+        record["error"] = (
+            "errors or 5xx answers under load: "
+            + "; ".join(s for lv in levels for s in lv["error_samples"])[:1000]
+        )
+    log(table(record))
+    return record
+
+
+def table(record: dict[str, Any]) -> str:
+    """A short Markdown table of a load record: one row per level."""
+    routes = ["status", "small_job", "big_result", "upload", "delete", "big_job"]
+    head = (
+        "| clients | req/s | "
+        + " | ".join(f"{r} p50/p99 ms" for r in routes)
+        + " | errors | 5xx | RSS MB start/end/max |"
+    )
+    rows = [head, "|" + " --- |" * (len(routes) + 5)]
+    for lv in record.get("levels", []):
+        cells = []
+        for route in routes:
+            r = lv["routes"].get(route)
+            cells.append("-" if r is None else f"{r['p50_ms']:.2f} / {r['p99_ms']:.2f}")
+        rss = lv["rss_mb"]
+        rows.append(
+            f"| {lv['clients']} | {lv['requests_per_s']} | "
+            + " | ".join(cells)
+            + f" | {lv['errors']} | {lv['server_errors']} | {rss['start']} / {rss['end']} / {rss['max']} |"
+        )
+    return "\n".join(rows)
+
+
+def _main() -> None:  # pragma: no cover - python -m bench.load for a quick look
+    spec = QUICK_LOAD if "--full" not in sys.argv else FULL_LOAD
+    record = run_load_benchmark(spec, "auto", None, print)
+    print(json.dumps(record["checks"]))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    _main()
