@@ -60,6 +60,14 @@ _QUEUED = frozenset({"queued"})
 _RUNNING = frozenset({"running"})
 
 
+def _task_args(job: JobRecord, result_path: str) -> tuple[Any, ...]:
+    """The worker's MST request arguments of a job (its task and parameters when not a plain MST)."""
+    args: tuple[Any, ...] = (job.graph_id, result_path)
+    if job.task != "mst" or job.params != "{}":
+        args += (job.task, json.loads(job.params))
+    return args
+
+
 def _consume_error(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
         future.exception()
@@ -103,20 +111,21 @@ class RecomputeTask:
         try:
             await worker.ensure_resident(self.graph_id)
             worker.touch(self.graph_id)
-            summary, stored = await worker.request_with_note(
-                worker_module.MST, self.graph_id, self.result_path
-            )
+            args = _task_args(self.job, self.result_path)
+            summary, stored = await worker.request_with_note(worker_module.MST, *args)
             await stored
-            same = (summary["num_edges"], summary["total_weight"]) == (
-                self.job.num_edges,
-                self.job.total_weight,
-            )
-            if not same:  # the forest is deterministic: this is a bug, never serve a different answer
+            differs = [
+                key
+                for key in ("num_edges", "total_weight", "num_components")
+                if key in summary
+                and getattr(self.job, key) is not None
+                and summary[key] != getattr(self.job, key)
+            ]
+            if differs:  # the computation is deterministic: this is a bug, never serve a different answer
                 Path(self.result_path).unlink(missing_ok=True)
                 raise WorkerInternalError(
-                    f"job {self.job.id}: computing the lost result again gave a different forest "
-                    f"({summary['num_edges']} edges, total {summary['total_weight']}; recorded "
-                    f"{self.job.num_edges}, {self.job.total_weight})."
+                    f"job {self.job.id}: computing the lost result again gave a different answer "
+                    f"({', '.join(f'{k} {summary[k]} instead of {getattr(self.job, k)}' for k in differs)})."
                 )
         except Exception as exc:
             if not self.done.done():
@@ -419,6 +428,13 @@ class Jobs:
         pending = self._recomputing.get(job.id)
         if pending is None:
             handle = self._supervisor.holder(job.graph_id)
+            residency = None if handle is None else handle.graphs.get(job.graph_id)
+            if residency is not None and residency.weights_version != job.weights_version:
+                raise ResultGoneError(
+                    f"the result of job {job.id} was lost and the weights of graph {job.graph_id} have "
+                    f"changed since (version {job.weights_version}, now {residency.weights_version}), so "
+                    "it cannot be computed again; submit a new job."
+                )
             if handle is None or self._store.get_graph(job.graph_id) is None:
                 raise ResultGoneError(
                     f"the result of job {job.id} was lost and its graph {job.graph_id} has been deleted "
@@ -444,10 +460,7 @@ class Jobs:
         job = self._transition(task.task_id, _QUEUED, status="running", started_at=time.time())
         if job is None:
             return  # cancelled meanwhile
-        result_path = str(self._store.result_path(job.id))
-        args: tuple[Any, ...] = (job.graph_id, result_path)
-        if job.task != "mst" or job.params != "{}":
-            args += (job.task, json.loads(job.params))
+        args = _task_args(job, str(self._store.result_path(job.id)))
         try:
             await handle.ensure_resident(job.graph_id)
             handle.touch(job.graph_id)

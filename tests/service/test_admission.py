@@ -1,7 +1,7 @@
 """Admission and eviction against a live CPU server with a small MST_WORKER_MEMORY_BYTES.
 
 Sizes (``gpu_core.estimate_device_bytes`` on the CPU backend, int32 weights): a graph of
-100 000 edges needs about 8.2 MB to build and holds 1.6 MB once built. With a cap of 10.5 MB
+100 000 edges needs about 7.5 MB to build and holds 2.4 MB once built. With a cap of 10.5 MB
 a second graph builds next to a first one, a third does not fit next to two: uploading A, B,
 C evicts A (the least recently used); a job on A loads it back, evicting B (now the least
 recently used), and answers the same forest. A graph whose build needs more than the cap is a 413
