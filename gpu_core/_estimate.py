@@ -13,8 +13,8 @@ the vertices' share is small) during the edge ranking, while the input ids, thei
 copies, the sort's scratch and the permuted ids are all alive; ``peak`` allows 112 + 2w.
 ``resident`` matched ``Graph.nbytes`` within 0.2 % for graphs without self-loops. On
 the CPU backend (NumPy, traced with ``tracemalloc``) the build peaked at about 49 + w
-bytes per edge with 32-bit ids given (37 + w with int64 ids); ``peak`` allows 60 + w. Both are upper bounds for the graph given:
-self-loops only shrink a graph.
+bytes per edge with 32-bit ids given (37 + w with int64 ids); ``peak`` allows 60 + w.
+Both are upper bounds for the graph given: self-loops only shrink a graph.
 """
 
 from __future__ import annotations
