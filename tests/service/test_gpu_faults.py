@@ -24,7 +24,10 @@ from .live import OCTET, npz_body
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
-def graph(seed: int, n: int, m: int, weight_dtype: type = np.int32) -> tuple[np.ndarray, ...]:
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def graph(seed: int, n: int, m: int, weight_dtype: type = np.int32) -> Arrays:
     rng = np.random.default_rng(seed)
     src = rng.integers(0, n, m).astype(np.int32)
     dst = rng.integers(0, n, m).astype(np.int32)
