@@ -4,8 +4,8 @@ Sizes (``gpu_core.estimate_device_bytes`` on the CPU backend, int32 weights): a 
 100 000 edges needs about 7.5 MB to build and holds 2.4 MB once built. With a cap of 10.5 MB
 a second graph builds next to a first one, a third does not fit next to two: uploading A, B,
 C evicts A (the least recently used); a job on A loads it back, evicting B (now the least
-recently used), and answers the same forest. A graph whose build needs more than the cap is a 413
-that says how much it needs.
+recently used), and answers the same forest. A one-shot computation evicts nothing: a 507 when it does
+not fit. A graph whose build needs more than the cap is a 413 that says how much it needs.
 """
 
 from __future__ import annotations
@@ -64,6 +64,16 @@ def test_lru_eviction_makes_room_and_a_job_loads_the_graph_back(server_factory: 
         assert again["result"]["total_weight"] == forest.total_weight, (name, again)
     worker = server.client.get("/readyz").json()["workers"][0]
     assert worker["resident_graphs"] == 2 and worker["evicted_graphs"] == 1, worker
+
+    # a one-shot computation evicts nothing: with two graphs resident it does not fit, a 507
+    oneshot = server.client.post("/v1/mst", content=npz_body(*edges(7), N), headers={"content-type": OCTET})
+    assert oneshot.status_code == 507, oneshot.text
+    problem = oneshot.json()
+    assert problem["code"] == "insufficient_memory", problem
+    needed = gpu_core.estimate_device_bytes(N, M, np.int32, backend="cpu").peak
+    assert problem["needed_bytes"] == needed and problem["capacity_bytes"] == CAP
+    assert CAP - 2 * estimate.resident <= problem["available_bytes"] < needed  # two graphs held
+    assert [status(server, ids[x]) for x in "ABC"] == ["resident", "evicted", "resident"]
 
     # evicted graphs stay evicted over a restart of the service, and still answer
     server.stop()
