@@ -11,7 +11,9 @@
   the graph is deleted, that request is a 410;
 * SIGTERM: the running job finishes, queued ones run after the restart, SQLite is intact;
 * a full data dir (a 4 MB tmpfs, when this runs as root): 507 ``storage_full``, nothing half
-  written in the spool, SQLite intact, earlier graphs and results still there.
+  written in the spool, SQLite intact, earlier graphs and results still there; made
+  read-only (a bind mount of the spool's tmp folder): uploads are a 503
+  ``storage_unavailable``, reads still answer.
 """
 
 from __future__ import annotations
@@ -267,5 +269,30 @@ def test_a_full_data_dir_is_507_and_leaves_nothing_half_written(
         == 201
     )
     check_result(server, job["id"], stored[first])
+
+    # the spool turns read-only (a read-only bind mount of its tmp folder, where uploads land):
+    # uploads are a 503 that says so, reads still answer
+    spool_tmp = server.data_dir / "spool" / "tmp"
+    subprocess.run(["mount", "--bind", str(spool_tmp), str(spool_tmp)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(spool_tmp)], check=True)
+        refused = server.client.post(
+            "/v1/graphs", content=npz_body(*random_graph(98, 500, 2000)), headers={"content-type": OCTET}
+        )
+        assert refused.status_code == 503, refused.text
+        assert (
+            refused.json()["code"] == "storage_unavailable"
+            and "cannot be written" in refused.json()["detail"]
+        )
+        assert server.client.get(f"/v1/graphs/{first}").status_code == 200
+        check_result(server, job["id"], stored[first])
+    finally:
+        subprocess.run(["umount", str(spool_tmp)], check=True)
+    assert (
+        server.client.post(
+            "/v1/graphs", content=npz_body(*random_graph(97, 500, 2000)), headers={"content-type": OCTET}
+        ).status_code
+        == 201
+    )
     server.stop()
     sqlite_ok(server.data_dir)
