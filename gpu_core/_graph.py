@@ -372,6 +372,7 @@ def warm_up(backend: Backend = "auto") -> str:
                 graph = Graph(s, d, w, nv, backend=chosen)
                 graph.prepare()
                 graph.minimum_spanning_forest()
+                _warm_up_queries(graph, (weight_dtype.type,))  # re-ranks, labels: also sized by CuPy
                 if weight_dtype.kind == "f":
                     w[-1] = np.nan
                     with contextlib.suppress(GraphValidationError):
@@ -399,12 +400,13 @@ def warm_up(backend: Backend = "auto") -> str:
 
 
 def _warm_up_queries(graph: Graph, dtypes: tuple[type[Any], ...]) -> None:
-    graph.maximum_spanning_forest()
-    graph.minimum_spanning_forest(exclude=np.array([1]))
+    """Every query of a resident graph once (works for a graph of any size)."""
+    forest = graph.maximum_spanning_forest()
+    graph.minimum_spanning_forest(exclude=np.array([0]))
     graph.component_labels()
-    graph.cluster_labels(k=3)
+    graph.cluster_labels(k=min(forest.num_components + 1, graph.num_vertices))
     graph.cluster_labels(threshold=2)
     for dtype in dtypes:  # updates arrive in any dtype and are cast exactly where they can be
         graph.update_weights(np.array([0]), np.array([3], dtype=dtype))
-    graph.set_weights(np.array([3, 1, 2, 5, 4], dtype=graph.weight_dtype))
+    graph.set_weights(graph.weights()[::-1].copy())
     graph.minimum_spanning_forest()
