@@ -14,17 +14,17 @@ from fastapi.openapi.utils import get_openapi
 
 from . import __version__
 from .api import graphs, health, jobs, mst
+from .api.auth import OPEN_PATHS, AuthMiddleware, KeyRing
 from .api.deps import Services
-from .auth import OPEN_PATHS, AuthMiddleware, KeyRing
-from .catalog import Catalog
+from .api.fastpath import FastPathMiddleware
 from .errors import PROBLEM_JSON, install_handlers
-from .fastpath import FastPathMiddleware
-from .jobs import Jobs
 from .metrics import Metrics, MetricsMiddleware
 from .models import GraphUpload, Problem, WeightsPatch, WeightsUpload
+from .runtime.catalog import Catalog
+from .runtime.jobs import Jobs
+from .runtime.supervisor import GraphSource, Supervisor
 from .settings import Settings
-from .store import Store
-from .supervisor import GraphSource, Supervisor
+from .storage.store import Store
 
 log = logging.getLogger("service")
 

@@ -19,8 +19,8 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
-    from .store import JobRecord
-    from .supervisor import Supervisor
+    from .runtime.supervisor import Supervisor
+    from .storage.store import JobRecord
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -115,7 +115,7 @@ class Metrics:
 
 @dataclass(frozen=True)
 class RouteLabel:
-    """Stands for a route in ``scope["route"]`` where no router ran (``service.fastpath``)."""
+    """Stands for a route in ``scope["route"]`` where no router ran (``service.api.fastpath``)."""
 
     path: str
 

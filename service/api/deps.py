@@ -13,14 +13,14 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from ..auth import owner_of
-from ..catalog import Catalog
 from ..errors import ServiceUnavailableError
-from ..jobs import Jobs
 from ..metrics import Metrics
+from ..runtime.catalog import Catalog
+from ..runtime.jobs import Jobs
+from ..runtime.supervisor import Supervisor
 from ..settings import Settings
-from ..store import Store
-from ..supervisor import Supervisor
+from ..storage.store import Store
+from .auth import owner_of
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ async def get_settings(request: Request) -> Settings:
 
 
 async def get_owner(request: Request) -> str:
-    """The caller's owner id (``""`` without API keys), as :mod:`service.auth` resolved it."""
+    """The caller's owner id (``""`` without API keys), as :mod:`service.api.auth` resolved it."""
     return owner_of(request.scope)
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..encoders import ARROW_STREAM_MEDIA_TYPE
 from ..models import Problem
-from ..uploads import PARQUET_MEDIA_TYPE
+from .encoders import ARROW_STREAM_MEDIA_TYPE
+from .uploads import PARQUET_MEDIA_TYPE
 
 BINARY_SCHEMA: dict[str, Any] = {"type": "string", "format": "binary"}
 

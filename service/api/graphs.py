@@ -7,8 +7,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response, status
 from pydantic import ValidationError
 
-from ..auth import owner_of
-from ..encoders import job_response
 from ..errors import InvalidParamsError
 from ..models import (
     TASK_PARAMS,
@@ -20,9 +18,11 @@ from ..models import (
     Objective,
     WeightsFormat,
 )
-from ..uploads import check_weights_header, receive_graph, receive_weights
+from .auth import owner_of
 from .deps import CatalogDep, OwnerDep, Services, ServicesDep, services_of
 from .docs import BINARY_SCHEMA, graph_upload_body, problems
+from .encoders import job_response
+from .uploads import check_weights_header, receive_graph, receive_weights
 
 router = APIRouter(prefix="/v1/graphs", tags=["graphs"])
 
@@ -185,7 +185,7 @@ async def submit_response(
     params: dict[str, Any] | None = None,
     cache: bool = False,
 ) -> Response:
-    """Submit a job of ``owner``, wait up to ``wait`` s for it (also served by :mod:`service.fastpath`)."""
+    """Submit a job of ``owner`` and wait up to ``wait`` s for it (also served by the fast lane)."""
     job = services.jobs.submit(graph_id, owner, task=task, params=params, publish=wait <= 0, cache=cache)
     if wait > 0:
         job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)

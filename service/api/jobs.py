@@ -6,8 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
 
-from ..auth import owner_of
-from ..encoders import (
+from ..models import JobOut, ResultOut
+from .auth import owner_of
+from .deps import JobsDep, OwnerDep, Services, services_of
+from .docs import RESULT_CONTENT, RESULT_DESCRIPTION, problems
+from .encoders import (
     arrow_result,
     job_out,
     job_response,
@@ -16,9 +19,6 @@ from ..encoders import (
     negotiate,
     npz_response,
 )
-from ..models import JobOut, ResultOut
-from .deps import JobsDep, OwnerDep, Services, services_of
-from .docs import RESULT_CONTENT, RESULT_DESCRIPTION, problems
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -56,7 +56,7 @@ async def get_job_result(
 async def result_response(
     services: Services, job_id: str, accept: str | None, byte_range: str | None, owner: str
 ) -> Response:
-    """A succeeded job's forest, negotiated by ``Accept`` (also served by :mod:`service.fastpath`)."""
+    """A succeeded job's forest, negotiated by ``Accept`` (also served by :mod:`service.api.fastpath`)."""
     representation = negotiate(accept)  # 406 before anything is looked up
     job, path = await services.jobs.result_path(job_id, owner)
     summary = job_summary(job)

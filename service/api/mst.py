@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
-from ..encoders import arrow_result, json_result, negotiate, npz_response
 from ..models import GraphFormat, ResultOut
-from ..uploads import receive_graph
 from .deps import OwnerDep, ServicesDep
 from .docs import RESULT_CONTENT, graph_upload_body, problems
+from .encoders import arrow_result, json_result, negotiate, npz_response
+from .uploads import receive_graph
 
 router = APIRouter(prefix="/v1/mst", tags=["mst"])
 

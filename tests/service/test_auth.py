@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from service import openapi_export
+from service.api.auth import KeyRing
 from service.app import create_app
-from service.auth import KeyRing
 from service.client import Client, ClientError, main
 from service.errors import UnauthorizedError
 from service.settings import Settings
@@ -288,7 +288,7 @@ def test_a_presented_key_is_compared_with_every_configured_hash(monkeypatch: pyt
         compared.append(y)
         return real(x, y)
 
-    monkeypatch.setattr(hmac, "compare_digest", counting)  # service.auth looks it up at each call
+    monkeypatch.setattr(hmac, "compare_digest", counting)  # service.api.auth looks it up at each call
     for key in (KEY_A, KEY_D, "key-x-0000000000000000"):
         compared.clear()
         with contextlib.suppress(UnauthorizedError):

@@ -13,9 +13,8 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import minimum_spanning_tree as scipy_mst
 
 import service.client as client_module
-from service import progress
-from service.client import Client, main
-from service.interop import graph_source
+from service.client import Client, main, progress
+from service.client.interop import graph_source
 
 from .live import LiveServer
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from fastapi import FastAPI, Request, Response
 
-from service import encoders
+from service.api import encoders
 
 SUMMARY = {"num_edges": 3, "total_weight": 7, "num_components": 2, "compute_ms": 0.5}
 

@@ -7,9 +7,9 @@ import asyncio
 import time
 from pathlib import Path
 
-from service.jobs import Jobs
 from service.metrics import Metrics
-from service.store import JobRecord, Store
+from service.runtime.jobs import Jobs
+from service.storage.store import JobRecord, Store
 
 
 def succeeded_job(store: Store, job_id: str) -> None:

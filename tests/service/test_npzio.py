@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service import npzio
+from service.storage import npzio
 
 DTYPES = ["<i4", ">i4", "<i8", ">i8", "<f4", "<f8", ">f8", "bool"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from service.runtime.supervisor import plan_workers
 from service.settings import Settings
-from service.supervisor import plan_workers
 
 
 def test_cpu_backend_plans_one_cpu_worker(tmp_path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.store import GraphRecord, JobRecord, SpoolFile, Store, new_id
+from service.storage.store import GraphRecord, JobRecord, SpoolFile, Store, new_id
 
 
 def graph(graph_id: str) -> GraphRecord:
@@ -113,7 +113,7 @@ def test_recover_after_a_crash(store: Store) -> None:
     assert [j.id for j in queued] == ["j_q1", "j_q2"] and failed == 1
     run = get("j_run", store)
     assert (run.status, run.error_type, run.error_message) == ("failed", "worker_lost", "stopped")
-    lost = get("j_lost", store)  # its result is computed again when asked for (service.jobs)
+    lost = get("j_lost", store)  # its result is computed again when asked for (service.runtime.jobs)
     assert (lost.status, lost.error_type) == ("succeeded", None)
     assert get("j_ok", store).status == "succeeded"
     assert not list(store.tmp_dir.iterdir())

@@ -1,6 +1,6 @@
 """Worker failures against a live server: SIGKILL mid-job, a stopped heartbeat; restart and reload.
 
-Documented outcome (service/supervisor.py): the job the worker was running is
+Documented outcome (service/runtime/supervisor.py): the job the worker was running is
 ``failed`` with ``error.type == "worker_lost"`` (not re-queued); the worker is
 restarted, reloads its graphs from the spool, and ``/readyz`` is 503 until it
 answers again.

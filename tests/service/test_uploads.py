@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import gpu_core
-from service.encoders import negotiate
+from service.api.encoders import negotiate
+from service.api.uploads import weights_array
 from service.errors import InvalidUploadError, NotAcceptableError
 from service.models import GraphFormat, WeightDtype
-from service.uploads import weights_array
 
 
 @pytest.mark.parametrize(

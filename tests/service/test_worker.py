@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from gpu_core import errors as core
-from service import worker
 from service.errors import PayloadTooLargeError, WorkerInternalError
+from service.runtime import worker
 
 from .live import npz_body
 

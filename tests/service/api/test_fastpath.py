@@ -1,4 +1,4 @@
-"""The hot-path lane (``service.fastpath``) answers exactly as the FastAPI routes do.
+"""The hot-path lane (``service.api.fastpath``) answers exactly as the FastAPI routes do.
 
 A query parameter the routes ignore (``?lane=fastapi``) sends a request past the
 fast lane to FastAPI, so every pair below is the same request through both.
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from service.fastpath import _route
+from service.api.fastpath import _route
 
 from ..live import LiveServer
 from .test_jobs import frozen_worker

@@ -51,12 +51,12 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Literal, Protocol
 
+from ..errors import InsufficientMemoryError, ServiceUnavailableError, WorkerLostError
+from ..settings import Settings
 from . import worker as worker_module
-from .errors import InsufficientMemoryError, ServiceUnavailableError, WorkerLostError
-from .settings import Settings
 from .worker import WorkerConfig
 
-log = logging.getLogger("service.supervisor")
+log = logging.getLogger("service.runtime.supervisor")
 
 WorkerState = Literal["starting", "reloading", "ready", "dead", "stopped"]
 #: requests in the pipe at once; more wait in an outbox, so a send never blocks the event loop

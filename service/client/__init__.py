@@ -12,7 +12,7 @@ users of the machine can see in the process list).
 
 SciPy sparse matrices and NetworkX graphs go up with :meth:`Client.upload_graph` (or
 :meth:`Client.one_shot_graph`), and their forests come back as the same kind of object with
-``result(job_id, output="networkx" | "scipy")`` (see :mod:`service.interop`).
+``result(job_id, output="networkx" | "scipy")`` (see :mod:`service.client.interop`).
 
 CLI: ``python -m service.client [--url URL] [--api-key KEY] [--progress | --no-progress] upload FILE
 [--format F] | list | mst GRAPH_ID [--wait S] | job JOB_ID | result JOB_ID [--out FILE.npz]
@@ -92,7 +92,7 @@ def read_response(
 ) -> tuple[httpx.Response, bytes | memoryview]:
     """Send a request and read its body in large pieces into one buffer: (the response, the body).
 
-    ``progress``: a bar on stderr while a body of :data:`service.progress.MIN_BYTES` or more comes in.
+    ``progress``: a bar on stderr while a body of :data:`service.client.progress.MIN_BYTES` or more comes in.
     """
     with http.stream(method, url, **kwargs) as response:
         size = int(response.headers.get("content-length", "0") or 0)
@@ -220,7 +220,7 @@ class Client:
         """Upload a SciPy sparse matrix (each stored entry an edge) or a NetworkX ``Graph``/``MultiGraph``.
 
         The client remembers how it turned the graph into edges, so :meth:`result` can give the
-        forest back as a NetworkX graph or a SciPy matrix (see :mod:`service.interop`).
+        forest back as a NetworkX graph or a SciPy matrix (see :mod:`service.client.interop`).
         """
         source = graph_source(graph, weight)
         record = self.upload_arrays(source.src, source.dst, source.weight, source.num_vertices)
@@ -476,7 +476,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(json.dumps(out, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,7 @@ service dies meanwhile, the job is gone with the connection that was waiting
 for it; its client saw no id and no answer, so nothing it knew of is lost.
 
 A succeeded job's result file is written by the worker right *after* its
-answer (see :mod:`service.worker`), so the answer to ``?wait=`` does not wait
+answer (see :mod:`service.runtime.worker`), so the answer to ``?wait=`` does not wait
 for the file; a request for the result waits for it instead (it is normally
 there before the client asks). If the file is lost (it could not be written,
 the worker died first, a crash or a power cut), the job stays ``succeeded``:
@@ -27,6 +27,7 @@ meanwhile is that request a 410 (:class:`ResultGoneError`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -37,8 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import worker as worker_module
-from .errors import (
+from ..errors import (
     GraphNotFoundError,
     JobNotCancellableError,
     JobNotFinishedError,
@@ -50,11 +50,12 @@ from .errors import (
     WorkerInternalError,
     error_type,
 )
-from .metrics import Metrics
-from .store import JobRecord, Store, new_id
+from ..metrics import Metrics
+from ..storage.store import JobRecord, Store, new_id
+from . import worker as worker_module
 from .supervisor import Supervisor, WorkerHandle
 
-log = logging.getLogger("service.jobs")
+log = logging.getLogger("service.runtime.jobs")
 
 _QUEUED = frozenset({"queued"})
 _RUNNING = frozenset({"running"})
@@ -220,7 +221,7 @@ class Jobs:
         self._storing: dict[str, asyncio.Future[None]] = {}
         #: records of the jobs whose id is not given out yet (submitted with ?wait=, unfinished)
         self._unpublished: dict[str, JobRecord] = {}
-        #: owner of every stored graph (kept by :class:`service.catalog.Catalog`): submit checks it
+        #: owner of every stored graph (kept by :class:`service.runtime.catalog.Catalog`): submit checks it
         #: without a database read
         self.graph_owners: dict[str, str] = {}
         #: queued and running jobs (one-shot computations included) per owner, for MST_QUOTA_QUEUED_JOBS
@@ -316,13 +317,27 @@ class Jobs:
     def _from_cache(self, graph_id: str, version: int, task: str, key: str, now: float) -> JobRecord | None:
         """A new succeeded job sharing an identical earlier job's result file (a hard link), or None."""
         earlier = self._store.find_cached(graph_id, version, task, key)
-        if earlier is None or earlier.id in self._storing:
+        if earlier is None:
             return None
         job = replace(earlier, id=new_id("j"), created_at=now, started_at=now, finished_at=now, cached=True)
-        try:
-            os.link(self._store.result_path(earlier.id), self._store.result_path(job.id))
-        except OSError:
-            return None  # its file is gone (or links are not possible here): compute afresh
+        source, target = self._store.result_path(earlier.id), self._store.result_path(job.id)
+        storing = self._storing.get(earlier.id)
+        if storing is None:
+            try:
+                os.link(source, target)
+            except OSError:
+                return None  # its file is gone (or links are not possible here): compute afresh
+        else:  # the earlier result is being written: link it once it is, and hold requests till then
+            linked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def link(note: asyncio.Future[None]) -> None:
+                if note.exception() is None:
+                    with contextlib.suppress(OSError):  # a missing result is computed again when asked for
+                        os.link(source, target)
+                linked.set_result(None)
+
+            storing.add_done_callback(link)
+            self._store_behind(job.id, linked)
         self._store.add_job(job)
         return job
 

@@ -28,11 +28,11 @@ from pydantic import ValidationError
 
 from gpu_core.formats import pyarrow_available
 
+from ..errors import InvalidRequestError, InvalidUploadError, PayloadTooLargeError, UnsupportedMediaTypeError
+from ..models import GraphUpload, WeightsPatch, WeightsUpload
+from ..settings import Settings
+from ..storage.store import SpoolFile, Store
 from .encoders import ARROW_STREAM_MEDIA_TYPE
-from .errors import InvalidRequestError, InvalidUploadError, PayloadTooLargeError, UnsupportedMediaTypeError
-from .models import GraphUpload, WeightsPatch, WeightsUpload
-from .settings import Settings
-from .store import SpoolFile, Store
 
 _EXACT_FLOAT_INT = 2**53
 

@@ -11,7 +11,7 @@ itself when a request is the plain case:
 * ``GET /v1/jobs/{job_id}`` with no query;
 * ``GET /v1/jobs/{job_id}/result`` with no query and no ``Range`` header.
 
-Requests reach it after :class:`service.auth.AuthMiddleware` has let them in
+Requests reach it after :class:`service.api.auth.AuthMiddleware` has let them in
 and recorded their owner, which it passes on as the routes do. It calls the
 same functions as the FastAPI routes (``submit_response``,
 ``job_response``, ``result_response``) and renders errors with the same
@@ -30,13 +30,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .api.deps import Services, services_of
-from .api.graphs import submit_response
-from .api.jobs import result_response
+from ..errors import ServiceError, service_error_response
+from ..metrics import RouteLabel
 from .auth import owner_of
+from .deps import Services, services_of
 from .encoders import job_response
-from .errors import ServiceError, service_error_response
-from .metrics import RouteLabel
+from .graphs import submit_response
+from .jobs import result_response
 
 _SUBMIT = re.compile(r"/v1/graphs/([^/]+)/mst")
 _JOB = re.compile(r"/v1/jobs/([^/]+)")

@@ -1,6 +1,6 @@
 """The worker process: owns one device, keeps graphs resident on it and computes their forests.
 
-Started by :mod:`service.supervisor` with the ``spawn`` start method, so the
+Started by :mod:`service.runtime.supervisor` with the ``spawn`` start method, so the
 child is a fresh interpreter: it pins its GPU with ``CUDA_VISIBLE_DEVICES``
 and only then imports :mod:`gpu_core` (and through it CuPy). The API process
 imports this module for :class:`WorkerConfig` and the message names but never
@@ -51,8 +51,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from . import npzio
-from .errors import (
+from ..errors import (
     GraphExceedsWorkerError,
     InsufficientMemoryError,
     PayloadTooLargeError,
@@ -60,6 +59,7 @@ from .errors import (
     WorkerInternalError,
     storage_error,
 )
+from ..storage import npzio
 
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
     import gpu_core
@@ -155,7 +155,7 @@ def _read_weights(path: str, fmt: str) -> tuple[Any, Any]:
     with ``weight`` (every weight) or ``edge_ids`` and ``weights`` (some). Never unpickles."""
     import numpy as np
 
-    from .errors import InvalidUploadError
+    from ..errors import InvalidUploadError
 
     try:
         if fmt == "npy":

@@ -16,10 +16,10 @@ at start-up.
 Durability: the database runs ``synchronous=NORMAL`` in WAL mode, so a commit
 survives any crash or restart of the service's processes; graph payloads are
 also fsynced (with their folder). Result files are written by the worker just
-after the job is recorded succeeded (see :mod:`service.jobs`) and are not
+after the job is recorded succeeded (see :mod:`service.runtime.jobs`) and are not
 fsynced (that would cost milliseconds per job). A result lost to a crash in
 between or to a power cut is computed again from the stored graph when it is
-next asked for (:meth:`service.jobs.Jobs.result_path`); the job stays succeeded.
+next asked for (:meth:`service.runtime.jobs.Jobs.result_path`); the job stays succeeded.
 """
 
 from __future__ import annotations

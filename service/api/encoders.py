@@ -25,10 +25,10 @@ from starlette.types import Receive, Scope, Send
 
 from gpu_core.formats import pyarrow_available
 
-from .errors import NotAcceptableError
-from .models import JobError, JobOut, JobSummary, timestamp
-from .npzio import map_file, read_npz
-from .store import JobRecord
+from ..errors import NotAcceptableError
+from ..models import JobError, JobOut, JobSummary, timestamp
+from ..storage.npzio import map_file, read_npz
+from ..storage.store import JobRecord
 
 NPZ_MEDIA_TYPE = "application/octet-stream"
 JSON_MEDIA_TYPE = "application/json"

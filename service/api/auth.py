@@ -14,7 +14,7 @@ configured hash, or how much of one, it came close to.
 
 The middleware records the owner in the request's scope (``mst.owner``);
 the FastAPI routes read it through ``OwnerDep`` and the fast lane
-(:mod:`service.fastpath`) through :func:`owner_of`, so both lanes see the same
+(:mod:`service.api.fastpath`) through :func:`owner_of`, so both lanes see the same
 caller and a request that is not let in never reaches either.
 """
 
@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import UnauthorizedError, service_error_response
+from ..errors import UnauthorizedError, service_error_response
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from ..settings import Settings
 
 #: shortest key accepted: 16 characters (e.g. ``openssl rand -hex 32`` gives 64)
 MIN_KEY_LENGTH = 16

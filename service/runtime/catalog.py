@@ -25,14 +25,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .errors import DeviceQuotaExceededError, GraphNotFoundError, QuotaExceededError
+from ..api.uploads import Upload
+from ..errors import DeviceQuotaExceededError, GraphNotFoundError, QuotaExceededError
+from ..models import GraphOut, Residency, timestamp
+from ..storage.store import GraphRecord, Store, new_id
 from .jobs import Jobs
-from .models import GraphOut, Residency, timestamp
-from .store import GraphRecord, Store, new_id
 from .supervisor import GraphSource, Supervisor
-from .uploads import Upload
 
-log = logging.getLogger("service.catalog")
+log = logging.getLogger("service.runtime.catalog")
 
 
 class Catalog:

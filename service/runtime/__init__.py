@@ -1,0 +1,1 @@
+"""The runtime: worker processes and their supervisor, the job model, the graph catalog."""

@@ -1,0 +1,1 @@
+"""Storage: records in SQLite and the spool of payloads and results."""
