@@ -143,7 +143,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_handlers(app)
     for router in (graphs.router, jobs.router, mst.router, health.router):
         app.include_router(router)
-    app.add_middleware(FastPathMiddleware)  # inside the metrics: its requests are counted too
+    if app.state.settings.fast_lane:
+        app.add_middleware(FastPathMiddleware)  # inside the metrics: its requests are counted too
     # before both lanes: nothing answers a request it refuses, so no route can escape it
     app.add_middleware(AuthMiddleware, keys=KeyRing.from_settings(app.state.settings))
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)

@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     worker_start_timeout_s: float = Field(
         default=300.0, gt=0, description="How long a new worker may take to import, warm up and answer."
     )
+    fast_lane: bool = Field(
+        default=True,
+        description="Serve the job hot path (submit, status, result) through the plain-ASGI lane "
+        "(service/api/fastpath.py) instead of FastAPI's routing; the answers are the same.",
+    )
     worker_spin_ms: float = Field(
         default=2.0,
         ge=0,
