@@ -7,6 +7,7 @@ short machine-readable ``code`` and a title::
     ├── InvalidRequestError              400 invalid_request
     │   ├── InvalidUploadError           422 invalid_upload      (names field and index)
     │   ├── InvalidParamsError           422 invalid_params      (a job's task parameters)
+    │   ├── IncompleteBodyError          400 incomplete_body
     │   ├── UnsupportedMediaTypeError    415 unsupported_media_type
     │   └── NotAcceptableError           406 not_acceptable
     ├── UnauthorizedError                401 unauthorized        (WWW-Authenticate)
@@ -113,6 +114,13 @@ class InvalidParamsError(InvalidRequestError):
     status = 422
     code = "invalid_params"
     title = "Invalid job parameters"
+
+
+class IncompleteBodyError(InvalidRequestError):
+    """The client closed the connection before sending the whole body its Content-Length announced."""
+
+    code = "incomplete_body"
+    title = "Incomplete body"
 
 
 class UnsupportedMediaTypeError(InvalidRequestError):

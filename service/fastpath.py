@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .api.deps import Services, services_of
+from .api.deps import Services, checked_job_id, services_of
 from .api.graphs import submit_response
 from .api.jobs import result_response
 from .auth import owner_of
@@ -94,7 +94,7 @@ def _route(scope: Scope) -> tuple[str, Handler] | None:
         job_id = job.group(1)
 
         async def status(services: Services, owner: str) -> Response:
-            return job_response(services.jobs.get(job_id, owner))
+            return job_response(services.jobs.get(checked_job_id(job_id), owner))
 
         return "/v1/jobs/{job_id}", status
     return None

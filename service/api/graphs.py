@@ -21,7 +21,7 @@ from ..models import (
     WeightsFormat,
 )
 from ..uploads import check_weights_header, receive_graph, receive_weights
-from .deps import CatalogDep, OwnerDep, Services, ServicesDep, services_of
+from .deps import CatalogDep, OwnerDep, Services, ServicesDep, checked_graph_id, services_of
 from .docs import BINARY_SCHEMA, graph_upload_body, problems
 
 router = APIRouter(prefix="/v1/graphs", tags=["graphs"])
@@ -74,7 +74,7 @@ async def list_graphs(services: ServicesDep, owner: OwnerDep) -> GraphList:
 )
 async def get_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> GraphOut:
     """Sizes, weight dtype, and where the graph is resident (worker, device, bytes on the device)."""
-    return catalog.describe(catalog.get(graph_id, owner))
+    return catalog.describe(catalog.get(checked_graph_id(graph_id), owner))
 
 
 @router.delete(
@@ -86,7 +86,7 @@ async def get_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> Grap
 )
 async def delete_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> Response:
     """Delete the graph, free its device memory, cancel its queued jobs; finished jobs keep their results."""
-    catalog.delete(graph_id, owner)
+    catalog.delete(checked_graph_id(graph_id), owner)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -186,7 +186,9 @@ async def submit_response(
     cache: bool = False,
 ) -> Response:
     """Submit a job of ``owner``, wait up to ``wait`` s for it (also served by :mod:`service.fastpath`)."""
-    job = services.jobs.submit(graph_id, owner, task=task, params=params, publish=wait <= 0, cache=cache)
+    job = services.jobs.submit(
+        checked_graph_id(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache
+    )
     if wait > 0:
         job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
         if not job.finished:
