@@ -47,6 +47,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from gpu_core import errors as core_errors
 
@@ -477,6 +478,8 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     response = problem(exc.status_code, code, title, detail, _instance(request))
     if exc.headers:
         response.headers.update(exc.headers)
+    if exc.status_code == 405:
+        response.headers["Allow"] = _allowed_methods(request)
     return response
 
 
@@ -486,6 +489,18 @@ async def _storage_or_unexpected(request: Request, exc: Exception) -> JSONRespon
     if mapped is not None:
         return await service_error_response(request, mapped)
     return await _unexpected(request, exc)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves on the request's path (Starlette names only the first
+    route's, and FastAPI makes one route per method)."""
+    methods: set[str] = set()
+    scope = {**request.scope, "method": "\x00"}  # matches no route's method: path matches only
+    for route in request.app.router.routes:
+        match, _ = route.matches(scope)
+        if match != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

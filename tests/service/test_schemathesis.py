@@ -1,0 +1,74 @@
+"""Schemathesis against a real CPU server: every default check, over the app's OpenAPI document.
+
+The run is bounded (``MST_SCHEMATHESIS_EXAMPLES`` cases per operation, 100 by default, with a fixed
+seed) so it stays within a minute or so on a 2-core CI machine. The longer QA run of the benchmark
+hosts raises the count and draws a fresh seed::
+
+    MST_SCHEMATHESIS_EXAMPLES=2000 MST_SCHEMATHESIS_SEED=random python -m pytest -s \\
+        tests/service/test_schemathesis.py
+
+Besides schemathesis' own verdict (exit status 0: no check failed), the server's metrics must count
+no 5xx answer, its log no traceback, and a normal upload and MST job must still work afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import ServerFactory
+from .live import REPO, LiveServer
+
+CONFIG = Path(__file__).with_name("schemathesis.toml")
+OPENAPI = REPO / "openapi" / "openapi.json"
+_REQUESTS = re.compile(r'^mst_http_requests_total\{[^}]*status="(\d+)"[^}]*\} ([0-9.e+]+)$', re.M)
+
+
+def answers_by_status(server: LiveServer) -> dict[int, int]:
+    """The server's own count of answered requests, by status code (from /metrics)."""
+    counts: dict[int, int] = {}
+    for status, value in _REQUESTS.findall(server.client.get("/metrics").text):
+        counts[int(status)] = counts.get(int(status), 0) + int(float(value))
+    return counts
+
+
+def still_serves(server: LiveServer) -> None:
+    """A normal upload and MST job still work (the triangle 0-1-2 plus the heavy edge 0-2)."""
+    graph = server.upload_npz([0, 1, 0], [1, 2, 2], [1, 2, 5])
+    job = server.submit(graph["id"], wait=30).json()
+    assert job["status"] == "succeeded", job
+    assert job["result"]["total_weight"] == 3 and job["result"]["num_components"] == 1
+
+
+def test_schemathesis_finds_nothing(server_factory: ServerFactory, tmp_path: Path) -> None:
+    examples = os.environ.get("MST_SCHEMATHESIS_EXAMPLES", "100")
+    seed = os.environ.get("MST_SCHEMATHESIS_SEED", "20261122")
+    server = server_factory(MST_MAX_WAIT_S="2")
+    before = answers_by_status(server)
+    command = [
+        sys.executable, "-m", "schemathesis.cli",
+        "--config-file", str(CONFIG),
+        "run", str(OPENAPI),
+        "--url", server.url,
+        "--max-examples", examples,
+        "--workers", "1",
+        "--no-color",
+        "--request-timeout", "30",
+    ]  # fmt: skip
+    if seed != "random":
+        command += ["--seed", seed]
+    run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1800)
+    after = answers_by_status(server)
+    answered = {s: after.get(s, 0) - before.get(s, 0) for s in after}
+    requests = sum(answered.values())
+    server_errors = {s: n for s, n in answered.items() if s >= 500 and n}
+    summary = f"{requests} requests, by status {dict(sorted(answered.items()))}"
+    print(f"\nschemathesis: {summary}\n{run.stdout[-1500:]}")
+    assert run.returncode == 0, f"schemathesis failed ({summary}):\n{run.stdout[-20000:]}\n{run.stderr[-5000:]}"
+    assert requests > 200, summary  # it really ran
+    assert not server_errors, summary
+    assert "Traceback" not in server.log(), server.log()[-5000:]
+    still_serves(server)
