@@ -77,7 +77,8 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray[
         else:
             raise _bad("npz", f"array {name!r} has .npy format version {version}; write 1.0 or 2.0")
         if dtype.hasobject or dtype.itemsize == 0:
-            raise _bad("npz", f"array {name!r} has dtype {dtype}; objects are never unpickled; send numeric arrays")
+            detail = f"array {name!r} has dtype {dtype}; objects are never unpickled; send numeric arrays"
+            raise _bad("npz", detail)
         count = int(np.prod(shape, dtype=object))
         header = f.tell()
         if header + count * dtype.itemsize != info.file_size:
