@@ -109,6 +109,15 @@ JSON_CASES = {
     "num_vertices 2^70": (edges(num_vertices=2**70), 413, [str(2**70), "MST_MAX_VERTICES"]),
     "negative num_vertices": (edges(num_vertices=-1), 422, ["'num_vertices'"]),
     "float num_vertices": (edges(num_vertices=2.5), 422, ["'num_vertices'"]),
+    # found by test_hostile_fuzz: num_vertices was lax (true -> 1, "3" -> 3, 2.0 -> 2), unlike the ids
+    "boolean num_vertices": (edges(num_vertices=True), 422, ["'num_vertices'", "integer"]),
+    "string num_vertices": (edges(num_vertices="3"), 422, ["'num_vertices'", "integer"]),
+    "integral float num_vertices": (edges(num_vertices=3.0), 422, ["'num_vertices'", "integer"]),
+    "exponent num_vertices": (
+        '{"num_vertices": 1e2, "src": [0], "dst": [1], "weight": [1]}',
+        422,
+        ["integer"],
+    ),
     "id overflows int64": (edges(src=[0, 2**63]), 422, ["'src[1]' = 9223372036854775808"]),
     "id far past int64": (edges(dst=[1, -(2**80)]), 422, ["'dst[1]'"]),
     "weight overflows int64": (edges(weight=[1, 2**64]), 422, ["'weight[1]'"]),
