@@ -218,9 +218,10 @@ def test_a_huge_vertex_count_from_a_header_is_too_large(backend: Backend, fmt: s
 @pytest.mark.parametrize("n", [2**31, 2**40, 2**63 - 1])
 def test_more_vertices_than_32_bits_index_are_refused_before_allocating(backend: Backend, n: int) -> None:
     one = np.array([0])
-    peak = peak_bytes(lambda: gpu_core.Graph(one, one + 1, np.array([1.0]), n, backend=backend))
     with pytest.raises(GraphTooLargeError) as info:
         gpu_core.Graph(one, one + 1, np.array([1.0]), n, backend=backend)
+    # measured on the second try: CuPy's first reductions load their kernels
+    peak = peak_bytes(lambda: gpu_core.Graph(one, one + 1, np.array([1.0]), n, backend=backend))
     assert (info.value.limit, info.value.actual) == (2**31 - 1, n)
     assert f"got {n}" in info.value.message or str(n) in info.value.message
     assert peak < MiB
