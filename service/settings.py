@@ -48,6 +48,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest JSON upload body (413 above); use a binary upload for more.",
     )
+    max_text_bytes: int = Field(
+        default=256 * MiB,
+        gt=0,
+        description="Largest text upload (edgelist, mtx, dimacs; 413 above): parsing text takes tens of "
+        "times its size in memory; npz and egr uploads have no such cost.",
+    )
     max_edges: int = Field(default=1 << 31, gt=0, description="Most edges one graph may have (413 above).")
     worker_memory_bytes: int = Field(
         default=0,

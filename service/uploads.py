@@ -122,16 +122,19 @@ def binary_format(kind: str, fmt: str | None) -> str:
     return chosen
 
 
-def _check_declared(request: Request, limit: int, what: str) -> None:
+def _check_declared(request: Request, limit: int, what: str, hint: str = "") -> None:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLargeError(
-            f"the {what} body has {int(declared)} bytes, more than the limit of {limit} bytes.", field="body"
+            f"the {what} body has {int(declared)} bytes, more than the limit of {limit} bytes{hint}.",
+            field="body",
         )
 
 
-def _too_large(limit: int, what: str) -> PayloadTooLargeError:
-    return PayloadTooLargeError(f"the {what} body is larger than the limit of {limit} bytes.", field="body")
+def _too_large(limit: int, what: str, hint: str = "") -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"the {what} body is larger than the limit of {limit} bytes{hint}.", field="body"
+    )
 
 
 def _incomplete(received: int, request: Request) -> IncompleteBodyError:
@@ -171,14 +174,20 @@ def check_npz_inflation(path: Path, settings: Settings) -> None:
         ) from exc
 
 
+#: formats parsed line by line into Python objects: tens of bytes of memory per byte of body
+TEXT_FORMATS = ("edgelist", "mtx", "dimacs")
+
+
 async def _receive_binary(request: Request, store: Store, settings: Settings, fmt: str) -> Upload:
-    limit = settings.max_upload_bytes
-    _check_declared(request, limit, "binary")
+    limit, what, hint = settings.max_upload_bytes, "binary", ""
+    if fmt in TEXT_FORMATS and settings.max_text_bytes < limit:
+        limit, what, hint = settings.max_text_bytes, fmt, " (MST_MAX_TEXT_BYTES; send npz or egr for more)"
+    _check_declared(request, limit, what, hint)
     with SpoolFile(store, f".{fmt}") as spool:
         try:
             async for chunk in request.stream():
                 if spool.size + len(chunk) > limit:
-                    raise _too_large(limit, "binary")
+                    raise _too_large(limit, what, hint)
                 spool.write(chunk)
         except ClientDisconnect:
             raise _incomplete(spool.size, request) from None

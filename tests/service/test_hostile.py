@@ -324,6 +324,23 @@ def raw_post(server: LiveServer, kind: str, declared: int, body: bytes) -> bytes
     return answer
 
 
+def test_text_bodies_have_their_own_smaller_cap(server_factory: Any) -> None:
+    """Text takes about 60 times its size in memory to parse: its cap is MST_MAX_TEXT_BYTES."""
+    small = server_factory(MST_MAX_TEXT_BYTES="100000")
+    text = b"0 1 1\n" * 20_000  # 120 kB
+    for fmt in ("edgelist", "mtx", "dimacs"):
+        for body in (text, (text[i : i + 10_000] for i in range(0, len(text), 10_000))):  # sized, chunked
+            response = small.client.post(f"/v1/graphs?format={fmt}", content=body, headers=BINARY)
+            refused(small, response, 413, "limit of 100000 bytes (MST_MAX_TEXT_BYTES")
+    assert (
+        small.client.post("/v1/graphs?format=edgelist", content=text[:60_000], headers=BINARY).status_code
+        == 201
+    )
+    npz = npz_body(np.zeros(20_000, dtype=np.int64), np.ones(20_000, dtype=np.int64), np.ones(20_000))
+    assert len(npz) > 100_000
+    assert small.client.post("/v1/graphs", content=npz, headers=BINARY).status_code == 201
+
+
 @pytest.mark.parametrize("kind", ["application/json", OCTET])
 def test_a_declared_length_over_the_cap_is_refused_before_reading(server: LiveServer, kind: str) -> None:
     answer = raw_post(server, kind, 10**12, b"{")
