@@ -103,6 +103,24 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray[
     return array.reshape(shape)
 
 
+def npz_arrays(
+    data: bytes, *, max_inflated_bytes: int | None = None, max_ratio: float | None = None
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Every ``<name>.npy`` member of an ``.npz`` archive, read as :func:`read_npz` reads them
+    (caps checked first, never unpickled); other members are not read."""
+    try:
+        if data[:6] == b"\x93NUMPY":
+            raise _bad("npz", "the body is a single .npy array; send an .npz archive (numpy.savez)")
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            infos = [i for i in archive.infolist() if not i.is_dir()]
+            check_npz_sizes(infos, len(data), max_inflated_bytes, max_ratio)
+            return {i.filename[:-4]: _read_member(archive, i) for i in infos if i.filename.endswith(".npy")}
+    except _NPZ_ERRORS as exc:
+        if isinstance(exc, (GraphValidationError, GraphTooLargeError)):
+            raise
+        raise _bad("npz", str(exc) or type(exc).__name__) from None
+
+
 def read_npz(
     data: bytes, *, max_inflated_bytes: int | None = None, max_ratio: float | None = None
 ) -> EdgeArrays:

@@ -77,8 +77,8 @@ def media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
-async def receive_graph(request: Request, store: Store, settings: Settings, fmt: str | None) -> Upload:
-    """Store the body of a graph upload in the spool, whatever its media type."""
+def check_encoding(request: Request) -> None:
+    """Refuse (415) a body with a Content-Encoding: it is never decoded, so no cap could be bypassed."""
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
         raise UnsupportedMediaTypeError(
@@ -86,6 +86,11 @@ async def receive_graph(request: Request, store: Store, settings: Settings, fmt:
             "archive may compress its arrays itself).",
             field="content-encoding",
         )
+
+
+async def receive_graph(request: Request, store: Store, settings: Settings, fmt: str | None) -> Upload:
+    """Store the body of a graph upload in the spool, whatever its media type."""
+    check_encoding(request)
     kind = media_type(request)
     if kind == "application/json" or kind.endswith("+json"):
         if fmt is not None:
@@ -351,6 +356,7 @@ async def receive_weights(
     request: Request, store: Store, settings: Settings, fmt: str | None, partial: bool
 ) -> Upload:
     """Store the body of a weights update in the spool: JSON, or binary ``.npy`` (all) / ``.npz``."""
+    check_encoding(request)
     kind = media_type(request)
     if kind == "application/json" or kind.endswith("+json"):
         if fmt is not None:
@@ -375,7 +381,7 @@ async def receive_weights(
                 "a partial weights update is an npz of 'edge_ids' and 'weights' (?format=npz).",
                 field="format",
             )
-        return await _receive_binary(request, store, settings.max_upload_bytes, fmt)
+        return await _receive_binary(request, store, settings, fmt)
     raise UnsupportedMediaTypeError(
         f"Content-Type {kind or '(none)'!r} is not accepted; send application/json or an "
         "application/octet-stream body (?format=npy for every weight, npz for edge_ids + weights).",

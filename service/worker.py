@@ -160,18 +160,20 @@ def _read_weights(path: str, fmt: str) -> tuple[Any, Any]:
     with ``weight`` (every weight) or ``edge_ids`` and ``weights`` (some). Never unpickles."""
     import numpy as np
 
+    from gpu_core.formats import npz_arrays
+
     from .errors import InvalidUploadError
 
     try:
         if fmt == "npy":
             return None, np.load(path, mmap_mode="r", allow_pickle=False)
-        with np.load(path, allow_pickle=False) as npz:
-            names = set(npz.files)
-            if names == {"weight"}:
-                return None, npz["weight"]
-            if names == {"edge_ids", "weights"}:
-                return npz["edge_ids"], npz["weights"]
-    except (ValueError, OSError, EOFError) as exc:
+        npz = npz_arrays(Path(path).read_bytes())  # not np.load: it allocates what a member's header says
+        names = set(npz)
+        if names == {"weight"}:
+            return None, npz["weight"]
+        if names == {"edge_ids", "weights"}:
+            return npz["edge_ids"], npz["weights"]
+    except (ValueError, OSError, EOFError) as exc:  # gpu_core's GraphValidationError is a ValueError
         raise InvalidUploadError(f"the weights file cannot be read as {fmt}: {exc}", field="body") from None
     raise InvalidUploadError(
         f"an npz of weights holds either 'weight' (every weight) or 'edge_ids' and 'weights' (some); "

@@ -148,7 +148,7 @@ async def submit_task(
     services, owner = services_of(request), owner_of(request.scope)
     params = task_params(job.task, job.params)
     if "exclude" in params:
-        num_edges = services.catalog.get(graph_id, owner).num_edges
+        num_edges = services.catalog.get(checked_graph_id(graph_id), owner).num_edges
         bad = next((i for i, e in enumerate(params["exclude"]) if not 0 <= e < num_edges), None)
         if bad is not None:
             raise InvalidParamsError(
@@ -211,7 +211,7 @@ def _weights_body(description: str, json_schema: str) -> dict[str, Any]:
 
 async def _update_weights(request: Request, graph_id: str, fmt: str | None, partial: bool) -> GraphOut:
     services, owner = services_of(request), owner_of(request.scope)
-    record = services.catalog.get(graph_id, owner)
+    record = services.catalog.get(checked_graph_id(graph_id), owner)
     upload = await receive_weights(request, services.store, services.settings, fmt, partial)
     check_weights_header(upload, record.num_edges)
     updated = await services.catalog.update_weights(graph_id, owner, upload, partial)

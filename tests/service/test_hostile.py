@@ -470,3 +470,41 @@ def test_unusual_but_valid_graphs_are_computed(
 
 def test_the_service_still_serves_after_all_that(server: LiveServer) -> None:
     still_serves(server)
+
+
+# -- weights updates (PUT/PATCH /v1/graphs/{id}/weights) -----------------------------------------
+
+
+def test_hostile_weights_updates_are_refused(server: LiveServer) -> None:
+    graph = server.upload_npz([0, 1, 2], [1, 2, 0], [1, 2, 3])
+    url = f"/v1/graphs/{graph['id']}/weights"
+    buf = io.BytesIO()  # a member whose header announces 2**40 weights (8 TiB) over 16 bytes of data
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<i8", "fortran_order": False, "shape": (1 << 40,)})
+    lying = io.BytesIO()
+    with zipfile.ZipFile(lying, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("edge_ids.npy", buf.getvalue() + bytes(16))
+        z.writestr("weights.npy", buf.getvalue() + bytes(16))
+    objects = npz_of({"weight": np.array([{"a": 1}] * 3, dtype=object)}, pickle=True)
+    octet = {"content-type": OCTET}
+    for method, query, body, headers, status, fragment in [
+        ("PUT", "?format=npz", zeros_bomb(48 * MiB), octet, 413, "MST_MAX_COMPRESSION_RATIO"),
+        ("PATCH", "", zeros_bomb(48 * MiB), octet, 413, "MST_MAX_COMPRESSION_RATIO"),
+        ("PATCH", "", lying.getvalue(), octet, 422, "does not match"),
+        ("PUT", "?format=npz", objects, octet, 422, "never unpickled"),
+        (
+            "PUT",
+            "",
+            gzip.compress(b'{"weights": [1, 2, 3]}'),
+            {**JSON, "content-encoding": "gzip"},
+            415,
+            "gzip",
+        ),
+        ("PUT", "", b'{"weights": [1, NaN, 3]}', JSON, 422, ""),
+    ]:
+        response = server.client.request(method, url + query, content=body, headers=headers)
+        refused(server, response, status, fragment)
+    for foreign in ("../../etc/passwd", "g_" + "0" * 31, "x" * 5000):
+        response = server.client.put(f"/v1/graphs/{foreign}/weights", json={"weights": [1, 2, 3]})
+        refused(server, response, 404)
+    job = server.submit(graph["id"], wait=30).json()  # the weights are the uploaded ones still
+    assert job["status"] == "succeeded" and job["result"]["total_weight"] == 3, job
