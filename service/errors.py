@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import re
 import sqlite3
 from typing import Any, ClassVar
 
@@ -47,7 +48,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 
 from gpu_core import errors as core_errors
 
@@ -469,7 +469,9 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
+    code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(
+        exc.status_code, f"http_{exc.status_code}"
+    )
     title = str(exc.detail) if isinstance(exc.detail, str) else "HTTP error"
     detail = {
         404: f"There is no route {request.url.path}; see /docs for the API.",
@@ -478,8 +480,9 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     response = problem(exc.status_code, code, title, detail, _instance(request))
     if exc.headers:
         response.headers.update(exc.headers)
-    if exc.status_code == 405:
-        response.headers["Allow"] = _allowed_methods(request)
+    allowed = _allowed_methods(request) if exc.status_code == 405 else None
+    if allowed is not None:
+        response.headers["Allow"] = allowed
     return response
 
 
@@ -491,16 +494,18 @@ async def _storage_or_unexpected(request: Request, exc: Exception) -> JSONRespon
     return await _unexpected(request, exc)
 
 
-def _allowed_methods(request: Request) -> str:
-    """Every method some route serves on the request's path (Starlette names only the first
-    route's, and FastAPI makes one route per method)."""
+_VERBS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+def _allowed_methods(request: Request) -> str | None:
+    """Every method the OpenAPI document gives the request's path (Starlette's 405 names only the
+    first matching route's, and FastAPI makes one route per method); None for undocumented paths."""
     methods: set[str] = set()
-    scope = {**request.scope, "method": "\x00"}  # matches no route's method: path matches only
-    for route in request.app.router.routes:
-        match, _ = route.matches(scope)
-        if match != Match.NONE:
-            methods.update(getattr(route, "methods", None) or ())
-    return ", ".join(sorted(methods))
+    for template, item in request.app.openapi()["paths"].items():  # the document is built once
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, request.url.path):
+            methods.update(verb.upper() for verb in item if verb in _VERBS)
+    return ", ".join(sorted(methods)) or None
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -134,7 +134,7 @@ async def submit_job(
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
     summary="Submit a job of any task",
-    responses=_SUBMITTED,
+    responses={**_SUBMITTED, **problems(400)},  # 400: a body that is not JSON
 )
 async def submit_task(
     request: Request,

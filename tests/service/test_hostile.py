@@ -508,3 +508,31 @@ def test_hostile_weights_updates_are_refused(server: LiveServer) -> None:
         refused(server, response, 404)
     job = server.submit(graph["id"], wait=30).json()  # the weights are the uploaded ones still
     assert job["status"] == "succeeded" and job["result"]["total_weight"] == 3, job
+
+
+def test_a_job_body_that_is_not_json_is_a_documented_400(server: LiveServer, graph_id: str) -> None:
+    """Found by schemathesis: FastAPI's 400 for an unparsable body was missing from submitJob's
+    documented answers (and came as code http_400)."""
+    response = server.client.post(f"/v1/graphs/{graph_id}/jobs", content=b"\xff\xfe{", headers=JSON)
+    problem = refused(server, response, 400)
+    assert problem["code"] == "invalid_request", problem
+    for body in (b"{", b'{"task": "mst"'):  # JSON that does not parse: FastAPI's 422
+        response = server.client.post(f"/v1/graphs/{graph_id}/jobs", content=body, headers=JSON)
+        refused(server, response, 422, "JSON")
+    document = json.loads((Path(__file__).parents[2] / "openapi" / "openapi.json").read_text())
+    assert "400" in document["paths"]["/v1/graphs/{graph_id}/jobs"]["post"]["responses"]
+
+
+def test_405_names_every_method_of_the_path(server: LiveServer) -> None:
+    """Found by schemathesis: Allow listed only the first route's method (FastAPI makes one route
+    per method), e.g. 'Allow: GET' on /v1/graphs/{id}, which also serves DELETE."""
+    for path, allowed in [
+        ("/v1/graphs", "GET, POST"),
+        ("/v1/graphs/g_" + "0" * 32, "DELETE, GET"),
+        ("/v1/jobs/j_" + "0" * 32, "DELETE, GET"),
+        ("/v1/graphs/g_" + "0" * 32 + "/weights", "PATCH, PUT"),
+        ("/healthz", "GET"),
+    ]:
+        response = server.client.request("OPTIONS", path)
+        refused(server, response, 405)
+        assert response.headers["allow"] == allowed, (path, response.headers)
