@@ -198,7 +198,7 @@ async def _receive_binary(request: Request, store: Store, settings: Settings, fm
             raise _incomplete(spool.size, request) from None
         spool.close()
         if fmt == "npz":
-            await asyncio.to_thread(check_npz_inflation, spool.path, settings)
+            check_npz_inflation(spool.path, settings)  # the central directory only: ~50 us, inline
         synced = asyncio.ensure_future(asyncio.to_thread(spool.sync))  # overlaps with the worker's load
         return Upload(spool.detach(), fmt, spool.size, fmt, synced)
 
