@@ -7,6 +7,11 @@ hosts raises the count and draws a fresh seed::
     MST_SCHEMATHESIS_EXAMPLES=2000 MST_SCHEMATHESIS_SEED=random python -m pytest -s \\
         tests/service/test_schemathesis.py
 
+The server runs with an API key, as the document's ``bearerAuth`` security scheme says requests
+need one: schemathesis sends it (``--header``) and its auth checks (ST401: a request without the
+key, or with a wrong one, must be refused) have something to check. An open server (no keys, the
+default) cannot pass those checks by design; every other behaviour is the same either way.
+
 Besides schemathesis' own verdict (exit status 0: no check failed), the server's metrics must count
 no 5xx answer, its log no traceback, and a normal upload and MST job must still work afterwards.
 """
@@ -46,6 +51,7 @@ def still_serves(server: LiveServer) -> None:
     assert job["result"]["total_weight"] == 3 and job["result"]["num_components"] == 1
 
 
+KEY = "schemathesis-" + "0123456789abcdef" * 2  # a test key (the service wants 16+ characters)
 EXAMPLES = os.environ.get("MST_SCHEMATHESIS_EXAMPLES", "100")
 
 
@@ -53,13 +59,16 @@ EXAMPLES = os.environ.get("MST_SCHEMATHESIS_EXAMPLES", "100")
 def test_schemathesis_finds_nothing(server_factory: ServerFactory, tmp_path: Path) -> None:
     examples = EXAMPLES
     seed = os.environ.get("MST_SCHEMATHESIS_SEED", "20261122")
-    server = server_factory(MST_MAX_WAIT_S="2")
+    server = server_factory(MST_MAX_WAIT_S="2", MST_API_KEYS=KEY)
+    server.client.headers["Authorization"] = f"Bearer {KEY}"
+    assert server.client.get("/v1/graphs", headers={"Authorization": ""}).status_code == 401
     before = answers_by_status(server)
     command = [
         sys.executable, "-m", "schemathesis.cli",
         "--config-file", str(CONFIG),
         "run", str(OPENAPI),
         "--url", server.url,
+        "--header", f"Authorization: Bearer {KEY}",
         "--max-examples", examples,
         "--workers", "1",
         "--no-color",
