@@ -40,6 +40,24 @@ RATIO_FLOOR = 16 << 20
 _NPZ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, RuntimeError)
 
 
+def _check_decoded(
+    what: str, inflated: int, body_size: int, max_inflated_bytes: int | None, max_ratio: float | None
+) -> None:
+    if max_inflated_bytes is not None and inflated > max_inflated_bytes:
+        raise GraphTooLargeError(
+            f"the {what} inflates to {inflated} bytes, more than the limit of {max_inflated_bytes}.",
+            limit=max_inflated_bytes,
+            actual=inflated,
+        )
+    if max_ratio is not None and inflated > RATIO_FLOOR and inflated > max_ratio * max(body_size, 1):
+        raise GraphTooLargeError(
+            f"the {what} of {body_size} bytes inflates to {inflated} bytes, more than "
+            f"{max_ratio:g} times its size.",
+            limit=int(max_ratio * max(body_size, 1)),
+            actual=inflated,
+        )
+
+
 def check_npz_sizes(
     infos: list[zipfile.ZipInfo], body_size: int, max_inflated_bytes: int | None, max_ratio: float | None
 ) -> int:
@@ -48,19 +66,7 @@ def check_npz_sizes(
     Reads only the central directory, so a zip bomb is refused before anything is inflated.
     """
     inflated = sum(info.file_size for info in infos)
-    if max_inflated_bytes is not None and inflated > max_inflated_bytes:
-        raise GraphTooLargeError(
-            f"the npz archive inflates to {inflated} bytes, more than the limit of {max_inflated_bytes}.",
-            limit=max_inflated_bytes,
-            actual=inflated,
-        )
-    if max_ratio is not None and inflated > RATIO_FLOOR and inflated > max_ratio * max(body_size, 1):
-        raise GraphTooLargeError(
-            f"the npz archive of {body_size} bytes inflates to {inflated} bytes, more than "
-            f"{max_ratio:g} times its size.",
-            limit=int(max_ratio * max(body_size, 1)),
-            actual=inflated,
-        )
+    _check_decoded("npz archive", inflated, body_size, max_inflated_bytes, max_ratio)
     return inflated
 
 
@@ -374,10 +380,20 @@ def read_arrow(data: bytes) -> EdgeArrays:
     return _from_table(pa, table, "arrow")
 
 
-def read_parquet(data: bytes) -> EdgeArrays:
-    """Parquet with columns ``src``, ``dst``, ``weight`` (as :func:`read_arrow`)."""
+def read_parquet(
+    data: bytes, *, max_inflated_bytes: int | None = None, max_ratio: float | None = None
+) -> EdgeArrays:
+    """Parquet with columns ``src``, ``dst``, ``weight`` (as :func:`read_arrow`).
+
+    The caps work as for :func:`read_npz`, on what the columns decode to (rows times 8 bytes per
+    column, from the file's metadata) before anything is decoded: dictionary and run-length
+    encodings let a small file announce billions of rows.
+    """
     pa = _pyarrow("parquet")
     try:
+        metadata = pa.parquet.ParquetFile(pa.BufferReader(data)).metadata
+        decoded = int(metadata.num_rows) * 8 * int(metadata.num_columns)
+        _check_decoded("parquet file", decoded, len(data), max_inflated_bytes, max_ratio)
         table = pa.parquet.read_table(pa.BufferReader(data))
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
         raise _bad("parquet", str(exc)) from None
@@ -399,14 +415,14 @@ FORMATS: dict[str, Callable[[bytes], EdgeArrays]] = {
 def read_graph(
     data: bytes, format: str, *, max_inflated_bytes: int | None = None, max_ratio: float | None = None
 ) -> EdgeArrays:
-    """Parse a graph file of one of :data:`FORMATS`; the caps apply to compressed npz archives
-    (see :func:`read_npz`)."""
+    """Parse a graph file of one of :data:`FORMATS`; the caps apply to what npz and parquet
+    files decode to (see :func:`read_npz`, :func:`read_parquet`)."""
     try:
         reader = FORMATS[format]
     except KeyError:
         raise GraphValidationError(
             f"unknown graph format {format!r}; use one of {', '.join(FORMATS)}.", field="format"
         ) from None
-    if reader is read_npz:
-        return read_npz(data, max_inflated_bytes=max_inflated_bytes, max_ratio=max_ratio)
+    if reader is read_npz or reader is read_parquet:
+        return reader(data, max_inflated_bytes=max_inflated_bytes, max_ratio=max_ratio)
     return reader(data)

@@ -70,12 +70,12 @@ class Settings(BaseSettings):
     max_inflated_bytes: int = Field(
         default=16 * GiB,
         gt=0,
-        description="Most bytes the members of an .npz upload may inflate to, together (413 above).",
+        description="Most bytes an .npz (or Parquet) upload may inflate to, together (413 above).",
     )
     max_compression_ratio: float = Field(
         default=100.0,
         ge=1,
-        description="Most an .npz upload may inflate relative to its size (413 above); archives that "
+        description="Most an .npz or Parquet upload may inflate relative to its size (413 above); files that "
         "inflate to at most 16 MiB are not held to it.",
     )
     max_wait_s: float = Field(default=300.0, ge=0, description="Cap on ?wait=SECONDS of job submissions.")

@@ -231,3 +231,22 @@ def test_the_largest_vertex_count_is_accepted() -> None:
     """2**31 - 1 vertices is the limit itself (built on the CPU, not computed: that needs 8 GiB)."""
     graph = gpu_core.Graph(np.array([0]), np.array([1]), np.array([1.0]), 2**31 - 1, backend="cpu")
     assert graph.num_vertices == 2**31 - 1
+
+
+def test_a_parquet_bomb_is_refused_before_decoding() -> None:
+    """20 million rows of zeros: a few hundred kB of zstd-compressed, dictionary-encoded columns."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    zeros = np.zeros(20_000_000, dtype=np.int64)
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"src": zeros, "dst": zeros, "weight": zeros}), buf, compression="zstd")
+    data = buf.getvalue()
+    assert len(data) < 4 * MiB
+    with pytest.raises(GraphTooLargeError, match="parquet file") as info:
+        read_graph(data, "parquet", max_inflated_bytes=1 << 40, max_ratio=100)
+    assert info.value.actual == 20_000_000 * 24
+    with pytest.raises(GraphTooLargeError, match="more than the limit of 1000000"):
+        read_graph(data, "parquet", max_inflated_bytes=1_000_000)
+    small = io.BytesIO()
+    pq.write_table(pa.table({"src": zeros[:10], "dst": zeros[:10] + 1, "weight": zeros[:10]}), small)
+    assert read_graph(small.getvalue(), "parquet", max_inflated_bytes=MiB, max_ratio=1.5).src.shape == (10,)

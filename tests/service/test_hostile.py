@@ -189,6 +189,16 @@ def test_a_zip_bomb_is_refused_at_once_by_its_ratio(server: LiveServer) -> None:
     assert time.monotonic() - started < 10  # generous: the point is it is not inflated first
 
 
+def test_a_parquet_bomb_is_refused(server: LiveServer) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    zeros = np.zeros(2_000_000, dtype=np.int64)  # 48 MB of columns in a few tens of kB
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"src": zeros, "dst": zeros, "weight": zeros}), buf, compression="zstd")
+    response = server.client.post("/v1/graphs?format=parquet", content=buf.getvalue(), headers=BINARY)
+    refused(server, response, 413, "parquet file", "100 times its size")
+
+
 def test_an_archive_inflating_past_the_cap_is_refused(server: LiveServer) -> None:
     """100 MiB of zeros (deflated) next to 1.5 MB of random bytes (stored): a ratio under 100, but
     past the 64 MiB cap."""
