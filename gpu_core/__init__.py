@@ -21,11 +21,12 @@ from ._graph import (
 )
 from ._order import OBJECTIVES
 from ._scipy_compat import minimum_spanning_tree
-from ._validate import WEIGHT_DTYPES
+from ._validate import MAX_VERTICES, WEIGHT_DTYPES
 from .formats import FORMATS, read_graph
 
 __all__ = [
     "FORMATS",
+    "MAX_VERTICES",
     "OBJECTIVES",
     "WEIGHT_DTYPES",
     "Backend",

@@ -16,11 +16,16 @@ import numpy as np
 
 from .errors import (
     EdgeListShapeError,
+    GraphTooLargeError,
     GraphValidationError,
     NonFiniteWeightError,
     UnsupportedDtypeError,
     VertexIdError,
 )
+
+#: most vertices a graph may have on either backend: the GPU's 32-bit vertex index (both backends
+#: accept the same graphs; the CPU backend would otherwise allocate 2**40 entries for 2**40)
+MAX_VERTICES = 2**31 - 1
 
 #: the weight dtypes the engine computes with, exactly (no conversion ever happens)
 WEIGHT_DTYPES: tuple[np.dtype[Any], ...] = (
@@ -136,6 +141,12 @@ def validate_edges(xp: ModuleType, src: Any, dst: Any, weight: Any, num_vertices
         n = int(num_vertices)
         if n < 0:
             raise GraphValidationError(f"'num_vertices' must be non-negative, got {n}.", field="num_vertices")
+    if n > MAX_VERTICES:  # before anything of size n is allocated
+        raise GraphTooLargeError(
+            f"the graph has {n} vertices; gpu_core indexes vertices with 32 bits: at most {MAX_VERTICES}.",
+            limit=MAX_VERTICES,
+            actual=n,
+        )
     if lo < 0 or hi >= n:
         for field, ids in (("src", src_a), ("dst", dst_a)):
             bad = (ids < 0) | (ids >= n)

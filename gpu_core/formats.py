@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import GraphValidationError
+from .errors import GraphTooLargeError, GraphValidationError
 
 
 @dataclass(frozen=True)
@@ -33,27 +33,131 @@ def _bad(fmt: str, detail: str) -> GraphValidationError:
     return GraphValidationError(f"not a valid {fmt} graph: {detail}", field="body")
 
 
-def read_npz(data: bytes) -> EdgeArrays:
-    """An ``.npz`` archive with arrays ``src``, ``dst``, ``weight`` and optionally ``num_vertices``."""
+#: archives that inflate to at most this many bytes are not held to a compression ratio
+RATIO_FLOOR = 16 << 20
+#: what a malformed archive raises while it is read (encrypted members: RuntimeError; unknown
+#: compression methods: NotImplementedError)
+_NPZ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, RuntimeError)
+
+
+def _check_decoded(
+    what: str, inflated: int, body_size: int, max_inflated_bytes: int | None, max_ratio: float | None
+) -> None:
+    if max_inflated_bytes is not None and inflated > max_inflated_bytes:
+        raise GraphTooLargeError(
+            f"the {what} inflates to {inflated} bytes, more than the limit of {max_inflated_bytes}.",
+            limit=max_inflated_bytes,
+            actual=inflated,
+        )
+    if max_ratio is not None and inflated > RATIO_FLOOR and inflated > max_ratio * max(body_size, 1):
+        raise GraphTooLargeError(
+            f"the {what} of {body_size} bytes inflates to {inflated} bytes, more than "
+            f"{max_ratio:g} times its size.",
+            limit=int(max_ratio * max(body_size, 1)),
+            actual=inflated,
+        )
+
+
+def check_npz_sizes(
+    infos: list[zipfile.ZipInfo], body_size: int, max_inflated_bytes: int | None, max_ratio: float | None
+) -> int:
+    """The bytes an archive declares it inflates to, refused (GraphTooLargeError) past the caps.
+
+    Reads only the central directory, so a zip bomb is refused before anything is inflated.
+    """
+    inflated = sum(info.file_size for info in infos)
+    _check_decoded("npz archive", inflated, body_size, max_inflated_bytes, max_ratio)
+    return inflated
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray[Any, Any]:
+    """One ``.npy`` member, its header checked against the member's declared size before any
+    allocation, and never more bytes inflated than declared (a lying header fails its CRC)."""
+    name = info.filename[:-4]
+    with archive.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise _bad("npz", f"array {name!r} has .npy format version {version}; write 1.0 or 2.0")
+        if dtype.hasobject or dtype.itemsize == 0:
+            detail = f"array {name!r} has dtype {dtype}; objects are never unpickled; send numeric arrays"
+            raise _bad("npz", detail)
+        count = int(np.prod(shape, dtype=object))
+        header = f.tell()
+        if header + count * dtype.itemsize != info.file_size:
+            raise _bad(
+                "npz",
+                f"array {name!r} announces shape {shape} of {dtype}, which does not match its "
+                f"{info.file_size - header} data bytes",
+            )
+        array = np.empty(count, dtype=dtype)
+        view = memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+        got = 0
+        while got < view.nbytes:
+            chunk = f.read(min(view.nbytes - got, 1 << 20))
+            if not chunk:
+                raise _bad("npz", f"array {name!r} ends early")
+            view[got : got + len(chunk)] = chunk
+            got += len(chunk)
+        if f.read(1):  # zipfile never inflates past the declared size; checked all the same
+            raise _bad("npz", f"array {name!r} inflates past its declared size")
+    if fortran and len(shape) > 1:
+        return array.reshape(shape[::-1]).T
+    return array.reshape(shape)
+
+
+def npz_arrays(
+    data: bytes, *, max_inflated_bytes: int | None = None, max_ratio: float | None = None
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Every ``<name>.npy`` member of an ``.npz`` archive, read as :func:`read_npz` reads them
+    (caps checked first, never unpickled); other members are not read."""
     try:
-        loaded = np.load(io.BytesIO(data), allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
+        if data[:6] == b"\x93NUMPY":
             raise _bad("npz", "the body is a single .npy array; send an .npz archive (numpy.savez)")
-        with loaded as npz:
-            missing = [k for k in ("src", "dst", "weight") if k not in npz.files]
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            infos = [i for i in archive.infolist() if not i.is_dir()]
+            check_npz_sizes(infos, len(data), max_inflated_bytes, max_ratio)
+            return {i.filename[:-4]: _read_member(archive, i) for i in infos if i.filename.endswith(".npy")}
+    except _NPZ_ERRORS as exc:
+        if isinstance(exc, (GraphValidationError, GraphTooLargeError)):
+            raise
+        raise _bad("npz", str(exc) or type(exc).__name__) from None
+
+
+def read_npz(
+    data: bytes, *, max_inflated_bytes: int | None = None, max_ratio: float | None = None
+) -> EdgeArrays:
+    """An ``.npz`` archive with arrays ``src``, ``dst``, ``weight`` and optionally ``num_vertices``.
+
+    Never unpickles. ``max_inflated_bytes`` and ``max_ratio`` (inflated bytes over the archive's
+    size) cap what a compressed archive may inflate to: the declared sizes are checked before
+    anything is inflated (GraphTooLargeError), and no member inflates past its declared size.
+    """
+    try:
+        if data[:6] == b"\x93NUMPY":
+            raise _bad("npz", "the body is a single .npy array; send an .npz archive (numpy.savez)")
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            infos = [i for i in archive.infolist() if not i.is_dir()]
+            check_npz_sizes(infos, len(data), max_inflated_bytes, max_ratio)
+            members = {i.filename[:-4]: i for i in infos if i.filename.endswith(".npy")}
+            missing = [k for k in ("src", "dst", "weight") if k not in members]
             if missing:
                 raise _bad(
-                    "npz", f"missing array(s) {', '.join(missing)}; found {', '.join(npz.files) or 'none'}"
+                    "npz", f"missing array(s) {', '.join(missing)}; found {', '.join(members) or 'none'}"
                 )
             n = None
-            if "num_vertices" in npz.files:
-                nv = npz["num_vertices"]
+            if "num_vertices" in members:
+                nv = _read_member(archive, members["num_vertices"])
                 if nv.shape != () or nv.dtype.kind not in "iu":
                     raise _bad("npz", "'num_vertices' must be an integer scalar")
                 n = int(nv)
-            return EdgeArrays(npz["src"], npz["dst"], npz["weight"], n)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        if isinstance(exc, GraphValidationError):
+            src, dst, weight = (_read_member(archive, members[k]) for k in ("src", "dst", "weight"))
+            return EdgeArrays(src, dst, weight, n)
+    except _NPZ_ERRORS as exc:
+        if isinstance(exc, (GraphValidationError, GraphTooLargeError)):
             raise
         raise _bad("npz", str(exc) or type(exc).__name__) from None
 
@@ -149,6 +253,8 @@ def read_mtx(data: bytes) -> EdgeArrays:
         nrows, ncols, nnz = (int(t) for t in size[:3])
     except ValueError:
         raise _bad("mtx", "the size line must be 'rows cols entries'") from None
+    if min(nrows, ncols, nnz) < 0:
+        raise _bad("mtx", f"the size line '{nrows} {ncols} {nnz}' has a negative count")
     entries = rows[1:]
     if len(entries) != nnz:
         raise _bad("mtx", f"the size line announces {nnz} entries but the file has {len(entries)}")
@@ -165,9 +271,11 @@ def read_dimacs(data: bytes) -> EdgeArrays:
     if len(problem) != 1 or len(problem[0]) - 1 < 4:
         raise _bad("dimacs", "exactly one 'p sp N M' line is required")
     try:
-        n = int(problem[0][2])
+        n, m = int(problem[0][2]), int(problem[0][3])
     except ValueError:
-        raise _bad("dimacs", "the 'p' line must give the number of vertices") from None
+        raise _bad("dimacs", "the 'p' line must give the number of vertices and the number of arcs") from None
+    if n < 0 or m < 0:
+        raise _bad("dimacs", f"the 'p' line announces {n} vertices and {m} arcs; counts cannot be negative")
     arcs = [r for r in rows if r[0] == "a"]
     other = [r for r in rows if r[0] not in ("a", "p")]
     if other:
@@ -272,10 +380,20 @@ def read_arrow(data: bytes) -> EdgeArrays:
     return _from_table(pa, table, "arrow")
 
 
-def read_parquet(data: bytes) -> EdgeArrays:
-    """Parquet with columns ``src``, ``dst``, ``weight`` (as :func:`read_arrow`)."""
+def read_parquet(
+    data: bytes, *, max_inflated_bytes: int | None = None, max_ratio: float | None = None
+) -> EdgeArrays:
+    """Parquet with columns ``src``, ``dst``, ``weight`` (as :func:`read_arrow`).
+
+    The caps work as for :func:`read_npz`, on what the columns decode to (rows times 8 bytes per
+    column, from the file's metadata) before anything is decoded: dictionary and run-length
+    encodings let a small file announce billions of rows.
+    """
     pa = _pyarrow("parquet")
     try:
+        metadata = pa.parquet.ParquetFile(pa.BufferReader(data)).metadata
+        decoded = int(metadata.num_rows) * 8 * int(metadata.num_columns)
+        _check_decoded("parquet file", decoded, len(data), max_inflated_bytes, max_ratio)
         table = pa.parquet.read_table(pa.BufferReader(data))
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
         raise _bad("parquet", str(exc)) from None
@@ -294,12 +412,17 @@ FORMATS: dict[str, Callable[[bytes], EdgeArrays]] = {
 }
 
 
-def read_graph(data: bytes, format: str) -> EdgeArrays:
-    """Parse a graph file of one of :data:`FORMATS`."""
+def read_graph(
+    data: bytes, format: str, *, max_inflated_bytes: int | None = None, max_ratio: float | None = None
+) -> EdgeArrays:
+    """Parse a graph file of one of :data:`FORMATS`; the caps apply to what npz and parquet
+    files decode to (see :func:`read_npz`, :func:`read_parquet`)."""
     try:
         reader = FORMATS[format]
     except KeyError:
         raise GraphValidationError(
             f"unknown graph format {format!r}; use one of {', '.join(FORMATS)}.", field="format"
         ) from None
+    if reader is read_npz or reader is read_parquet:
+        return reader(data, max_inflated_bytes=max_inflated_bytes, max_ratio=max_ratio)
     return reader(data)

@@ -7,6 +7,7 @@ short machine-readable ``code`` and a title::
     ├── InvalidRequestError              400 invalid_request
     │   ├── InvalidUploadError           422 invalid_upload      (names field and index)
     │   ├── InvalidParamsError           422 invalid_params      (a job's task parameters)
+    │   ├── IncompleteBodyError          400 incomplete_body
     │   ├── UnsupportedMediaTypeError    415 unsupported_media_type
     │   └── NotAcceptableError           406 not_acceptable
     ├── UnauthorizedError                401 unauthorized        (WWW-Authenticate)
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import re
 import sqlite3
 from typing import Any, ClassVar
 
@@ -113,6 +115,13 @@ class InvalidParamsError(InvalidRequestError):
     status = 422
     code = "invalid_params"
     title = "Invalid job parameters"
+
+
+class IncompleteBodyError(InvalidRequestError):
+    """The client closed the connection before sending the whole body its Content-Length announced."""
+
+    code = "incomplete_body"
+    title = "Incomplete body"
 
 
 class UnsupportedMediaTypeError(InvalidRequestError):
@@ -460,7 +469,9 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
+    code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(
+        exc.status_code, f"http_{exc.status_code}"
+    )
     title = str(exc.detail) if isinstance(exc.detail, str) else "HTTP error"
     detail = {
         404: f"There is no route {request.url.path}; see /docs for the API.",
@@ -469,6 +480,9 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     response = problem(exc.status_code, code, title, detail, _instance(request))
     if exc.headers:
         response.headers.update(exc.headers)
+    allowed = _allowed_methods(request) if exc.status_code == 405 else None
+    if allowed is not None:
+        response.headers["Allow"] = allowed
     return response
 
 
@@ -478,6 +492,20 @@ async def _storage_or_unexpected(request: Request, exc: Exception) -> JSONRespon
     if mapped is not None:
         return await service_error_response(request, mapped)
     return await _unexpected(request, exc)
+
+
+_VERBS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+def _allowed_methods(request: Request) -> str | None:
+    """Every method the OpenAPI document gives the request's path (Starlette's 405 names only the
+    first matching route's, and FastAPI makes one route per method); None for undocumented paths."""
+    methods: set[str] = set()
+    for template, item in request.app.openapi()["paths"].items():  # the document is built once
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, request.url.path):
+            methods.update(verb.upper() for verb in item if verb in _VERBS)
+    return ", ".join(sorted(methods)) or None
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -25,7 +25,7 @@ class GraphUpload(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    num_vertices: int | None = Field(None, ge=0, description="Vertex count; default: largest id + 1.")
+    num_vertices: StrictInt | None = Field(None, ge=0, description="Vertex count; default: largest id + 1.")
     src: list[StrictInt] = Field(description="First endpoint of every edge (0-based vertex ids).")
     dst: list[StrictInt] = Field(description="Second endpoint of every edge.")
     weight: list[StrictInt | StrictFloat] = Field(description="Weight of every edge (finite numbers).")

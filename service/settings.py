@@ -48,12 +48,35 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest JSON upload body (413 above); use a binary upload for more.",
     )
+    max_text_bytes: int = Field(
+        default=256 * MiB,
+        gt=0,
+        description="Largest text upload (edgelist, mtx, dimacs; 413 above): parsing text takes tens of "
+        "times its size in memory; npz and egr uploads have no such cost.",
+    )
     max_edges: int = Field(default=1 << 31, gt=0, description="Most edges one graph may have (413 above).")
     worker_memory_bytes: int = Field(
         default=0,
         ge=0,
         description="Memory each worker may fill with graphs (bytes); 0: its device's (host memory on the "
         "CPU backend). Uploads are admitted against it; idle graphs are evicted to make room.",
+    )
+    max_vertices: int = Field(
+        default=(1 << 31) - 1,
+        gt=0,
+        description="Most vertices one graph may have (413 above), checked before anything of that size "
+        "is allocated; the default is the GPU backend's 32-bit limit.",
+    )
+    max_inflated_bytes: int = Field(
+        default=16 * GiB,
+        gt=0,
+        description="Most bytes an .npz (or Parquet) upload may inflate to, together (413 above).",
+    )
+    max_compression_ratio: float = Field(
+        default=100.0,
+        ge=1,
+        description="Most an .npz or Parquet upload may inflate relative to its size (413 above); files that "
+        "inflate to at most 16 MiB are not held to it.",
     )
     max_wait_s: float = Field(default=300.0, ge=0, description="Cap on ?wait=SECONDS of job submissions.")
     heartbeat_interval_s: float = Field(default=0.5, gt=0, description="How often a worker beats.")

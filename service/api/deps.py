@@ -13,13 +13,13 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from ..errors import ServiceUnavailableError
+from ..errors import GraphNotFoundError, JobNotFoundError, ServiceUnavailableError
 from ..metrics import Metrics
 from ..runtime.catalog import Catalog
 from ..runtime.jobs import Jobs
 from ..runtime.supervisor import Supervisor
 from ..settings import Settings
-from ..storage.store import Store
+from ..storage.store import Store, is_id
 from .auth import owner_of
 
 
@@ -41,6 +41,26 @@ def services_of(request: Request) -> Services:
     if services is None:
         raise ServiceUnavailableError("the service is starting or stopping; retry shortly.")
     return services
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 40 else value[:40] + "...")
+
+
+def checked_graph_id(graph_id: str) -> str:
+    """``graph_id`` when it has the shape of a graph id; else 404 before anything is looked up."""
+    if not is_id(graph_id, "g"):
+        raise GraphNotFoundError(
+            f"no graph has id {_shown(graph_id)}; graph ids look like g_<32 hex digits>."
+        )
+    return graph_id
+
+
+def checked_job_id(job_id: str) -> str:
+    """``job_id`` when it has the shape of a job id; else 404 before anything is looked up."""
+    if not is_id(job_id, "j"):
+        raise JobNotFoundError(f"no job has id {_shown(job_id)}; job ids look like j_<32 hex digits>.")
+    return job_id
 
 
 async def get_services(request: Request) -> Services:

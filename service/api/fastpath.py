@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..errors import ServiceError, service_error_response
 from ..metrics import RouteLabel
 from .auth import owner_of
-from .deps import Services, services_of
+from .deps import Services, checked_job_id, services_of
 from .encoders import job_response
 from .graphs import submit_response
 from .jobs import result_response
@@ -94,7 +94,7 @@ def _route(scope: Scope) -> tuple[str, Handler] | None:
         job_id = job.group(1)
 
         async def status(services: Services, owner: str) -> Response:
-            return job_response(services.jobs.get(job_id, owner))
+            return job_response(services.jobs.get(checked_job_id(job_id), owner))
 
         return "/v1/jobs/{job_id}", status
     return None

@@ -19,7 +19,7 @@ from ..models import (
     WeightsFormat,
 )
 from .auth import owner_of
-from .deps import CatalogDep, OwnerDep, Services, ServicesDep, services_of
+from .deps import CatalogDep, OwnerDep, Services, ServicesDep, checked_graph_id, services_of
 from .docs import BINARY_SCHEMA, graph_upload_body, problems
 from .encoders import job_response
 from .uploads import check_weights_header, receive_graph, receive_weights
@@ -74,7 +74,7 @@ async def list_graphs(services: ServicesDep, owner: OwnerDep) -> GraphList:
 )
 async def get_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> GraphOut:
     """Sizes, weight dtype, and where the graph is resident (worker, device, bytes on the device)."""
-    return catalog.describe(catalog.get(graph_id, owner))
+    return catalog.describe(catalog.get(checked_graph_id(graph_id), owner))
 
 
 @router.delete(
@@ -86,7 +86,7 @@ async def get_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> Grap
 )
 async def delete_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> Response:
     """Delete the graph, free its device memory, cancel its queued jobs; finished jobs keep their results."""
-    catalog.delete(graph_id, owner)
+    catalog.delete(checked_graph_id(graph_id), owner)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -134,7 +134,7 @@ async def submit_job(
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
     summary="Submit a job of any task",
-    responses=_SUBMITTED,
+    responses={**_SUBMITTED, **problems(400)},  # 400: a body that is not JSON
 )
 async def submit_task(
     request: Request,
@@ -148,7 +148,7 @@ async def submit_task(
     services, owner = services_of(request), owner_of(request.scope)
     params = task_params(job.task, job.params)
     if "exclude" in params:
-        num_edges = services.catalog.get(graph_id, owner).num_edges
+        num_edges = services.catalog.get(checked_graph_id(graph_id), owner).num_edges
         bad = next((i for i, e in enumerate(params["exclude"]) if not 0 <= e < num_edges), None)
         if bad is not None:
             raise InvalidParamsError(
@@ -186,7 +186,9 @@ async def submit_response(
     cache: bool = False,
 ) -> Response:
     """Submit a job of ``owner`` and wait up to ``wait`` s for it (also served by the fast lane)."""
-    job = services.jobs.submit(graph_id, owner, task=task, params=params, publish=wait <= 0, cache=cache)
+    job = services.jobs.submit(
+        checked_graph_id(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache
+    )
     if wait > 0:
         job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
         if not job.finished:
@@ -209,7 +211,7 @@ def _weights_body(description: str, json_schema: str) -> dict[str, Any]:
 
 async def _update_weights(request: Request, graph_id: str, fmt: str | None, partial: bool) -> GraphOut:
     services, owner = services_of(request), owner_of(request.scope)
-    record = services.catalog.get(graph_id, owner)
+    record = services.catalog.get(checked_graph_id(graph_id), owner)
     upload = await receive_weights(request, services.store, services.settings, fmt, partial)
     check_weights_header(upload, record.num_edges)
     updated = await services.catalog.update_weights(graph_id, owner, upload, partial)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Request, Response
 
 from ..models import JobOut, ResultOut
 from .auth import owner_of
-from .deps import JobsDep, OwnerDep, Services, services_of
+from .deps import JobsDep, OwnerDep, Services, checked_job_id, services_of
 from .docs import RESULT_CONTENT, RESULT_DESCRIPTION, problems
 from .encoders import (
     arrow_result,
@@ -28,7 +28,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 )
 async def get_job(job_id: str, request: Request) -> Response:
     """Status, timestamps, ``error`` on failure and the result summary (with ``compute_ms``) on success."""
-    return job_response(services_of(request).jobs.get(job_id, owner_of(request.scope)))
+    return job_response(services_of(request).jobs.get(checked_job_id(job_id), owner_of(request.scope)))
 
 
 @router.get(
@@ -58,7 +58,7 @@ async def result_response(
 ) -> Response:
     """A succeeded job's forest, negotiated by ``Accept`` (also served by :mod:`service.api.fastpath`)."""
     representation = negotiate(accept)  # 406 before anything is looked up
-    job, path = await services.jobs.result_path(job_id, owner)
+    job, path = await services.jobs.result_path(checked_job_id(job_id), owner)
     summary = job_summary(job)
     if representation == "npz":
         return await npz_response(path, summary, filename=f"{job.id}.npz", byte_range=byte_range)
@@ -76,4 +76,4 @@ async def result_response(
 )
 async def cancel_job(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobOut:
     """Cancel a job that has not started; 409 for a running or finished one."""
-    return job_out(jobs.cancel(job_id, owner))
+    return job_out(jobs.cancel(checked_job_id(job_id), owner))

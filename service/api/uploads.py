@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,19 @@ from typing import Any
 import numpy as np
 from fastapi import Request
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 
-from gpu_core.formats import pyarrow_available
+from gpu_core.errors import GraphTooLargeError
+from gpu_core.formats import RATIO_FLOOR, check_npz_sizes, pyarrow_available
 
-from ..errors import InvalidRequestError, InvalidUploadError, PayloadTooLargeError, UnsupportedMediaTypeError
+from ..errors import (
+    IncompleteBodyError,
+    InvalidRequestError,
+    InvalidUploadError,
+    PayloadTooLargeError,
+    UnsupportedMediaTypeError,
+)
+from ..limits import check_vertices
 from ..models import GraphUpload, WeightsPatch, WeightsUpload
 from ..settings import Settings
 from ..storage.store import SpoolFile, Store
@@ -67,8 +77,20 @@ def media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
+def check_encoding(request: Request) -> None:
+    """Refuse (415) a body with a Content-Encoding: it is never decoded, so no cap could be bypassed."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise UnsupportedMediaTypeError(
+            f"Content-Encoding {encoding!r} is not accepted; send the body uncompressed (an .npz "
+            "archive may compress its arrays itself).",
+            field="content-encoding",
+        )
+
+
 async def receive_graph(request: Request, store: Store, settings: Settings, fmt: str | None) -> Upload:
     """Store the body of a graph upload in the spool, whatever its media type."""
+    check_encoding(request)
     kind = media_type(request)
     if kind == "application/json" or kind.endswith("+json"):
         if fmt is not None:
@@ -77,7 +99,7 @@ async def receive_graph(request: Request, store: Store, settings: Settings, fmt:
             )
         return await _receive_json(request, store, settings)
     if kind in BINARY_MEDIA_TYPES:
-        return await _receive_binary(request, store, settings.max_upload_bytes, binary_format(kind, fmt))
+        return await _receive_binary(request, store, settings, binary_format(kind, fmt))
     raise UnsupportedMediaTypeError(
         f"Content-Type {kind or '(none)'!r} is not accepted; send application/json columns, an "
         "application/octet-stream body with ?format=npz|egr|mtx|edgelist|dimacs|arrow|parquet, "
@@ -105,26 +127,78 @@ def binary_format(kind: str, fmt: str | None) -> str:
     return chosen
 
 
-def _check_declared(request: Request, limit: int, what: str) -> None:
+def _check_declared(request: Request, limit: int, what: str, hint: str = "") -> None:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLargeError(
-            f"the {what} body has {int(declared)} bytes, more than the limit of {limit} bytes.", field="body"
+            f"the {what} body has {int(declared)} bytes, more than the limit of {limit} bytes{hint}.",
+            field="body",
         )
 
 
-def _too_large(limit: int, what: str) -> PayloadTooLargeError:
-    return PayloadTooLargeError(f"the {what} body is larger than the limit of {limit} bytes.", field="body")
+def _too_large(limit: int, what: str, hint: str = "") -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"the {what} body is larger than the limit of {limit} bytes{hint}.", field="body"
+    )
 
 
-async def _receive_binary(request: Request, store: Store, limit: int, fmt: str) -> Upload:
-    _check_declared(request, limit, "binary")
+def _incomplete(received: int, request: Request) -> IncompleteBodyError:
+    declared = request.headers.get("content-length")
+    of = f" of the {declared} its Content-Length announced" if declared else ""
+    return IncompleteBodyError(
+        f"the connection closed after {received} bytes{of}; send the whole body.", field="body"
+    )
+
+
+def check_npz_inflation(path: Path, settings: Settings) -> None:
+    """Refuse (413) an npz whose declared member sizes break MST_MAX_INFLATED_BYTES or
+    MST_MAX_COMPRESSION_RATIO: the central directory alone is read, nothing is inflated.
+    A file that is not a zip archive passes: the worker's reader says what is wrong with it."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+    except Exception:  # not an archive zipfile can open: the worker's reader words the problem
+        return
+    try:
+        check_npz_sizes(
+            infos, path.stat().st_size, settings.max_inflated_bytes, settings.max_compression_ratio
+        )
+    except GraphTooLargeError as exc:
+        inflated = sum(i.file_size for i in infos)
+        if inflated > settings.max_inflated_bytes:
+            limit = f"the limit of {settings.max_inflated_bytes} bytes (MST_MAX_INFLATED_BYTES)"
+        else:
+            limit = (
+                f"{settings.max_compression_ratio:g} times its size (MST_MAX_COMPRESSION_RATIO; "
+                f"archives that inflate to at most {RATIO_FLOOR} bytes are exempt)"
+            )
+        raise PayloadTooLargeError(
+            f"the npz archive of {path.stat().st_size} bytes inflates to {inflated} bytes, more than "
+            f"{limit}; nothing was inflated.",
+            field="body",
+        ) from exc
+
+
+#: formats parsed line by line into Python objects: tens of bytes of memory per byte of body
+TEXT_FORMATS = ("edgelist", "mtx", "dimacs")
+
+
+async def _receive_binary(request: Request, store: Store, settings: Settings, fmt: str) -> Upload:
+    limit, what, hint = settings.max_upload_bytes, "binary", ""
+    if fmt in TEXT_FORMATS and settings.max_text_bytes < limit:
+        limit, what, hint = settings.max_text_bytes, fmt, " (MST_MAX_TEXT_BYTES; send npz or egr for more)"
+    _check_declared(request, limit, what, hint)
     with SpoolFile(store, f".{fmt}") as spool:
-        async for chunk in request.stream():
-            if spool.size + len(chunk) > limit:
-                raise _too_large(limit, "binary")
-            spool.write(chunk)
+        try:
+            async for chunk in request.stream():
+                if spool.size + len(chunk) > limit:
+                    raise _too_large(limit, what, hint)
+                spool.write(chunk)
+        except ClientDisconnect:
+            raise _incomplete(spool.size, request) from None
         spool.close()
+        if fmt == "npz":
+            check_npz_inflation(spool.path, settings)  # the central directory only: ~50 us, inline
         synced = asyncio.ensure_future(asyncio.to_thread(spool.sync))  # overlaps with the worker's load
         return Upload(spool.detach(), fmt, spool.size, fmt, synced)
 
@@ -133,11 +207,14 @@ async def _read_limited(request: Request, limit: int) -> bytes:
     _check_declared(request, limit, "JSON")
     parts: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit, "JSON")
-        parts.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit, "JSON")
+            parts.append(chunk)
+    except ClientDisconnect:
+        raise _incomplete(size, request) from None
     return b"".join(parts)
 
 
@@ -205,7 +282,7 @@ def weights_array(values: list[int | float], dtype: str | None) -> np.ndarray[An
             ) from None
 
 
-def _json_to_npz(body: bytes, path: Path, max_edges: int) -> None:
+def _json_to_npz(body: bytes, path: Path, max_edges: int, max_vertices: int) -> None:
     try:
         upload = GraphUpload.model_validate_json(body)
     except ValidationError as exc:
@@ -223,11 +300,9 @@ def _json_to_npz(body: bytes, path: Path, max_edges: int) -> None:
             f"{lengths[0]}, {lengths[1]} and {lengths[2]}.",
             field="weight" if lengths[0] == lengths[1] else "dst",
         )
-    arrays: dict[str, Any] = {
-        "src": _ids(upload.src, "src"),
-        "dst": _ids(upload.dst, "dst"),
-        "weight": weights_array(upload.weight, upload.weight_dtype),
-    }
+    arrays: dict[str, Any] = {"src": _ids(upload.src, "src"), "dst": _ids(upload.dst, "dst")}
+    check_vertices(arrays["src"], arrays["dst"], upload.num_vertices, max_vertices)
+    arrays["weight"] = weights_array(upload.weight, upload.weight_dtype)
     if upload.num_vertices is not None:
         arrays["num_vertices"] = np.int64(upload.num_vertices)
     with open(path, "wb") as f:
@@ -240,7 +315,7 @@ async def _receive_json(request: Request, store: Store, settings: Settings) -> U
     body = await _read_limited(request, settings.max_json_bytes)
     path = store.tmp_path(".npz")
     try:
-        await asyncio.to_thread(_json_to_npz, body, path, settings.max_edges)
+        await asyncio.to_thread(_json_to_npz, body, path, settings.max_edges, settings.max_vertices)
     except BaseException:
         with contextlib.suppress(OSError):
             path.unlink(missing_ok=True)
@@ -281,6 +356,7 @@ async def receive_weights(
     request: Request, store: Store, settings: Settings, fmt: str | None, partial: bool
 ) -> Upload:
     """Store the body of a weights update in the spool: JSON, or binary ``.npy`` (all) / ``.npz``."""
+    check_encoding(request)
     kind = media_type(request)
     if kind == "application/json" or kind.endswith("+json"):
         if fmt is not None:
@@ -305,7 +381,7 @@ async def receive_weights(
                 "a partial weights update is an npz of 'edge_ids' and 'weights' (?format=npz).",
                 field="format",
             )
-        return await _receive_binary(request, store, settings.max_upload_bytes, fmt)
+        return await _receive_binary(request, store, settings, fmt)
     raise UnsupportedMediaTypeError(
         f"Content-Type {kind or '(none)'!r} is not accepted; send application/json or an "
         "application/octet-stream body (?format=npy for every weight, npz for edge_ids + weights).",

@@ -691,6 +691,9 @@ def plan_workers(settings: Settings) -> list[WorkerConfig]:
             memory_bytes=settings.worker_memory_bytes,
             heartbeat_interval_s=settings.heartbeat_interval_s,
             spin_s=settings.worker_spin_ms / 1e3,
+            max_vertices=settings.max_vertices,
+            max_inflated_bytes=settings.max_inflated_bytes,
+            max_compression_ratio=settings.max_compression_ratio,
         )
 
     if settings.backend == "cpu":

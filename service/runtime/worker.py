@@ -59,6 +59,7 @@ from ..errors import (
     WorkerInternalError,
     storage_error,
 )
+from ..limits import check_vertices
 from ..storage import npzio
 
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
@@ -91,6 +92,10 @@ class WorkerConfig:
     spin_s: float = 0.0
     #: bytes of graphs this worker may hold (MST_WORKER_MEMORY_BYTES); 0: its device's memory
     memory_bytes: int = 0
+    #: MST_MAX_VERTICES, MST_MAX_INFLATED_BYTES, MST_MAX_COMPRESSION_RATIO
+    max_vertices: int = 2**31 - 1
+    max_inflated_bytes: int | None = None
+    max_compression_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -155,18 +160,20 @@ def _read_weights(path: str, fmt: str) -> tuple[Any, Any]:
     with ``weight`` (every weight) or ``edge_ids`` and ``weights`` (some). Never unpickles."""
     import numpy as np
 
+    from gpu_core.formats import npz_arrays
+
     from ..errors import InvalidUploadError
 
     try:
         if fmt == "npy":
             return None, np.load(path, mmap_mode="r", allow_pickle=False)
-        with np.load(path, allow_pickle=False) as npz:
-            names = set(npz.files)
-            if names == {"weight"}:
-                return None, npz["weight"]
-            if names == {"edge_ids", "weights"}:
-                return npz["edge_ids"], npz["weights"]
-    except (ValueError, OSError, EOFError) as exc:
+        npz = npz_arrays(Path(path).read_bytes())  # not np.load: it allocates what a member's header says
+        names = set(npz)
+        if names == {"weight"}:
+            return None, npz["weight"]
+        if names == {"edge_ids", "weights"}:
+            return npz["edge_ids"], npz["weights"]
+    except (ValueError, OSError, EOFError) as exc:  # gpu_core's GraphValidationError is a ValueError
         raise InvalidUploadError(f"the weights file cannot be read as {fmt}: {exc}", field="body") from None
     raise InvalidUploadError(
         f"an npz of weights holds either 'weight' (every weight) or 'edge_ids' and 'weights' (some); "
@@ -356,8 +363,7 @@ class _Worker:
             return _portable(exc)
         return None
 
-    @staticmethod
-    def _parse(path: str, fmt: str) -> Any:
+    def _parse(self, path: str, fmt: str) -> Any:
         """The edge arrays of a spool file: a plain npz is mapped (no copy), the rest is parsed."""
         import gpu_core
         from gpu_core.formats import EdgeArrays
@@ -369,7 +375,11 @@ class _Worker:
                 n = None if nv is None else int(nv)
                 return EdgeArrays(arrays["src"], arrays["dst"], arrays["weight"], n)
             # anything unusual: the engine's reader decides, and words its errors
-        return gpu_core.read_graph(Path(path).read_bytes(), fmt)
+        config = self.config
+        data = Path(path).read_bytes()
+        return gpu_core.read_graph(
+            data, fmt, max_inflated_bytes=config.max_inflated_bytes, max_ratio=config.max_compression_ratio
+        )
 
     def _read(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, gpu_core.Graph]:
         """Parse a spool file and make it a resident graph; (the parsed edge arrays, the graph)."""
@@ -383,6 +393,7 @@ class _Worker:
                 field="body",
             )
         n = num_vertices if num_vertices is not None else edges.num_vertices
+        check_vertices(edges.src, edges.dst, n, self.config.max_vertices)  # before n-sized estimates
         self._admit(edges, n)
         graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
         return edges, graph

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import sqlite3
 import threading
@@ -102,6 +103,15 @@ def _migrate(db: sqlite3.Connection) -> None:
 def new_id(prefix: str) -> str:
     """A random, non-sequential id such as ``g_3kq0...``: 128 bits from :mod:`secrets`."""
     return f"{prefix}_{secrets.token_hex(16)}"
+
+
+_ID_SHAPE = re.compile(r"[a-z]_[0-9a-f]{32}")
+
+
+def is_id(value: str, prefix: str) -> bool:
+    """Whether ``value`` has the shape :func:`new_id` gives ids of ``prefix`` (checked before any
+    lookup, so a foreign id such as ``../../etc/passwd`` never reaches a query or a path)."""
+    return value[:2] == f"{prefix}_" and _ID_SHAPE.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
