@@ -473,6 +473,7 @@ class GpuGraph:
         full bus speed; pageable ``get()``s would each synchronize and fault fresh pages in.
         """
         cp = _cupy()
+        self._after_caller()  # the arrays may come from the caller's stream (labels, say)
         offsets, total = [], 0
         for a in arrays:
             offsets.append(total)
