@@ -1,4 +1,11 @@
-"""Single-linkage dendrograms from spanning trees, in SciPy's linkage-matrix format."""
+"""Single-linkage dendrograms from spanning trees, as SciPy linkage matrices.
+
+A spanning tree whose edges are listed in merge order (non-decreasing weight, ties in
+the order given) *is* the single-linkage hierarchy: the i-th edge merges the two
+clusters that hold its endpoints into cluster ``n + i``. Only the labelling is
+sequential (a union-find over the edges); connectivity and order are checked with
+vectorized SciPy/NumPy first, so the loop never meets a bad edge.
+"""
 
 from __future__ import annotations
 
@@ -6,36 +13,76 @@ from typing import Any
 
 import numpy as np
 
-from .errors import GraphValidationError
+from .errors import DisconnectedForestError, GraphValidationError
+
+
+def _check_tree(n: int, u: np.ndarray[Any, Any], v: np.ndarray[Any, Any], w: np.ndarray[Any, Any]) -> None:
+    if not (u.shape == v.shape == w.shape) or u.ndim != 1:
+        raise GraphValidationError("u, v and w must be one-dimensional arrays of one length.", field="src")
+    if u.size and (min(int(u.min()), int(v.min())) < 0 or max(int(u.max()), int(v.max())) >= n):
+        raise GraphValidationError(f"a vertex id lies outside [0, {n}).", field="src")
+    if np.any(w[1:] < w[:-1]):
+        at = int(np.flatnonzero(w[1:] < w[:-1])[0]) + 1
+        raise GraphValidationError(
+            f"the edges must come in merge order (non-decreasing weight); edge {at} is lighter than "
+            "the one before it.",
+            field="weight",
+            index=at,
+        )
+    from scipy.sparse import coo_matrix  # imported here: `import gpu_core` stays light
+    from scipy.sparse.csgraph import connected_components
+
+    graph = coo_matrix((np.ones(u.shape[0]), (u, v)), shape=(n, n))
+    count, _ = connected_components(graph, directed=False)
+    if count != 1 or u.shape[0] != n - 1:
+        raise DisconnectedForestError(
+            f"the {u.shape[0]} edges form {count} connected component(s) over {n} vertices; a "
+            f"single-linkage dendrogram needs a spanning tree (one component, {n - 1} edges).",
+            num_components=int(count),
+        )
 
 
 def linkage_from_sorted_edges(n: int, u: Any, v: Any, w: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
-    """The linkage matrix of a spanning tree whose ``n - 1`` edges come in merge order.
+    """SciPy linkage matrix ``(n - 1) x 4`` of a spanning tree whose edges are in merge order.
 
-    Row ``i`` merges the clusters holding ``u[i]`` and ``v[i]`` at height ``w[i]`` into
-    cluster ``n + i`` (SciPy's numbering; the smaller cluster id first, as SciPy writes it).
+    Row i is ``[a, b, w[i], size]`` with ``a < b`` the ids of the two clusters the i-th
+    edge joins (points are ``0..n-1``, the cluster of the i-th merge is ``n + i``), as
+    :func:`scipy.cluster.hierarchy.linkage` numbers them. Raises
+    :class:`~gpu_core.errors.DisconnectedForestError` unless the edges form one tree.
     """
-    u_list = np.asarray(u, dtype=np.int64).tolist()
-    v_list = np.asarray(v, dtype=np.int64).tolist()
-    if len(u_list) != n - 1:
-        raise GraphValidationError(
-            f"a linkage needs a spanning tree of {n - 1} edges, got {len(u_list)}.", field="graph"
-        )
-    parent = list(range(2 * n - 1))  # union-find over clusters; a root's id is its cluster id
-    size = [1] * n + [0] * (n - 1)
-    out = np.empty((max(n - 1, 0), 4), dtype=np.float64)
-    for i, (a, b) in enumerate(zip(u_list, v_list, strict=True)):
+    u = np.asarray(u, dtype=np.int64)
+    v = np.asarray(v, dtype=np.int64)
+    w = np.asarray(w, dtype=np.float64)
+    _check_tree(n, u, v, w)
+    m = n - 1
+    out = np.empty((m, 4), dtype=np.float64)
+    out[:, 2] = w
+    if m == 0:
+        return out
+    # union-find over points; label[root] is the cluster id the root's component has now
+    parent = list(range(n))
+    label = list(range(n))
+    size = [1] * n
+    left = [0] * m
+    right = [0] * m
+    sizes = [0] * m
+    for i, (a, b) in enumerate(zip(u.tolist(), v.tolist(), strict=True)):
         while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
+            parent[a] = a = parent[parent[a]]
         while parent[b] != b:
-            parent[b] = parent[parent[b]]
-            b = parent[b]
-        if a == b:
-            raise GraphValidationError("the edges given for a linkage close a cycle.", field="graph")
-        new = n + i
-        parent[a] = parent[b] = new
-        size[new] = size[a] + size[b]
-        out[i, 0], out[i, 1], out[i, 3] = min(a, b), max(a, b), size[new]
-    out[:, 2] = np.asarray(w, dtype=np.float64)
+            parent[b] = b = parent[parent[b]]
+        la, lb = label[a], label[b]
+        if la < lb:
+            left[i], right[i] = la, lb
+        else:
+            left[i], right[i] = lb, la
+        if size[a] < size[b]:
+            a, b = b, a
+        parent[b] = a
+        size[a] += size[b]
+        sizes[i] = size[a]
+        label[a] = n + i
+    out[:, 0] = left
+    out[:, 1] = right
+    out[:, 3] = sizes
     return out

@@ -2,7 +2,7 @@
 
 Semantics shared by both backends (bit for bit):
 
-* distances are compared as float64 squared distances ``Σ (a_k − b_k)²`` accumulated in
+* distances are compared as float64 squared distances ``Σ (a_k - b_k)²`` accumulated in
   dimension order without fused multiply-add (coordinates are converted to float64 first);
 * with ``min_samples = k > 1`` the squared core distance of a point is the k-th smallest
   squared distance to all points, the point itself counted (scikit-learn's convention),
@@ -22,6 +22,7 @@ import numpy as np
 
 from ._graph import Backend, resolve_backend
 from .errors import (
+    BackendUnavailableError,
     ClusteringParameterError,
     NonFiniteCoordinateError,
     PointDtypeError,
@@ -118,7 +119,7 @@ def check_min_samples(min_samples: Any, n: int) -> int:
 
 
 def squared_distances(coords_t: np.ndarray[Any, Any], i: Any, j: Any) -> np.ndarray[Any, Any]:
-    """Exact ``Σ (a_k − b_k)²`` in dimension order, one rounding per operation (no FMA).
+    """Exact ``Σ (a_k - b_k)²`` in dimension order, one rounding per operation (no FMA).
 
     ``coords_t`` is the ``(d, n)`` float64 transpose; ``i`` and ``j`` broadcast together.
     """
@@ -171,20 +172,25 @@ def euclidean_mst(points: Any, *, min_samples: int = 1, backend: Backend = "auto
     With ``min_samples = k > 1`` the tree of HDBSCAN*'s mutual-reachability distances
     ``max(core_i, core_j, d(i, j))``, where a core distance is the distance to the k-th
     nearest point, the point itself counted. Ties are broken by ``(weight², min(i, j),
-    max(i, j))``, so the tree is unique and both backends return the same arrays.
+    max(i, j))``, so the tree is unique. ``backend="auto"`` computes on the CPU for now
+    (the tree's ``backend`` says where it ran); ``backend="gpu"`` raises
+    :class:`~gpu_core.errors.BackendUnavailableError` until the CUDA kernels exist.
     """
     chosen = resolve_backend(backend)
-    if chosen == "gpu":
-        from ._points_gpu import gpu_euclidean_mst
-
-        return gpu_euclidean_mst(points, min_samples)
+    if chosen == "gpu" and backend == "gpu":
+        # the CUDA point-set kernels are not part of the engine yet: say so instead of pretending
+        raise BackendUnavailableError(
+            "the GPU backend for point sets is not available yet; use backend='cpu' or 'auto'."
+        )
     from ._points_cpu import cpu_euclidean_mst
 
     return cpu_euclidean_mst(points, min_samples)
 
 
-def single_linkage(points_or_tree: Any, *, backend: Backend = "auto") -> np.ndarray[Any, np.dtype[np.float64]]:
-    """Single-linkage dendrogram as a SciPy linkage matrix (``(n − 1) × 4``, float64).
+def single_linkage(
+    points_or_tree: Any, *, backend: Backend = "auto"
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Single-linkage dendrogram as a SciPy linkage matrix (``(n - 1) x 4``, float64).
 
     Takes points (then their Euclidean MST is computed on ``backend``) or an
     :class:`EuclideanTree` (a mutual-reachability tree gives HDBSCAN*'s hierarchy).
@@ -192,7 +198,9 @@ def single_linkage(points_or_tree: Any, *, backend: Backend = "auto") -> np.ndar
     """
     from ._linkage import linkage_from_sorted_edges
 
-    tree = points_or_tree if isinstance(points_or_tree, EuclideanTree) else euclidean_mst(
-        points_or_tree, backend=backend
+    tree = (
+        points_or_tree
+        if isinstance(points_or_tree, EuclideanTree)
+        else euclidean_mst(points_or_tree, backend=backend)
     )
     return linkage_from_sorted_edges(tree.n, tree.src, tree.dst, tree.weights)

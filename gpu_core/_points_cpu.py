@@ -4,7 +4,7 @@ The k-d tree only *proposes* neighbours; every distance that decides anything is
 recomputed here with the contract's formula (``_points.squared_distances``) and every
 choice applies the ``(weight², min, max)`` order. A neighbour list is trusted only as
 far as it provably reaches: the k-d tree's own distances differ from the exact ones
-by a few ulps, so a point not listed is known to be at least ``(1 − SLACK)`` times the
+by a few ulps, so a point not listed is known to be at least ``(1 - SLACK)`` times the
 last listed distance away, and a candidate counts only when it beats that bound
 strictly (a tie with an unlisted point could otherwise win on the indices).
 
@@ -37,6 +37,8 @@ SLACK = 1e-9
 CACHED_NEIGHBOURS = 16
 #: most neighbours one k-d tree query asks for before the complement-tree fallback
 MAX_NEIGHBOURS = 64
+#: deeper k-d tree queries only while at most 1/DEEP_FRACTION of the points are unresolved
+DEEP_FRACTION = 32
 INT64_MAX = np.iinfo(np.int64).max
 Array = np.ndarray[Any, Any]
 
@@ -83,7 +85,8 @@ class _Search:
             ub = np.sqrt(bound2) * (1.0 + 4 * SLACK) + 1e-150
             dist = np.empty((rows.shape[0], k))
             idx = np.empty((rows.shape[0], k), dtype=np.int64)
-            # cKDTree takes one scalar bound per call: group rows of equal bound
+            # cKDTree takes one scalar bound per call: round bounds up to powers of two and group
+            ub = np.exp2(np.ceil(np.log2(ub)))
             order = np.argsort(ub, kind="stable")
             uniq, starts = np.unique(ub[order], return_index=True)
             for b, s, e in zip(uniq, starts, [*starts[1:], order.shape[0]], strict=True):
@@ -154,9 +157,7 @@ def _offer(best_w: Array, best_pair: Array, comps: Array, row_w: Array, row_pair
     np.minimum.at(best_pair, comps[at], row_pair[at])
 
 
-def _resolve(
-    search: _Search, nb: _Neighbours, comp: Array, best_w: Array, best_pair: Array
-) -> Array:
+def _resolve(search: _Search, nb: _Neighbours, comp: Array, best_w: Array, best_pair: Array) -> Array:
     """Offer the rows' candidates; return the rows whose unlisted points might still do better."""
     row_w, row_pair = _row_best(nb, comp, search.n)
     comps = comp[nb.rows]
@@ -164,9 +165,7 @@ def _resolve(
     return nb.rows[nb.lower <= best_w[comps]]
 
 
-def _complement_search(
-    search: _Search, rows: Array, comp: Array, best_w: Array, best_pair: Array
-) -> None:
+def _complement_search(search: _Search, rows: Array, comp: Array, best_w: Array, best_pair: Array) -> None:
     """Nearest outside points of ``rows`` from k-d trees built on the complement of each component."""
     comps = comp[rows]
     order = np.argsort(comps, kind="stable")
@@ -190,10 +189,9 @@ def cpu_euclidean_mst(points: Any, min_samples: int = 1) -> EuclideanTree:
     timings: dict[str, float] = {}
     empty = np.empty(0, dtype=np.int64)
     if n == 1:
-        core2 = np.zeros(1) if k > 1 else None
         return finish_tree(
-            empty, empty, np.empty(0), n=n, d=d, min_samples=k, core2=core2, backend="cpu",
-            started=started, timings_ms=timings,
+            empty, empty, np.empty(0), n=n, d=d, min_samples=k, backend="cpu",
+            core2=np.zeros(1) if k > 1 else None, started=started, timings_ms=timings,
         )  # fmt: skip
 
     t0 = time.perf_counter()
@@ -209,6 +207,7 @@ def cpu_euclidean_mst(points: Any, min_samples: int = 1) -> EuclideanTree:
     t0 = time.perf_counter()
     all_rows = np.arange(n)
     cached = search.query(all_rows, CACHED_NEIGHBOURS + (k if k > 1 else 0))
+    live = cached
     comp = np.arange(n)
     num_comp = n
     lo_parts: list[Array] = []
@@ -219,12 +218,19 @@ def cpu_euclidean_mst(points: Any, min_samples: int = 1) -> EuclideanTree:
         rounds += 1
         best_w = np.full(num_comp, np.inf)
         best_pair = np.full(num_comp, INT64_MAX, dtype=np.int64)
-        rows = _resolve(search, cached, comp, best_w, best_pair)
+        # cached lists: only rows that still list an outside point need scanning (components grow)
+        row_w, row_pair = _row_best(live, comp, n)
+        _offer(best_w, best_pair, comp[live.rows], row_w, row_pair)
+        keep = np.isfinite(row_w)
+        live = _Neighbours(live.rows[keep], live.idx[keep], live.w2[keep], live.lower[keep])
+        rows = np.flatnonzero(cached.lower <= best_w[comp])
         kk = 2 * cached.idx.shape[1]
-        while rows.size and kk <= MAX_NEIGHBOURS:
+        # bounded k-d tree queries with more neighbours while few rows are unresolved ...
+        while rows.size and kk <= MAX_NEIGHBOURS and rows.size * DEEP_FRACTION <= n:
             nb = search.query(rows, kk, best_w[comp[rows]])
             rows = _resolve(search, nb, comp, best_w, best_pair)
             kk *= 2
+        # ... else (interior points of large components) trees over each component's complement
         if rows.size:
             _complement_search(search, rows, comp, best_w, best_pair)
         # every component now has its lightest outgoing edge; the strict order makes them a forest

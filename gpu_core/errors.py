@@ -105,7 +105,7 @@ class PointSetValidationError(MSTError, ValueError):
 
 
 class PointSetShapeError(PointSetValidationError):
-    """Points must be a two-dimensional ``(n, d)`` array with ``n >= 1`` and ``1 <= d <=`` the supported maximum."""
+    """Points must form an ``(n, d)`` array with ``n >= 1`` and ``1 <= d <=`` the supported maximum."""
 
     code = "invalid_point_set_shape"
 
@@ -129,7 +129,7 @@ class ClusteringParameterError(PointSetValidationError):
 
 
 class DisconnectedForestError(MSTError, ValueError):
-    """The edges do not join all vertices into one tree, so no single dendrogram exists; pass a spanning tree."""
+    """The edges do not join all vertices into one tree, so no dendrogram exists; pass a spanning tree."""
 
     code = "disconnected_forest"
 

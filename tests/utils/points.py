@@ -45,7 +45,7 @@ def collinear(seed: int, n: int, d: int) -> PointSet:
 
 def integer_grid(seed: int, n: int, d: int) -> PointSet:
     rng = np.random.default_rng(seed)
-    side = max(2, int(round(n ** (1.0 / d))) + 1)
+    side = max(2, round(n ** (1.0 / d)) + 1)
     return PointSet(f"grid-{n}x{d}", rng.integers(0, side, (n, d)).astype(np.float32))
 
 
@@ -100,9 +100,7 @@ def prim_tree(w2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         # keep, per vertex, the lightest edge into the tree under the full order
         w_new = w2[v]
         lo_new, hi_new = np.minimum(v, np.arange(n)), np.maximum(v, np.arange(n))
-        better = (w_new < best_w) | (
-            (w_new == best_w) & ((lo_new < lo) | ((lo_new == lo) & (hi_new < hi)))
-        )
+        better = (w_new < best_w) | ((w_new == best_w) & ((lo_new < lo) | ((lo_new == lo) & (hi_new < hi))))
         better &= ~in_tree
         best_w[better] = w_new[better]
         best_from[better] = v
