@@ -22,7 +22,6 @@ import numpy as np
 
 from ._graph import Backend, resolve_backend
 from .errors import (
-    BackendUnavailableError,
     ClusteringParameterError,
     NonFiniteCoordinateError,
     PointDtypeError,
@@ -142,10 +141,11 @@ def finish_tree(
     backend: str,
     started: float,
     timings_ms: dict[str, float],
+    presorted: bool = False,
 ) -> EuclideanTree:
-    """Sort the edges into the canonical order and take square roots."""
+    """Sort the edges into the canonical order (unless ``presorted``) and take square roots."""
     t0 = time.perf_counter()
-    order = np.lexsort((hi, lo, w2))
+    order = np.arange(lo.shape[0]) if presorted else np.lexsort((hi, lo, w2))
     src = np.ascontiguousarray(lo[order], dtype=np.int64)
     dst = np.ascontiguousarray(hi[order], dtype=np.int64)
     weights = np.sqrt(np.asarray(w2[order], dtype=np.float64))
@@ -172,16 +172,13 @@ def euclidean_mst(points: Any, *, min_samples: int = 1, backend: Backend = "auto
     With ``min_samples = k > 1`` the tree of HDBSCAN*'s mutual-reachability distances
     ``max(core_i, core_j, d(i, j))``, where a core distance is the distance to the k-th
     nearest point, the point itself counted. Ties are broken by ``(weight², min(i, j),
-    max(i, j))``, so the tree is unique. ``backend="auto"`` computes on the CPU for now
-    (the tree's ``backend`` says where it ran); ``backend="gpu"`` raises
-    :class:`~gpu_core.errors.BackendUnavailableError` until the CUDA kernels exist.
+    max(i, j))``, so the tree is unique and both backends return the same arrays.
     """
     chosen = resolve_backend(backend)
-    if chosen == "gpu" and backend == "gpu":
-        # the CUDA point-set kernels are not part of the engine yet: say so instead of pretending
-        raise BackendUnavailableError(
-            "the GPU backend for point sets is not available yet; use backend='cpu' or 'auto'."
-        )
+    if chosen == "gpu":
+        from ._points_gpu import gpu_euclidean_mst
+
+        return gpu_euclidean_mst(points, min_samples)
     from ._points_cpu import cpu_euclidean_mst
 
     return cpu_euclidean_mst(points, min_samples)

@@ -120,7 +120,3 @@ def test_bad_min_samples(min_samples) -> None:
     assert info.value.field == "min_samples"
     assert pickle.loads(pickle.dumps(info.value)).field == "min_samples"
 
-
-def test_gpu_backend_for_points_says_it_is_missing() -> None:
-    with pytest.raises(errors.BackendUnavailableError):
-        gpu_core.euclidean_mst(np.zeros((3, 2)), backend="gpu")
