@@ -51,7 +51,9 @@ class _Device:
         scale = cp.where(span > 0, 1.0 / cp.where(span > 0, span, 1.0), 0.0)
         bits = max(1, min(32, 63 // d))
         codes = cp.empty(n, dtype=cp.uint64)
-        _k("morton_codes")(_grid(n), (BLOCK,), (x, np.int32(n), np.int32(d), lo, scale, np.int32(bits), codes))
+        _k("morton_codes")(
+            _grid(n), (BLOCK,), (x, np.int32(n), np.int32(d), lo, scale, np.int32(bits), codes)
+        )
         order = cp.argsort(codes)
         self.pts = cp.ascontiguousarray(x[order])
         self.orig = order.astype(cp.int32)
@@ -74,12 +76,16 @@ class _Device:
         )  # fmt: skip
         level = leaves // 2
         while level >= 1:
-            _k("build_level")(_grid(level), (BLOCK,), (np.int32(level), np.int32(d), self.lo, self.hi, self.min_core2))
+            _k("build_level")(
+                _grid(level), (BLOCK,), (np.int32(level), np.int32(d), self.lo, self.hi, self.min_core2)
+            )
             level //= 2
 
     def components(self, comp: Array) -> None:
         leaves = self.num_leaves
-        _k("leaf_components")(_grid(leaves), (BLOCK,), (comp, np.int32(self.n), np.int32(leaves), self.node_comp))
+        _k("leaf_components")(
+            _grid(leaves), (BLOCK,), (comp, np.int32(self.n), np.int32(leaves), self.node_comp)
+        )
         level = leaves // 2
         while level >= 1:
             _k("level_components")(_grid(level), (BLOCK,), (np.int32(level), self.node_comp))
@@ -130,7 +136,9 @@ def gpu_euclidean_mst(points: Any, min_samples: int = 1) -> EuclideanTree:
         raise DeviceError(f"CUDA failed while computing the tree: {exc}") from None
 
 
-def _compute(cp: Any, coords: np.ndarray[Any, Any], k: int, started: float, timings: dict[str, float]) -> EuclideanTree:
+def _compute(
+    cp: Any, coords: np.ndarray[Any, Any], k: int, started: float, timings: dict[str, float]
+) -> EuclideanTree:
     n, d = coords.shape
     stream = cp.cuda.get_current_stream()
     t0 = time.perf_counter()
@@ -177,8 +185,8 @@ def _compute(cp: Any, coords: np.ndarray[Any, Any], k: int, started: float, timi
         _k("seed_bounds")(grid, (BLOCK,), (dev.pts, core2, comp, np.int32(n), np.int32(d), bound))
         nearest(
             grid, (BLOCK,),
-            (dev.pts, core2, np.int32(n), np.int32(d), np.int32(dev.num_leaves), dev.lo, dev.hi, dev.min_core2,
-             dev.node_comp, comp, dev.orig, bound, best_w, best_pair),
+            (dev.pts, core2, np.int32(n), np.int32(d), np.int32(dev.num_leaves), dev.lo, dev.hi,
+             dev.min_core2, dev.node_comp, comp, dev.orig, bound, best_w, best_pair),
         )  # fmt: skip
         _k("offer_pairs")(grid, (BLOCK,), (np.int32(n), comp, best_w, best_pair, bound, pair))
         _k("link_components")(

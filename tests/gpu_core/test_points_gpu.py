@@ -32,13 +32,14 @@ def test_gpu_equals_cpu_and_brute_force(d: int, min_samples: int) -> None:
     for n in (2, 7, 120):
         if min_samples > n:
             continue
-        for ps in point_sets(n, d, seed=31 * n + d):
+        for which, ps in enumerate(point_sets(n, d, seed=31 * n + d)):
             gpu = gpu_core.euclidean_mst(ps.points, min_samples=min_samples, backend="gpu")
             cpu = gpu_core.euclidean_mst(ps.points, min_samples=min_samples, backend="cpu")
             assert_same_tree(gpu, cpu, ps.name)
-            if n == 120 and ps is point_sets(n, d, seed=31 * n + d)[0]:
+            if n == 120 and which < 2:  # and one independent oracle, besides the CPU backend
                 src, dst, w = prim_tree(weight_matrix(ps.points, min_samples))
-                assert np.array_equal(gpu.src, src) and np.array_equal(gpu.weights, w)
+                assert np.array_equal(gpu.src, src) and np.array_equal(gpu.dst, dst)
+                assert np.array_equal(gpu.weights, w)
 
 
 @pytest.mark.parametrize(("d", "min_samples"), [(2, 1), (3, 16), (5, 70), (2, 5)])
@@ -59,4 +60,6 @@ def test_cupy_input_and_hdbscan_labels() -> None:
     a = gpu_core.hdbscan(ps.points, min_cluster_size=10, backend="gpu")
     b = gpu_core.hdbscan(ps.points, min_cluster_size=10, backend="cpu")
     assert np.array_equal(a.labels, b.labels) and np.array_equal(a.probabilities, b.probabilities)
-    assert np.array_equal(gpu_core.single_linkage(ps.points, backend="gpu"), gpu_core.single_linkage(ps.points))
+    assert np.array_equal(
+        gpu_core.single_linkage(ps.points, backend="gpu"), gpu_core.single_linkage(ps.points)
+    )
