@@ -119,4 +119,3 @@ def test_bad_min_samples(min_samples) -> None:
         gpu_core.euclidean_mst(np.zeros((3, 2)), min_samples=min_samples, backend="cpu")
     assert info.value.field == "min_samples"
     assert pickle.loads(pickle.dumps(info.value)).field == "min_samples"
-
