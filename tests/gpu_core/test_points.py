@@ -119,3 +119,24 @@ def test_bad_min_samples(min_samples) -> None:
         gpu_core.euclidean_mst(np.zeros((3, 2)), min_samples=min_samples, backend="cpu")
     assert info.value.field == "min_samples"
     assert pickle.loads(pickle.dumps(info.value)).field == "min_samples"
+
+
+@pytest.mark.parametrize("n", [50, 3000])  # the Python loop, and the compiled one where Numba is installed
+def test_linkage_loops_agree_and_detect_cycles(n: int) -> None:
+    from gpu_core import _linkage
+
+    rng = np.random.default_rng(n)
+    perm = rng.permutation(n)
+    u, v = perm[1:], perm[rng.integers(0, np.arange(1, n))]
+    w = np.sort(rng.random(n - 1))
+    z = gpu_core.linkage_from_sorted_edges(n, u, v, w)
+    ref = np.empty_like(z)
+    ref[:, 2] = w
+    assert _linkage._label_python(n, u.astype(np.int64), v.astype(np.int64), ref) == -1
+    assert np.array_equal(z, ref)
+    assert np.array_equal(z[:, :2].min(axis=1), z[:, 0]) and z[-1, 3] == n
+    u2, v2 = u.copy(), v.copy()
+    u2[-1], v2[-1] = u[0], v[0]  # the last edge repeats the first: a cycle, one vertex left out
+    with pytest.raises(errors.DisconnectedForestError) as info:
+        gpu_core.linkage_from_sorted_edges(n, u2, v2, w)
+    assert info.value.num_components == 2
