@@ -9,13 +9,13 @@ Mistakes in the input also derive from :class:`ValueError`, so plain
     │   ├── EdgeListShapeError              arrays of wrong rank or unequal length
     │   ├── UnsupportedDtypeError           ids or weights of an unsupported dtype
     │   ├── VertexIdError                   a vertex id outside [0, num_vertices)
-    │   └── NonFiniteWeightError            a NaN or infinite weight
+    │   ├── NonFiniteWeightError            a NaN or infinite weight
+    │   └── DisconnectedForestError         edges that are no spanning tree (for a dendrogram)
     ├── PointSetValidationError (ValueError) the point set or a clustering parameter is malformed
     │   ├── PointSetShapeError              not an (n, d) array with n >= 1 and 1 <= d <= the limit
     │   ├── PointDtypeError                 coordinates of a non-numeric dtype
     │   ├── NonFiniteCoordinateError        a NaN or infinite coordinate
     │   └── ClusteringParameterError        e.g. min_samples larger than the number of points
-    ├── DisconnectedForestError (ValueError) edges that do not join all vertices into one tree
     ├── GraphTooLargeError (ValueError)     over a backend's index limits
     ├── BackendUnavailableError (RuntimeError)
     └── DeviceError (RuntimeError)          CUDA failed while running a computation
@@ -128,13 +128,13 @@ class ClusteringParameterError(PointSetValidationError):
     code = "invalid_clustering_parameter"
 
 
-class DisconnectedForestError(MSTError, ValueError):
+class DisconnectedForestError(GraphValidationError):
     """The edges do not join all vertices into one tree, so no dendrogram exists; pass a spanning tree."""
 
     code = "disconnected_forest"
 
     def __init__(self, message: str, *, num_components: int | None = None) -> None:
-        super().__init__(message)
+        super().__init__(message, field="graph")
         #: how many trees the edges form
         self.num_components = num_components
 

@@ -83,6 +83,9 @@ def test_linkage_from_sorted_edges_checks_the_tree() -> None:
     with pytest.raises(errors.DisconnectedForestError) as info:
         gpu_core.linkage_from_sorted_edges(4, [0, 2], [1, 3], [1.0, 2.0])
     assert info.value.num_components == 2
+    again = pickle.loads(pickle.dumps(info.value))
+    assert isinstance(again, errors.GraphValidationError) and again.field == "graph"
+    assert again.num_components == 2 and str(again) == str(info.value)
     with pytest.raises(errors.DisconnectedForestError):
         gpu_core.linkage_from_sorted_edges(3, [0, 1, 0], [1, 0, 1], [1.0, 1.0, 2.0])
     with pytest.raises(errors.GraphValidationError, match="merge order"):
@@ -140,3 +143,6 @@ def test_linkage_loops_agree_and_detect_cycles(n: int) -> None:
     with pytest.raises(errors.DisconnectedForestError) as info:
         gpu_core.linkage_from_sorted_edges(n, u2, v2, w)
     assert info.value.num_components == 2
+    again = pickle.loads(pickle.dumps(info.value))
+    assert isinstance(again, errors.GraphValidationError) and again.field == "graph"
+    assert again.num_components == 2 and str(again) == str(info.value)
