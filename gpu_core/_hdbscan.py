@@ -149,16 +149,21 @@ def _select(
 
     if method == "eom":
         stab = {n + i: s for i, s in enumerate(stability)}
-        is_cluster = {c: True for c in range(n + num_clusters - 1, n, -1)}  # the root never (single=False)
+        # bottom-up (children have larger ids): does a cluster beat its subtree? (never the root)
+        chose: dict[int, bool] = {}
         for node in range(n + num_clusters - 1, n, -1):
             sub = sum(stab[c] for c in children.get(node, []))
             if sub > stab[node]:
-                is_cluster[node] = False
+                chose[node] = False
                 stab[node] = sub
             else:
-                for x in descendants(node):
-                    is_cluster[x] = False
-        selected = {c for c, keep in is_cluster.items() if keep}
+                chose[node] = True
+        # top-down: a cluster that chose itself is selected unless an ancestor did too
+        blocked = {n: False}
+        for node in range(n + 1, n + num_clusters):
+            up = parent_of[node]
+            blocked[node] = blocked[up] or chose.get(up, False)
+        selected = {c for c, keep in chose.items() if keep and not blocked[c]}
         if epsilon != 0.0 and cc:
             selected = _epsilon_search(selected, children, parent_of, birth_lam, root, epsilon, descendants)
     else:
