@@ -12,6 +12,7 @@ Follows ``sklearn.cluster.HDBSCAN`` (``_tree.pyx``): clusters are numbered diffe
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,6 +36,67 @@ class HDBSCANResult:
     backend: str
     compute_ms: float
     timings_ms: dict[str, float]
+
+
+@functools.cache
+def _compiled_resolve() -> Any:
+    """Numba-compiled resolution of upward pointers, or None where Numba is not installed."""
+    try:
+        import numba
+    except ImportError:
+        return None
+
+    def resolve(ptr: Any) -> Any:  # pragma: no cover - runs compiled
+        out = ptr.copy()
+        for x in range(out.shape[0] - 1, -1, -1):  # parents (larger ids) are final first
+            out[x] = out[out[x]]
+        return out
+
+    try:
+        return numba.njit(cache=True, nogil=True)(resolve)
+    except RuntimeError:  # no writable cache folder next to the package
+        return numba.njit(nogil=True)(resolve)
+
+
+def _resolve_up(ptr: Array) -> Array:
+    """Fixed points of pointers that only point to larger ids or to themselves (dendrogram parents)."""
+    compiled = _compiled_resolve() if ptr.shape[0] > 100_000 else None
+    return _jump(ptr) if compiled is None else np.asarray(compiled(ptr))
+
+
+def _eom(parent: Array, stability: Array) -> Array:
+    """Excess of mass over clusters ``0..C-1`` (0 the root, children after parents).
+
+    Bottom-up, a cluster is kept when its stability is at least its children's (summed as
+    they were resolved); top-down, a kept cluster is selected unless an ancestor was kept.
+    """
+    size = parent.shape[0]
+    stab = stability.copy()
+    sub = np.zeros(size)
+    chose = np.zeros(size, dtype=np.bool_)
+    for node in range(size - 1, 0, -1):  # never the root (allow_single_cluster=False)
+        if sub[node] > stab[node]:
+            stab[node] = sub[node]
+        else:
+            chose[node] = True
+        sub[parent[node]] += stab[node]
+    blocked = np.zeros(size, dtype=np.bool_)
+    for node in range(1, size):
+        up = parent[node]
+        blocked[node] = blocked[up] or chose[up]
+    return chose & ~blocked
+
+
+@functools.cache
+def _compiled_eom() -> Any:
+    try:
+        import numba
+    except ImportError:
+        return None
+    try:
+        return numba.njit(cache=True, nogil=True)(_eom)
+    except RuntimeError:
+        return numba.njit(nogil=True)(_eom)
 
 
 def _jump(ptr: Array) -> Array:
@@ -84,7 +146,7 @@ def condense(linkage: Array, min_cluster_size: int) -> CondensedTree:
     starts_cluster = splits & big[sibling]
     starts_cluster[root] = True
     # every big node belongs to the cluster started by its nearest ancestor-or-self that starts one
-    owner = _jump(np.where(starts_cluster, np.arange(nodes), parent))
+    owner = _resolve_up(np.where(starts_cluster, np.arange(nodes), parent))
     # new cluster labels: root -> n, the others in descending node order, left before right
     starters = np.flatnonzero(starts_cluster)
     starters = starters[starters != root]
@@ -100,7 +162,7 @@ def condense(linkage: Array, min_cluster_size: int) -> CondensedTree:
     c_lam = lam_of_merge[parent[split_children] - n]
     c_size = size[split_children]
     # point rows: a point leaves at the parent of its topmost small ancestor-or-self
-    top_small = _jump(np.where(big | big[parent], np.arange(nodes), parent))[:n]
+    top_small = _resolve_up(np.where(big | big[parent], np.arange(nodes), parent))[:n]
     leave_at = parent[top_small]
     p_parent = label[owner[leave_at]]
     p_lam = lam_of_merge[leave_at - n]
@@ -148,22 +210,11 @@ def _select(
         return out
 
     if method == "eom":
-        stab = {n + i: s for i, s in enumerate(stability)}
-        # bottom-up (children have larger ids): does a cluster beat its subtree? (never the root)
-        chose: dict[int, bool] = {}
-        for node in range(n + num_clusters - 1, n, -1):
-            sub = sum(stab[c] for c in children.get(node, []))
-            if sub > stab[node]:
-                chose[node] = False
-                stab[node] = sub
-            else:
-                chose[node] = True
-        # top-down: a cluster that chose itself is selected unless an ancestor did too
-        blocked = {n: False}
-        for node in range(n + 1, n + num_clusters):
-            up = parent_of[node]
-            blocked[node] = blocked[up] or chose.get(up, False)
-        selected = {c for c, keep in chose.items() if keep and not blocked[c]}
+        parent_c = np.zeros(num_clusters, dtype=np.int64)
+        parent_c[np.asarray(cc, dtype=np.int64) - n] = np.asarray(cp, dtype=np.int64) - n
+        eom = _compiled_eom() if num_clusters > 10_000 else None
+        keep = (eom or _eom)(parent_c, np.asarray(stability, dtype=np.float64))
+        selected = {int(c) + n for c in np.flatnonzero(keep)}
         if epsilon != 0.0 and cc:
             selected = _epsilon_search(selected, children, parent_of, birth_lam, root, epsilon, descendants)
     else:
