@@ -184,22 +184,30 @@ def _stability(tree: CondensedTree, num_clusters: int) -> Array:
     return np.bincount(tree.parent - n, weights=contrib, minlength=num_clusters)
 
 
-def _select(
-    tree: CondensedTree, method: str, epsilon: float
-) -> tuple[set[int], dict[int, list[int]], dict[int, int], dict[int, float]]:
+def _select(tree: CondensedTree, method: str, epsilon: float) -> set[int]:
+    """The selected clusters' ids (excess of mass or leaves, then the epsilon merge)."""
     n = tree.n
     is_c = tree.child >= n
-    cp, cc, cl = tree.parent[is_c].tolist(), tree.child[is_c].tolist(), tree.lam[is_c].tolist()
-    num_clusters = (max(cc) - n + 1) if cc else 1
-    stability = _stability(tree, num_clusters).tolist()
+    cp, cc = tree.parent[is_c], tree.child[is_c]
+    num_clusters = int(cc.max()) - n + 1 if cc.size else 1
+    if method == "eom":
+        parent_c = np.zeros(num_clusters, dtype=np.int64)
+        parent_c[cc - n] = cp - n
+        eom = _compiled_eom() if num_clusters > 10_000 else None
+        keep = (eom or _eom)(parent_c, _stability(tree, num_clusters))
+        selected = set((np.flatnonzero(keep) + n).tolist())
+    else:
+        selected = set(np.setdiff1d(cc, cp).tolist())  # clusters without child clusters
+    if epsilon == 0.0 or not cc.size or (method == "eom" and not selected):
+        return selected
+    # the epsilon merge walks the cluster tree: dictionaries, built only when needed
     children: dict[int, list[int]] = {}
     parent_of: dict[int, int] = {}
     birth_lam: dict[int, float] = {}
-    for p, c, lam in zip(cp, cc, cl, strict=True):
+    for p, c, lam in zip(cp.tolist(), cc.tolist(), tree.lam[is_c].tolist(), strict=True):
         children.setdefault(p, []).append(c)
         parent_of[c] = p
         birth_lam[c] = lam
-    root = n
 
     def descendants(node: int) -> list[int]:
         out, stack = [], list(children.get(node, []))
@@ -209,22 +217,7 @@ def _select(
             stack.extend(children.get(x, []))
         return out
 
-    if method == "eom":
-        parent_c = np.zeros(num_clusters, dtype=np.int64)
-        parent_c[np.asarray(cc, dtype=np.int64) - n] = np.asarray(cp, dtype=np.int64) - n
-        eom = _compiled_eom() if num_clusters > 10_000 else None
-        keep = (eom or _eom)(parent_c, np.asarray(stability, dtype=np.float64))
-        selected = {int(c) + n for c in np.flatnonzero(keep)}
-        if epsilon != 0.0 and cc:
-            selected = _epsilon_search(selected, children, parent_of, birth_lam, root, epsilon, descendants)
-    else:
-        leaves = {c for c in cc if c not in children}
-        selected = (
-            _epsilon_search(leaves, children, parent_of, birth_lam, root, epsilon, descendants)
-            if (epsilon != 0.0)
-            else leaves
-        )
-    return selected, children, parent_of, birth_lam
+    return _epsilon_search(selected, children, parent_of, birth_lam, n, epsilon, descendants)
 
 
 def _epsilon_search(
@@ -264,7 +257,7 @@ def labels_from_tree(
     """Labels and probabilities of HDBSCAN*'s flat clustering of a single-linkage hierarchy."""
     tree = condense(linkage, min_cluster_size)
     n = tree.n
-    selected, _children, _parent_of, _birth = _select(tree, method, epsilon)
+    selected = _select(tree, method, epsilon)
     num_clusters = int(tree.child.max()) - n + 1 if tree.child.max() >= n else 1
     # each cluster's nearest selected ancestor-or-self
     cl_parent = np.arange(num_clusters)
