@@ -133,8 +133,15 @@ class DisconnectedForestError(GraphValidationError):
 
     code = "disconnected_forest"
 
-    def __init__(self, message: str, *, num_components: int | None = None) -> None:
-        super().__init__(message, field="graph")
+    def __init__(
+        self,
+        message: str,
+        *,
+        num_components: int | None = None,
+        field: str | None = "graph",
+        index: int | None = None,
+    ) -> None:
+        super().__init__(message, field=field, index=index)
         #: how many trees the edges form
         self.num_components = num_components
 
