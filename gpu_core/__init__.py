@@ -19,29 +19,39 @@ from ._graph import (
     resolve_backend,
     warm_up,
 )
+from ._hdbscan import HDBSCANResult, hdbscan
+from ._linkage import linkage_from_sorted_edges
 from ._order import OBJECTIVES
+from ._points import MAX_DIMENSIONS, EuclideanTree, euclidean_mst, single_linkage
 from ._scipy_compat import minimum_spanning_tree
 from ._validate import MAX_VERTICES, WEIGHT_DTYPES
 from .formats import FORMATS, read_graph
 
 __all__ = [
     "FORMATS",
+    "MAX_DIMENSIONS",
     "MAX_VERTICES",
     "OBJECTIVES",
     "WEIGHT_DTYPES",
     "Backend",
+    "EuclideanTree",
     "Graph",
+    "HDBSCANResult",
     "MemoryEstimate",
     "SpanningForest",
     "errors",
     "estimate_device_bytes",
+    "euclidean_mst",
     "formats",
     "gpu_available",
+    "hdbscan",
+    "linkage_from_sorted_edges",
     "maximum_spanning_forest",
     "minimum_spanning_forest",
     "minimum_spanning_tree",
     "read_graph",
     "resolve_backend",
+    "single_linkage",
     "warm_up",
 ]
 __version__ = "0.1.0"

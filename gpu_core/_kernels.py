@@ -1,4 +1,4 @@
-"""Loads the CUDA kernels: one compilation per device and process, never on a request path."""
+"""Loads the CUDA kernels: one compilation per device, file and process, never on a request path."""
 
 from __future__ import annotations
 
@@ -14,6 +14,19 @@ NAME_EXPRESSIONS: tuple[str, ...] = (
     "gather_weights<unsigned>",
     "gather_weights<unsigned long long>",
 )
+#: the point-set kernels (Euclidean and mutual-reachability trees)
+EMST_FILE = "emst.cu"
+EMST_NAME_EXPRESSIONS: tuple[str, ...] = tuple(
+    f"{kernel}<{dims}, {arg}>"
+    for dims in (0, 1, 2, 3)
+    for kernel, args in (("nearest_outside", ("false", "true")), ("core_distances", ("16", "64")))
+    for arg in args
+)
+#: per file: name expressions and NVRTC options (no FMA contraction in the exact point kernels)
+FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    KERNEL_FILE: (NAME_EXPRESSIONS, ("-std=c++17",)),
+    EMST_FILE: (EMST_NAME_EXPRESSIONS, ("-std=c++17", "--fmad=false")),
+}
 
 
 def kernel_source(name: str = KERNEL_FILE) -> str:
@@ -23,21 +36,18 @@ def kernel_source(name: str = KERNEL_FILE) -> str:
 
 
 @functools.cache
-def _module(device_id: int) -> Any:
+def _module(device_id: int, file: str = KERNEL_FILE) -> Any:
     import cupy
 
+    name_expressions, options = FILES[file]
     with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(
-            code=kernel_source(),
-            options=("-std=c++17",),
-            name_expressions=NAME_EXPRESSIONS,
-        )
+        module = cupy.RawModule(code=kernel_source(file), options=options, name_expressions=name_expressions)
         module.compile()
     return module
 
 
-def kernel(name: str) -> Any:
-    """The compiled kernel ``name`` (a ``cupy.RawKernel``) for the current device."""
+def kernel(name: str, file: str = KERNEL_FILE) -> Any:
+    """The compiled kernel ``name`` (a ``cupy.RawKernel``) of ``file`` for the current device."""
     import cupy
 
-    return _module(cupy.cuda.Device().id).get_function(name)
+    return _module(cupy.cuda.Device().id, file).get_function(name)

@@ -9,7 +9,13 @@ Mistakes in the input also derive from :class:`ValueError`, so plain
     │   ├── EdgeListShapeError              arrays of wrong rank or unequal length
     │   ├── UnsupportedDtypeError           ids or weights of an unsupported dtype
     │   ├── VertexIdError                   a vertex id outside [0, num_vertices)
-    │   └── NonFiniteWeightError            a NaN or infinite weight
+    │   ├── NonFiniteWeightError            a NaN or infinite weight
+    │   └── DisconnectedForestError         edges that are no spanning tree (for a dendrogram)
+    ├── PointSetValidationError (ValueError) the point set or a clustering parameter is malformed
+    │   ├── PointSetShapeError              not an (n, d) array with n >= 1 and 1 <= d <= the limit
+    │   ├── PointDtypeError                 coordinates of a non-numeric dtype
+    │   ├── NonFiniteCoordinateError        a NaN or infinite coordinate
+    │   └── ClusteringParameterError        e.g. min_samples larger than the number of points
     ├── GraphTooLargeError (ValueError)     over a backend's index limits
     ├── BackendUnavailableError (RuntimeError)
     └── DeviceError (RuntimeError)          CUDA failed while running a computation
@@ -85,6 +91,61 @@ class NonFiniteWeightError(GraphValidationError):
     code = "non_finite_weight"
 
 
+class PointSetValidationError(MSTError, ValueError):
+    """The point set or a parameter of the point-set computation is malformed; fix it and try again."""
+
+    code = "invalid_point_set"
+
+    def __init__(self, message: str, *, field: str | None = None, index: int | None = None) -> None:
+        super().__init__(message)
+        #: the argument at fault (``"points"``, ``"min_samples"``, ``"min_cluster_size"``, ...)
+        self.field = field
+        #: the 0-based row of the first offending point, when one point is at fault
+        self.index = index
+
+
+class PointSetShapeError(PointSetValidationError):
+    """Points must form an ``(n, d)`` array with ``n >= 1`` and ``1 <= d <=`` the supported maximum."""
+
+    code = "invalid_point_set_shape"
+
+
+class PointDtypeError(PointSetValidationError):
+    """Coordinates must be real numbers (float or integer dtypes); convert the array first."""
+
+    code = "unsupported_point_dtype"
+
+
+class NonFiniteCoordinateError(PointSetValidationError):
+    """A coordinate is NaN or infinite; distances need finite coordinates."""
+
+    code = "non_finite_coordinate"
+
+
+class ClusteringParameterError(PointSetValidationError):
+    """A parameter is out of its range (e.g. ``min_samples`` larger than the number of points)."""
+
+    code = "invalid_clustering_parameter"
+
+
+class DisconnectedForestError(GraphValidationError):
+    """The edges do not join all vertices into one tree, so no dendrogram exists; pass a spanning tree."""
+
+    code = "disconnected_forest"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        num_components: int | None = None,
+        field: str | None = "graph",
+        index: int | None = None,
+    ) -> None:
+        super().__init__(message, field=field, index=index)
+        #: how many trees the edges form
+        self.num_components = num_components
+
+
 class GraphTooLargeError(MSTError, ValueError):
     """The graph exceeds an index limit of the chosen backend; use a smaller graph or the CPU backend."""
 
@@ -116,13 +177,19 @@ class DeviceMemoryError(DeviceError, MemoryError):
 
 __all__ = [
     "BackendUnavailableError",
+    "ClusteringParameterError",
     "DeviceError",
     "DeviceMemoryError",
+    "DisconnectedForestError",
     "EdgeListShapeError",
     "GraphTooLargeError",
     "GraphValidationError",
     "MSTError",
+    "NonFiniteCoordinateError",
     "NonFiniteWeightError",
+    "PointDtypeError",
+    "PointSetShapeError",
+    "PointSetValidationError",
     "UnsupportedDtypeError",
     "VertexIdError",
 ]

@@ -1,0 +1,352 @@
+"""HDBSCAN* flat clustering from the mutual-reachability tree, with scikit-learn's semantics.
+
+The tree (the expensive part) comes from :func:`euclidean_mst` on either backend; the
+condensed tree, the cluster stabilities and the selection (excess of mass or leaves,
+optionally merged below ``cluster_selection_epsilon``) run here on the host. The walks
+over the dendrogram are vectorized with pointer jumping; only the selection, which
+visits the (few) condensed clusters, is a Python loop.
+
+Follows ``sklearn.cluster.HDBSCAN`` (``_tree.pyx``): clusters are numbered differently
+(the partition and the probabilities are the same).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from ._graph import Backend
+from ._linkage import linkage_from_sorted_edges
+from ._points import check_min_samples, euclidean_mst, validate_points
+from .errors import ClusteringParameterError
+
+Array = np.ndarray[Any, Any]
+
+
+@dataclass(frozen=True, eq=False)
+class HDBSCANResult:
+    """Cluster labels (``-1``: noise) and membership probabilities, per point."""
+
+    labels: np.ndarray[Any, np.dtype[np.int64]]
+    probabilities: np.ndarray[Any, np.dtype[np.float64]]
+    num_clusters: int
+    backend: str
+    compute_ms: float
+    timings_ms: dict[str, float]
+
+
+@functools.cache
+def _compiled_resolve() -> Any:
+    """Numba-compiled resolution of upward pointers, or None where Numba is not installed."""
+    try:
+        import numba
+    except ImportError:
+        return None
+
+    def resolve(ptr: Any) -> Any:  # pragma: no cover - runs compiled
+        out = ptr.copy()
+        for x in range(out.shape[0] - 1, -1, -1):  # parents (larger ids) are final first
+            out[x] = out[out[x]]
+        return out
+
+    try:
+        return numba.njit(cache=True, nogil=True)(resolve)
+    except RuntimeError:  # no writable cache folder next to the package
+        return numba.njit(nogil=True)(resolve)
+
+
+def _resolve_up(ptr: Array) -> Array:
+    """Fixed points of pointers that only point to larger ids or to themselves (dendrogram parents)."""
+    compiled = _compiled_resolve() if ptr.shape[0] > 100_000 else None
+    return _jump(ptr) if compiled is None else np.asarray(compiled(ptr))
+
+
+def _eom(parent: Array, stability: Array) -> Array:
+    """Excess of mass over clusters ``0..C-1`` (0 the root, children after parents).
+
+    Bottom-up, a cluster is kept when its stability is at least its children's (summed as
+    they were resolved); top-down, a kept cluster is selected unless an ancestor was kept.
+    """
+    size = parent.shape[0]
+    stab = stability.copy()
+    sub = np.zeros(size)
+    chose = np.zeros(size, dtype=np.bool_)
+    for node in range(size - 1, 0, -1):  # never the root (allow_single_cluster=False)
+        if sub[node] > stab[node]:
+            stab[node] = sub[node]
+        else:
+            chose[node] = True
+        sub[parent[node]] += stab[node]
+    blocked = np.zeros(size, dtype=np.bool_)
+    for node in range(1, size):
+        up = parent[node]
+        blocked[node] = blocked[up] or chose[up]
+    return chose & ~blocked
+
+
+@functools.cache
+def _compiled_eom() -> Any:
+    try:
+        import numba
+    except ImportError:
+        return None
+    try:
+        return numba.njit(cache=True, nogil=True)(_eom)
+    except RuntimeError:
+        return numba.njit(nogil=True)(_eom)
+
+
+def _jump(ptr: Array) -> Array:
+    """Follow the pointers from every node to their fixed point (``ptr[x] == x``) by pointer doubling."""
+    while True:
+        nxt = ptr[ptr]
+        if np.array_equal(nxt, ptr):
+            return ptr
+        ptr = nxt
+
+
+@dataclass(frozen=True)
+class CondensedTree:
+    """Rows ``(parent, child, lambda, size)``; clusters are numbered from ``n`` (the root)."""
+
+    parent: Array
+    child: Array
+    lam: Array
+    size: Array
+    n: int
+
+
+def condense(linkage: Array, min_cluster_size: int) -> CondensedTree:
+    n = linkage.shape[0] + 1
+    root = 2 * n - 2
+    nodes = 2 * n - 1
+    left = linkage[:, 0].astype(np.int64)
+    right = linkage[:, 1].astype(np.int64)
+    dist = linkage[:, 2]
+    with np.errstate(divide="ignore"):
+        lam_of_merge = np.where(dist > 0.0, 1.0 / np.where(dist > 0.0, dist, 1.0), np.inf)
+    size = np.ones(nodes, dtype=np.int64)
+    size[n:] = linkage[:, 3].astype(np.int64)
+    parent = np.arange(nodes)
+    merge_ids = np.arange(n, nodes)
+    parent[left] = merge_ids
+    parent[right] = merge_ids
+    big = size >= min_cluster_size
+    big[root] = True  # the root is always processed
+    sibling = np.empty(nodes, dtype=np.int64)
+    sibling[left] = right
+    sibling[right] = left
+    sibling[root] = root
+    # a big internal node starts a new cluster when its sibling is big too (a true split)
+    splits = big.copy()
+    splits[:n] = False
+    starts_cluster = splits & big[sibling]
+    starts_cluster[root] = True
+    # every big node belongs to the cluster started by its nearest ancestor-or-self that starts one
+    owner = _resolve_up(np.where(starts_cluster, np.arange(nodes), parent))
+    # new cluster labels: root -> n, the others in descending node order, left before right
+    starters = np.flatnonzero(starts_cluster)
+    starters = starters[starters != root]
+    merge_of = parent[starters]
+    order = np.lexsort((starters != left[np.minimum(merge_of, root) - n], -merge_of))
+    label = np.full(nodes, -1, dtype=np.int64)
+    label[root] = n
+    label[starters[order]] = n + 1 + np.arange(starters.shape[0])
+    # cluster rows: each split child under its parent's cluster, at the split's lambda
+    split_children = starters[order]
+    c_parent = label[owner[parent[split_children]]]
+    c_child = label[split_children]
+    c_lam = lam_of_merge[parent[split_children] - n]
+    c_size = size[split_children]
+    # point rows: a point leaves at the parent of its topmost small ancestor-or-self
+    top_small = _resolve_up(np.where(big | big[parent], np.arange(nodes), parent))[:n]
+    leave_at = parent[top_small]
+    p_parent = label[owner[leave_at]]
+    p_lam = lam_of_merge[leave_at - n]
+    return CondensedTree(
+        parent=np.concatenate([c_parent, p_parent]),
+        child=np.concatenate([c_child, np.arange(n)]),
+        lam=np.concatenate([c_lam, p_lam]),
+        size=np.concatenate([c_size, np.ones(n, dtype=np.int64)]),
+        n=n,
+    )
+
+
+def _stability(tree: CondensedTree, num_clusters: int) -> Array:
+    n = tree.n
+    birth = np.zeros(num_clusters)
+    is_cluster_row = tree.child >= n
+    birth[tree.child[is_cluster_row] - n] = tree.lam[is_cluster_row]
+    contrib = (tree.lam - birth[tree.parent - n]) * tree.size
+    return np.bincount(tree.parent - n, weights=contrib, minlength=num_clusters)
+
+
+def _select(tree: CondensedTree, method: str, epsilon: float) -> set[int]:
+    """The selected clusters' ids (excess of mass or leaves, then the epsilon merge)."""
+    n = tree.n
+    is_c = tree.child >= n
+    cp, cc = tree.parent[is_c], tree.child[is_c]
+    num_clusters = int(cc.max()) - n + 1 if cc.size else 1
+    if method == "eom":
+        parent_c = np.zeros(num_clusters, dtype=np.int64)
+        parent_c[cc - n] = cp - n
+        eom = _compiled_eom() if num_clusters > 10_000 else None
+        keep = (eom or _eom)(parent_c, _stability(tree, num_clusters))
+        selected = set((np.flatnonzero(keep) + n).tolist())
+    else:
+        selected = set(np.setdiff1d(cc, cp).tolist())  # clusters without child clusters
+    if epsilon == 0.0 or not cc.size or (method == "eom" and not selected):
+        return selected
+    # the epsilon merge walks the cluster tree: dictionaries, built only when needed
+    children: dict[int, list[int]] = {}
+    parent_of: dict[int, int] = {}
+    birth_lam: dict[int, float] = {}
+    for p, c, lam in zip(cp.tolist(), cc.tolist(), tree.lam[is_c].tolist(), strict=True):
+        children.setdefault(p, []).append(c)
+        parent_of[c] = p
+        birth_lam[c] = lam
+
+    def descendants(node: int) -> list[int]:
+        out, stack = [], list(children.get(node, []))
+        while stack:
+            x = stack.pop()
+            out.append(x)
+            stack.extend(children.get(x, []))
+        return out
+
+    return _epsilon_search(selected, children, parent_of, birth_lam, n, epsilon, descendants)
+
+
+def _epsilon_search(
+    leaves: set[int],
+    children: dict[int, list[int]],
+    parent_of: dict[int, int],
+    birth_lam: dict[int, float],
+    root: int,
+    epsilon: float,
+    descendants: Any,
+) -> set[int]:
+    selected: list[int] = []
+    processed: set[int] = set()
+    for leaf in sorted(leaves):
+        eps = 1.0 / birth_lam[leaf]
+        if eps < epsilon:
+            if leaf not in processed:
+                node = leaf
+                while True:  # traverse upwards while the parent is still born below epsilon
+                    up = parent_of[node]
+                    if up == root:
+                        break
+                    if 1.0 / birth_lam[up] > epsilon:
+                        node = up
+                        break
+                    node = up
+                selected.append(node)
+                processed.update(x for x in descendants(node) if x != node)
+        else:
+            selected.append(leaf)
+    return set(selected)
+
+
+def labels_from_tree(
+    linkage: Array, min_cluster_size: int, method: str = "eom", epsilon: float = 0.0
+) -> tuple[Array, Array]:
+    """Labels and probabilities of HDBSCAN*'s flat clustering of a single-linkage hierarchy."""
+    tree = condense(linkage, min_cluster_size)
+    n = tree.n
+    selected = _select(tree, method, epsilon)
+    num_clusters = int(tree.child.max()) - n + 1 if tree.child.max() >= n else 1
+    # each cluster's nearest selected ancestor-or-self
+    cl_parent = np.arange(num_clusters)
+    rows = tree.child >= n
+    cl_parent[tree.child[rows] - n] = tree.parent[rows] - n
+    sel = np.zeros(num_clusters, dtype=bool)
+    sel[[c - n for c in selected if c != n]] = True
+    anchor = _jump(np.where(sel, np.arange(num_clusters), cl_parent))
+    anchor_sel = sel[anchor]
+    ordered = sorted(c - n for c in selected if c != n)
+    label_of = np.full(num_clusters, -1, dtype=np.int64)
+    label_of[ordered] = np.arange(len(ordered))
+    point_rows = ~rows
+    points = tree.child[point_rows]
+    p_cluster = tree.parent[point_rows] - n
+    labels = np.full(n, -1, dtype=np.int64)
+    a = anchor[p_cluster]
+    labels[points] = np.where(anchor_sel[p_cluster], label_of[a], -1)
+    # probabilities: the point's lambda over the largest lambda of its cluster's direct rows
+    deaths = np.zeros(num_clusters)
+    np.maximum.at(deaths, tree.parent - n, tree.lam)
+    probabilities = np.zeros(n)
+    lam = tree.lam[point_rows]
+    in_cluster = labels[points] >= 0
+    max_lam = deaths[a]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.minimum(lam, max_lam) / max_lam
+    prob = np.where((max_lam == 0.0) | np.isinf(lam), 1.0, ratio)
+    probabilities[points[in_cluster]] = prob[in_cluster]
+    return labels, probabilities
+
+
+def hdbscan(
+    points: Any,
+    *,
+    min_cluster_size: int = 5,
+    min_samples: int | None = None,
+    cluster_selection_method: Literal["eom", "leaf"] = "eom",
+    cluster_selection_epsilon: float = 0.0,
+    backend: Backend = "auto",
+) -> HDBSCANResult:
+    """HDBSCAN* clustering of ``points`` with ``sklearn.cluster.HDBSCAN``'s semantics.
+
+    ``min_samples=None`` means ``min_cluster_size``. The mutual-reachability tree is
+    computed on ``backend``; the condensed tree and the selection on the host.
+    """
+    import time
+
+    coords = validate_points(points)
+    n = coords.shape[0]
+    if (
+        isinstance(min_cluster_size, bool)
+        or not isinstance(min_cluster_size, int | np.integer)
+        or (min_cluster_size < 2)
+    ):
+        raise ClusteringParameterError(
+            f"min_cluster_size must be an integer of at least 2; got {min_cluster_size!r}.",
+            field="min_cluster_size",
+        )
+    k = check_min_samples(min_cluster_size if min_samples is None else min_samples, n)
+    if cluster_selection_method not in ("eom", "leaf"):
+        raise ClusteringParameterError(
+            f"cluster_selection_method must be 'eom' or 'leaf'; got {cluster_selection_method!r}.",
+            field="cluster_selection_method",
+        )
+    eps = float(cluster_selection_epsilon)
+    if not np.isfinite(eps) or eps < 0.0:
+        raise ClusteringParameterError(
+            f"cluster_selection_epsilon must be a finite number >= 0; got {cluster_selection_epsilon!r}.",
+            field="cluster_selection_epsilon",
+        )
+    tree = euclidean_mst(points if backend != "cpu" else coords, min_samples=k, backend=backend)
+    t0 = time.perf_counter()
+    timings = dict(tree.timings_ms)
+    if n == 1:
+        labels, probabilities = np.full(1, -1, dtype=np.int64), np.zeros(1)
+    else:
+        linkage = linkage_from_sorted_edges(n, tree.src, tree.dst, tree.weights)
+        t1 = time.perf_counter()
+        timings["linkage_ms"] = (t1 - t0) * 1e3
+        labels, probabilities = labels_from_tree(
+            linkage, int(min_cluster_size), cluster_selection_method, eps
+        )
+        timings["selection_ms"] = (time.perf_counter() - t1) * 1e3
+    return HDBSCANResult(
+        labels=labels,
+        probabilities=probabilities,
+        num_clusters=int(labels.max()) + 1 if labels.size else 0,
+        backend=tree.backend,
+        compute_ms=tree.compute_ms + (time.perf_counter() - t0) * 1e3,
+        timings_ms=timings,
+    )

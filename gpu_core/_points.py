@@ -1,0 +1,203 @@
+"""Point sets: the exact Euclidean minimum spanning tree and HDBSCAN*'s mutual-reachability tree.
+
+Semantics shared by both backends (bit for bit):
+
+* distances are compared as float64 squared distances ``Σ (a_k - b_k)²`` accumulated in
+  dimension order without fused multiply-add (coordinates are converted to float64 first);
+* with ``min_samples = k > 1`` the squared core distance of a point is the k-th smallest
+  squared distance to all points, the point itself counted (scikit-learn's convention),
+  and an edge weighs ``max(core_i², core_j², d²(i, j))`` squared;
+* edges are ordered by ``(squared weight, min(i, j), max(i, j))``: under that strict total
+  order the tree is unique, and the output lists it in that order;
+* the output weights are the square roots of the float64 squared weights.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._graph import Backend, resolve_backend
+from .errors import (
+    ClusteringParameterError,
+    NonFiniteCoordinateError,
+    PointDtypeError,
+    PointSetShapeError,
+)
+
+#: the largest number of coordinates per point the engine accepts
+MAX_DIMENSIONS = 32
+
+
+@dataclass(frozen=True, eq=False)
+class EuclideanTree:
+    """A Euclidean (or mutual-reachability) minimum spanning tree of ``n`` points.
+
+    ``src[i] < dst[i]`` are point indices and ``weights[i]`` the edge's weight (float64),
+    in the order ``(weight², src, dst)``. ``core_distances`` is set when ``min_samples > 1``.
+    ``timings_ms`` splits ``compute_ms`` into its parts (index build, core distances,
+    Borůvka rounds, host work).
+    """
+
+    src: np.ndarray[Any, np.dtype[np.int64]]
+    dst: np.ndarray[Any, np.dtype[np.int64]]
+    weights: np.ndarray[Any, np.dtype[np.float64]]
+    total_weight: float
+    n: int
+    dimensions: int
+    min_samples: int
+    backend: str
+    compute_ms: float
+    core_distances: np.ndarray[Any, np.dtype[np.float64]] | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.src.shape[0])
+
+
+def _to_host(value: Any) -> Any:
+    if type(value).__module__.split(".")[0] == "cupy":
+        return value.get()
+    return value
+
+
+def validate_points(points: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """The points as a C-contiguous ``(n, d)`` float64 host array, or a typed error."""
+    host = _to_host(points)
+    try:
+        array = np.asarray(host)
+    except (TypeError, ValueError) as exc:
+        raise PointDtypeError(f"'points' cannot be read as an array: {exc}", field="points") from None
+    if array.dtype.kind not in "fiu":
+        raise PointDtypeError(
+            f"'points' has dtype {array.dtype}; coordinates must be float32, float64 or integers.",
+            field="points",
+        )
+    if array.ndim != 2:
+        raise PointSetShapeError(
+            f"'points' must be a two-dimensional (n, d) array; got {array.ndim} dimension(s) "
+            f"with shape {array.shape}.",
+            field="points",
+        )
+    n, d = array.shape
+    if n < 1:
+        raise PointSetShapeError("'points' holds no point; pass at least one.", field="points")
+    if not 1 <= d <= MAX_DIMENSIONS:
+        raise PointSetShapeError(
+            f"points must have between 1 and {MAX_DIMENSIONS} coordinates; got d={d}.", field="points"
+        )
+    coords = np.ascontiguousarray(array, dtype=np.float64)
+    finite = np.isfinite(coords).all(axis=1)
+    if not finite.all():
+        row = int(np.flatnonzero(~finite)[0])
+        raise NonFiniteCoordinateError(
+            f"point {row} has a NaN or infinite coordinate ({coords[row].tolist()}); "
+            "all coordinates must be finite.",
+            field="points",
+            index=row,
+        )
+    return coords
+
+
+def check_min_samples(min_samples: Any, n: int) -> int:
+    if isinstance(min_samples, bool) or not isinstance(min_samples, int | np.integer):
+        raise ClusteringParameterError(
+            f"min_samples must be an integer; got {min_samples!r}.", field="min_samples"
+        )
+    k = int(min_samples)
+    if not 1 <= k <= n:
+        raise ClusteringParameterError(
+            f"min_samples must lie between 1 and the number of points ({n}); got {k}.",
+            field="min_samples",
+        )
+    return k
+
+
+def squared_distances(coords_t: np.ndarray[Any, Any], i: Any, j: Any) -> np.ndarray[Any, Any]:
+    """Exact ``Σ (a_k - b_k)²`` in dimension order, one rounding per operation (no FMA).
+
+    ``coords_t`` is the ``(d, n)`` float64 transpose; ``i`` and ``j`` broadcast together.
+    """
+    acc: np.ndarray[Any, Any] = np.zeros(np.broadcast_shapes(np.shape(i), np.shape(j)), dtype=np.float64)
+    for column in coords_t:
+        diff = column[i] - column[j]
+        acc = acc + diff * diff
+    return acc
+
+
+def finish_tree(
+    lo: np.ndarray[Any, Any],
+    hi: np.ndarray[Any, Any],
+    w2: np.ndarray[Any, Any],
+    *,
+    n: int,
+    d: int,
+    min_samples: int,
+    core2: np.ndarray[Any, Any] | None,
+    backend: str,
+    started: float,
+    timings_ms: dict[str, float],
+    presorted: bool = False,
+) -> EuclideanTree:
+    """Sort the edges into the canonical order (unless ``presorted``) and take square roots."""
+    t0 = time.perf_counter()
+    order = np.arange(lo.shape[0]) if presorted else np.lexsort((hi, lo, w2))
+    src = np.ascontiguousarray(lo[order], dtype=np.int64)
+    dst = np.ascontiguousarray(hi[order], dtype=np.int64)
+    weights = np.sqrt(np.asarray(w2[order], dtype=np.float64))
+    core = None if core2 is None else np.sqrt(core2)
+    timings_ms["host_ms"] = timings_ms.get("host_ms", 0.0) + (time.perf_counter() - t0) * 1e3
+    return EuclideanTree(
+        src=src,
+        dst=dst,
+        weights=weights,
+        total_weight=float(weights.sum()),
+        n=n,
+        dimensions=d,
+        min_samples=min_samples,
+        backend=backend,
+        compute_ms=(time.perf_counter() - started) * 1e3,
+        core_distances=core,
+        timings_ms=timings_ms,
+    )
+
+
+def euclidean_mst(points: Any, *, min_samples: int = 1, backend: Backend = "auto") -> EuclideanTree:
+    """Exact Euclidean minimum spanning tree of ``points`` (an ``(n, d)`` NumPy or CuPy array).
+
+    With ``min_samples = k > 1`` the tree of HDBSCAN*'s mutual-reachability distances
+    ``max(core_i, core_j, d(i, j))``, where a core distance is the distance to the k-th
+    nearest point, the point itself counted. Ties are broken by ``(weight², min(i, j),
+    max(i, j))``, so the tree is unique and both backends return the same arrays.
+    """
+    chosen = resolve_backend(backend)
+    if chosen == "gpu":
+        from ._points_gpu import gpu_euclidean_mst
+
+        return gpu_euclidean_mst(points, min_samples)
+    from ._points_cpu import cpu_euclidean_mst
+
+    return cpu_euclidean_mst(points, min_samples)
+
+
+def single_linkage(
+    points_or_tree: Any, *, backend: Backend = "auto"
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Single-linkage dendrogram as a SciPy linkage matrix (``(n - 1) x 4``, float64).
+
+    Takes points (then their Euclidean MST is computed on ``backend``) or an
+    :class:`EuclideanTree` (a mutual-reachability tree gives HDBSCAN*'s hierarchy).
+    Cluster ``n + i`` is formed by the i-th merge; merges follow the tree's order.
+    """
+    from ._linkage import linkage_from_sorted_edges
+
+    tree = (
+        points_or_tree
+        if isinstance(points_or_tree, EuclideanTree)
+        else euclidean_mst(points_or_tree, backend=backend)
+    )
+    return linkage_from_sorted_edges(tree.n, tree.src, tree.dst, tree.weights)

@@ -1,0 +1,371 @@
+// Exact Euclidean (and mutual-reachability) minimum spanning trees of point sets: single-tree
+// Borůvka over a bounding-volume hierarchy, after ArborX (shared/seeds/003: Prokopenko et al.).
+//
+// Index. Points are sorted by Morton code; leaf j of an implicit complete binary tree (heap
+// numbering: root 1, children 2i and 2i+1, leaves P..2P-1) holds sorted points
+// [j*kLeaf, (j+1)*kLeaf). Boxes are built bottom-up one level per launch.
+//
+// Exactness. Every squared distance is sum_k (a_k - b_k)^2 in dimension order with one rounding
+// per operation (__dsub_rn/__dmul_rn/__dadd_rn: no contraction into FMA), as the NumPy backend
+// computes it. The box distance uses the same operations, so by monotonicity of rounding it never
+// exceeds the distance to a point inside the box: pruning with "bound < box distance" is safe.
+// Candidates compare by (w2, min(i, j), max(i, j)) with i, j the ORIGINAL point ids.
+//
+// A Borůvka round: reset per-component state; seed each component's bound from Morton neighbours;
+// each point searches its nearest point outside its component (skipping subtrees whose points all
+// lie in its component), lowering the component's bound (atomicMin on the float64 bits: squared
+// weights are >= 0, so their bits order as unsigned integers); the points whose best weight equals
+// the component's bound offer their (min, max) pair (a second atomicMin), which gives the exact
+// tie rule; components link along their chosen edges (atomicCAS, larger root under smaller).
+
+#define EMST_INF_BITS 0x7FF0000000000000ULL
+#define EMST_NO_PAIR 0xFFFFFFFFFFFFFFFFULL
+
+constexpr int kLeaf = 4;
+constexpr int kMaxDims = 32;
+constexpr int kStack = 64;
+constexpr int kEmpty = -2;  // component id of a node without points (matches every component)
+constexpr int kMixed = -1;  // component id of a node whose points lie in several components
+
+__device__ __forceinline__ double sq_dist(const double* __restrict__ x, const double* __restrict__ y, int d) {
+    double acc = 0.0;
+    for (int k = 0; k < d; ++k) {
+        const double diff = __dsub_rn(x[k], y[k]);
+        acc = __dadd_rn(acc, __dmul_rn(diff, diff));
+    }
+    return acc;
+}
+
+__device__ __forceinline__ double box_dist(const double* __restrict__ x, const double* __restrict__ lo,
+                                           const double* __restrict__ hi, int d) {
+    double acc = 0.0;
+    for (int k = 0; k < d; ++k) {
+        double g = 0.0;
+        const double below = __dsub_rn(lo[k], x[k]);
+        const double above = __dsub_rn(x[k], hi[k]);
+        if (below > g) g = below;
+        if (above > g) g = above;
+        acc = __dadd_rn(acc, __dmul_rn(g, g));
+    }
+    return acc;
+}
+
+__device__ __forceinline__ unsigned long long dbits(double v) {
+    return static_cast<unsigned long long>(__double_as_longlong(v));
+}
+
+__device__ __forceinline__ double bits_to_double(unsigned long long b) {
+    return __longlong_as_double(static_cast<long long>(b));
+}
+
+// --- index -----------------------------------------------------------------------------------
+
+// Morton code of each point from coordinates scaled to [0, 1] per dimension.
+extern "C" __global__ void morton_codes(const double* __restrict__ coords, int n, int d,
+                                        const double* __restrict__ lo, const double* __restrict__ scale,
+                                        int bits, unsigned long long* __restrict__ codes) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        unsigned long long code = 0;
+        const unsigned long long top = (1ULL << bits) - 1ULL;
+        unsigned long long q[kMaxDims];
+        for (int k = 0; k < d; ++k) {
+            double t = (coords[static_cast<long long>(i) * d + k] - lo[k]) * scale[k];
+            t = t < 0.0 ? 0.0 : (t > 1.0 ? 1.0 : t);
+            q[k] = static_cast<unsigned long long>(t * static_cast<double>(top));
+        }
+        for (int b = bits - 1; b >= 0; --b)
+            for (int k = 0; k < d; ++k) code = (code << 1) | ((q[k] >> b) & 1ULL);
+        codes[i] = code;
+    }
+}
+
+// Leaf boxes (empty leaves get lo = +inf, hi = -inf) and the leaves' smallest squared core distance.
+extern "C" __global__ void build_leaves(const double* __restrict__ pts, int n, int d, int num_leaves,
+                                        const double* __restrict__ core2, double* __restrict__ lo,
+                                        double* __restrict__ hi, double* __restrict__ min_core2) {
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < num_leaves; j += gridDim.x * blockDim.x) {
+        const long long node = static_cast<long long>(num_leaves) + j;
+        const int first = j * kLeaf;
+        const int last = min(first + kLeaf, n);
+        double mc = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
+        for (int k = 0; k < d; ++k) {
+            double a = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
+            double b = -a;
+            for (int p = first; p < last; ++p) {
+                const double v = pts[static_cast<long long>(p) * d + k];
+                a = fmin(a, v);
+                b = fmax(b, v);
+            }
+            lo[node * d + k] = a;
+            hi[node * d + k] = b;
+        }
+        for (int p = first; p < last; ++p) mc = fmin(mc, core2 ? core2[p] : 0.0);
+        min_core2[node] = mc;
+    }
+}
+
+// Internal nodes [level, 2*level) from their children.
+extern "C" __global__ void build_level(int level, int d, double* __restrict__ lo, double* __restrict__ hi,
+                                       double* __restrict__ min_core2) {
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < level; t += gridDim.x * blockDim.x) {
+        const long long node = static_cast<long long>(level) + t;
+        const long long l = 2 * node, r = 2 * node + 1;
+        for (int k = 0; k < d; ++k) {
+            lo[node * d + k] = fmin(lo[l * d + k], lo[r * d + k]);
+            hi[node * d + k] = fmax(hi[l * d + k], hi[r * d + k]);
+        }
+        min_core2[node] = fmin(min_core2[l], min_core2[r]);
+    }
+}
+
+__device__ __forceinline__ int combine(int a, int b) {
+    if (a == kEmpty) return b;
+    if (b == kEmpty) return a;
+    return a == b ? a : kMixed;
+}
+
+extern "C" __global__ void leaf_components(const int* __restrict__ comp, int n, int num_leaves,
+                                           int* __restrict__ node_comp) {
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < num_leaves; j += gridDim.x * blockDim.x) {
+        int c = kEmpty;
+        const int last = min(j * kLeaf + kLeaf, n);
+        for (int p = j * kLeaf; p < last; ++p) c = combine(c, comp[p]);
+        node_comp[num_leaves + j] = c;
+    }
+}
+
+extern "C" __global__ void level_components(int level, int* __restrict__ node_comp) {
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < level; t += gridDim.x * blockDim.x) {
+        const int node = level + t;
+        node_comp[node] = combine(node_comp[2 * node], node_comp[2 * node + 1]);
+    }
+}
+
+// --- core distances: k-th smallest squared distance, the point itself counted ----------------
+
+template <int D, int KMAX>
+__global__ void core_distances(const double* __restrict__ pts, int n, int dims, int num_leaves,
+                               const double* __restrict__ lo, const double* __restrict__ hi, int k,
+                               double* __restrict__ core2) {
+    const int d = D > 0 ? D : dims;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        double x[D > 0 ? D : kMaxDims];
+        for (int q = 0; q < d; ++q) x[q] = pts[static_cast<long long>(i) * d + q];
+        double best[KMAX];  // ascending; best[k-1] is the current k-th smallest
+        const double inf = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
+        for (int q = 0; q < k; ++q) best[q] = inf;
+        int stack[kStack];
+        int top = 0;
+        stack[top++] = 1;
+        while (top > 0) {
+            const int node = stack[--top];
+            if (box_dist(x, lo + static_cast<long long>(node) * d, hi + static_cast<long long>(node) * d, d) >
+                best[k - 1])
+                continue;
+            if (node >= num_leaves) {
+                const int first = (node - num_leaves) * kLeaf;
+                const int last = min(first + kLeaf, n);
+                for (int p = first; p < last; ++p) {
+                    const double w = sq_dist(x, pts + static_cast<long long>(p) * d, d);
+                    if (w < best[k - 1]) {
+                        int q = k - 1;
+                        while (q > 0 && best[q - 1] > w) {
+                            best[q] = best[q - 1];
+                            --q;
+                        }
+                        best[q] = w;
+                    }
+                }
+            } else {
+                const int l = 2 * node, r = 2 * node + 1;
+                const double dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
+                const double dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
+                // the nearer child is searched first (pushed last)
+                if (dl <= dr) {
+                    stack[top++] = r;
+                    stack[top++] = l;
+                } else {
+                    stack[top++] = l;
+                    stack[top++] = r;
+                }
+            }
+        }
+        core2[i] = best[k - 1];
+    }
+}
+
+// --- Borůvka rounds ------------------------------------------------------------------------------
+
+extern "C" __global__ void reset_round(int n, unsigned long long* __restrict__ bound,
+                                       unsigned long long* __restrict__ pair) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        bound[i] = EMST_INF_BITS;
+        pair[i] = EMST_NO_PAIR;
+    }
+}
+
+__device__ __forceinline__ double weight2(const double* __restrict__ pts, const double* __restrict__ core2,
+                                          int i, int j, int d) {
+    double w = sq_dist(pts + static_cast<long long>(i) * d, pts + static_cast<long long>(j) * d, d);
+    if (core2) w = fmax(w, fmax(core2[i], core2[j]));
+    return w;
+}
+
+// A cheap first bound for every component: the sorted neighbours (close in Morton order).
+extern "C" __global__ void seed_bounds(const double* __restrict__ pts, const double* __restrict__ core2,
+                                       const int* __restrict__ comp, int n, int d,
+                                       unsigned long long* __restrict__ bound) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i + 1 < n; i += gridDim.x * blockDim.x) {
+        if (comp[i] == comp[i + 1]) continue;
+        const unsigned long long w = dbits(weight2(pts, core2, i, i + 1, d));
+        atomicMin(&bound[comp[i]], w);
+        atomicMin(&bound[comp[i + 1]], w);
+    }
+}
+
+__device__ __forceinline__ bool key_less(double w, unsigned long long pair, double bw, unsigned long long bpair) {
+    return w < bw || (w == bw && pair < bpair);
+}
+
+// Each point's lightest edge to another component (exact key), lowering its component's bound.
+template <int D, bool MR>
+__global__ void nearest_outside(const double* __restrict__ pts, const double* __restrict__ core2, int n, int dims,
+                                int num_leaves, const double* __restrict__ lo, const double* __restrict__ hi,
+                                const double* __restrict__ min_core2, const int* __restrict__ node_comp,
+                                const int* __restrict__ comp, const int* __restrict__ orig,
+                                unsigned long long* __restrict__ bound, double* __restrict__ best_w,
+                                unsigned long long* __restrict__ best_pair) {
+    const int d = D > 0 ? D : dims;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        double x[D > 0 ? D : kMaxDims];
+        for (int q = 0; q < d; ++q) x[q] = pts[static_cast<long long>(i) * d + q];
+        const int c = comp[i];
+        const unsigned long long oi = static_cast<unsigned long long>(orig[i]);
+        const double ci = MR ? core2[i] : 0.0;
+        double bw = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
+        unsigned long long bp = EMST_NO_PAIR;
+        int stack[kStack];
+        int top = 0;
+        stack[top++] = 1;
+        while (top > 0) {
+            const int node = stack[--top];
+            if (node_comp[node] == c) continue;  // every point below is in the query's component
+            double lb = box_dist(x, lo + static_cast<long long>(node) * d, hi + static_cast<long long>(node) * d, d);
+            if (MR) lb = fmax(lb, fmax(ci, min_core2[node]));
+            const double limit = fmin(bw, bits_to_double(*(volatile unsigned long long*)&bound[c]));
+            if (lb > limit) continue;
+            if (node >= num_leaves) {
+                const int first = (node - num_leaves) * kLeaf;
+                const int last = min(first + kLeaf, n);
+                for (int p = first; p < last; ++p) {
+                    if (comp[p] == c) continue;
+                    double w = sq_dist(x, pts + static_cast<long long>(p) * d, d);
+                    if (MR) w = fmax(w, fmax(ci, core2[p]));
+                    const unsigned long long op = static_cast<unsigned long long>(orig[p]);
+                    const unsigned long long pair = oi < op ? (oi << 32) | op : (op << 32) | oi;
+                    if (key_less(w, pair, bw, bp)) {
+                        if (w < bw) atomicMin(&bound[c], dbits(w));
+                        bw = w;
+                        bp = pair;
+                    }
+                }
+            } else {
+                const int l = 2 * node, r = 2 * node + 1;
+                const double dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
+                const double dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
+                if (dl <= dr) {
+                    stack[top++] = r;
+                    stack[top++] = l;
+                } else {
+                    stack[top++] = l;
+                    stack[top++] = r;
+                }
+            }
+        }
+        best_w[i] = bw;
+        best_pair[i] = bp;
+    }
+}
+
+// The points whose best weight is their component's minimum offer their pair: the smallest wins.
+extern "C" __global__ void offer_pairs(int n, const int* __restrict__ comp, const double* __restrict__ best_w,
+                                       const unsigned long long* __restrict__ best_pair,
+                                       const unsigned long long* __restrict__ bound,
+                                       unsigned long long* __restrict__ pair) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const int c = comp[i];
+        if (best_pair[i] != EMST_NO_PAIR && dbits(best_w[i]) == bound[c]) atomicMin(&pair[c], best_pair[i]);
+    }
+}
+
+__device__ int find_root(const int* parent, int x) {
+    int next = parent[x];
+    while (next != x) {
+        x = next;
+        next = parent[x];
+    }
+    return x;
+}
+
+__device__ void unite(int* parent, int a, int b) {
+    while (true) {
+        a = find_root(parent, a);
+        b = find_root(parent, b);
+        if (a == b) return;
+        if (a > b) {
+            const int t = a;
+            a = b;
+            b = t;
+        }
+        if (atomicCAS(&parent[b], b, a) == b) return;  // the larger root goes under the smaller
+    }
+}
+
+// Every component root records its chosen edge (once per edge) and links along it.
+extern "C" __global__ void link_components(int n, const int* __restrict__ comp, const int* __restrict__ pos,
+                                           const unsigned long long* __restrict__ bound,
+                                           const unsigned long long* __restrict__ pair, int* parent,
+                                           int* __restrict__ num_edges, long long* __restrict__ edges,
+                                           double* __restrict__ edge_w2) {
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < n; r += gridDim.x * blockDim.x) {
+        if (comp[r] != r || pair[r] == EMST_NO_PAIR) continue;
+        const unsigned long long p = pair[r];
+        const int a = pos[static_cast<int>(p >> 32)];
+        const int b = pos[static_cast<int>(p & 0xFFFFFFFFULL)];
+        const int other = comp[a] == r ? comp[b] : comp[a];
+        if (pair[other] == p && other < r) continue;  // both chose it: the smaller root records it
+        const int slot = atomicAdd(num_edges, 1);
+        edges[slot] = static_cast<long long>(p);
+        edge_w2[slot] = bits_to_double(bound[r]);
+        unite(parent, a, b);
+    }
+}
+
+// After linking: every point's component is its root (the parent links are shortened to it);
+// count the roots. Other threads may read a link before or after it is shortened: both lead to
+// the same root, as no link changes during this kernel otherwise.
+extern "C" __global__ void compress(int n, int* parent, int* __restrict__ comp, int* __restrict__ num_roots) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const int root = find_root(parent, i);
+        parent[i] = root;
+        comp[i] = root;
+        if (root == i) atomicAdd(num_roots, 1);
+    }
+}
+
+// Explicit instantiations, so nvcc compile checks cover the templates too (NVRTC picks them by name).
+#define EMST_INSTANTIATE(D)                                                                              \
+    template __global__ void nearest_outside<D, false>(                                                  \
+        const double*, const double*, int, int, int, const double*, const double*, const double*,       \
+        const int*, const int*, const int*, unsigned long long*, double*, unsigned long long*);          \
+    template __global__ void nearest_outside<D, true>(                                                   \
+        const double*, const double*, int, int, int, const double*, const double*, const double*,       \
+        const int*, const int*, const int*, unsigned long long*, double*, unsigned long long*);          \
+    template __global__ void core_distances<D, 16>(const double*, int, int, int, const double*,          \
+                                                   const double*, int, double*);                        \
+    template __global__ void core_distances<D, 64>(const double*, int, int, int, const double*,          \
+                                                   const double*, int, double*);
+EMST_INSTANTIATE(0)
+EMST_INSTANTIATE(1)
+EMST_INSTANTIATE(2)
+EMST_INSTANTIATE(3)
