@@ -23,6 +23,7 @@ def assert_same_tree(gpu: gpu_core.EuclideanTree, cpu: gpu_core.EuclideanTree, n
     if cpu.core_distances is None:
         assert gpu.core_distances is None
     else:
+        assert gpu.core_distances is not None
         assert np.array_equal(gpu.core_distances, cpu.core_distances), name
 
 
