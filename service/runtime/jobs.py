@@ -98,77 +98,85 @@ class JobTask:
         """
 
 
+class _WorkerRequest:
+    """A queued request whose caller awaits ``done``: its outcome, or the reason it never ran.
+
+    Subclasses say what to ask the worker in :meth:`ask`; ``run`` settles ``done`` with the
+    answer or the error (a task that never runs is abandoned with a 503).
+    """
+
+    task_id: str
+    done: asyncio.Future[Any]
+
+    async def ask(self, worker: WorkerHandle) -> Any:
+        raise NotImplementedError
+
+    async def run(self, worker: WorkerHandle) -> None:
+        try:
+            answer = await self.ask(worker)
+        except Exception as exc:
+            if not self.done.done():
+                self.done.set_exception(exc)
+        else:
+            if not self.done.done():
+                self.done.set_result(answer)
+
+    def abandon(self, reason: str) -> None:
+        if not self.done.done():
+            self.done.set_exception(ServiceUnavailableError(reason))
+
+
+def _future() -> asyncio.Future[Any]:
+    return asyncio.get_running_loop().create_future()
+
+
 @dataclass
-class RecomputeTask:
+class RecomputeTask(_WorkerRequest):
     """The computation again of a succeeded job whose result file was lost."""
 
     task_id: str
     graph_id: str
     job: JobRecord
     result_path: str
-    done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    done: asyncio.Future[Any] = field(default_factory=_future)
 
-    async def run(self, worker: WorkerHandle) -> None:
-        try:
-            await worker.ensure_resident(self.graph_id)
-            worker.touch(self.graph_id)
-            args = _task_args(self.job, self.result_path)
-            summary, stored = await worker.request_with_note(worker_module.MST, *args)
-            await stored
-            differs = [
-                key
-                for key in ("num_edges", "total_weight", "num_components")
-                if key in summary
-                and getattr(self.job, key) is not None
-                and summary[key] != getattr(self.job, key)
-            ]
-            if differs:  # the computation is deterministic: this is a bug, never serve a different answer
-                Path(self.result_path).unlink(missing_ok=True)
-                raise WorkerInternalError(
-                    f"job {self.job.id}: computing the lost result again gave a different answer "
-                    f"({', '.join(f'{k} {summary[k]} instead of {getattr(self.job, k)}' for k in differs)})."
-                )
-        except Exception as exc:
-            if not self.done.done():
-                self.done.set_exception(exc)
-        else:
-            if not self.done.done():
-                self.done.set_result(None)
-
-    def abandon(self, reason: str) -> None:
-        if not self.done.done():
-            self.done.set_exception(ServiceUnavailableError(reason))
+    async def ask(self, worker: WorkerHandle) -> None:
+        await worker.ensure_resident(self.graph_id)
+        worker.touch(self.graph_id)
+        args = _task_args(self.job, self.result_path)
+        summary, stored = await worker.request_with_note(worker_module.MST, *args)
+        await stored
+        differs = [
+            key
+            for key in ("num_edges", "total_weight", "num_components")
+            if key in summary
+            and getattr(self.job, key) is not None
+            and summary[key] != getattr(self.job, key)
+        ]
+        if differs:  # the computation is deterministic: this is a bug, never serve a different answer
+            Path(self.result_path).unlink(missing_ok=True)
+            raise WorkerInternalError(
+                f"job {self.job.id}: computing the lost result again gave a different answer "
+                f"({', '.join(f'{k} {summary[k]} instead of {getattr(self.job, k)}' for k in differs)})."
+            )
 
 
 @dataclass
-class OneShotTask:
+class OneShotTask(_WorkerRequest):
     """A one-shot computation (POST /v1/mst) waiting for its turn on a worker."""
 
     task_id: str
     path: str
     fmt: str
     result_path: str
-    done: asyncio.Future[dict[str, Any]] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
+    done: asyncio.Future[Any] = field(default_factory=_future)
 
-    async def run(self, worker: WorkerHandle) -> None:
-        try:
-            summary = await worker.request(worker_module.ONESHOT, self.path, self.fmt, None, self.result_path)
-        except Exception as exc:
-            if not self.done.done():
-                self.done.set_exception(exc)
-        else:
-            if not self.done.done():
-                self.done.set_result(summary)
-
-    def abandon(self, reason: str) -> None:
-        if not self.done.done():
-            self.done.set_exception(ServiceUnavailableError(reason))
+    async def ask(self, worker: WorkerHandle) -> dict[str, Any]:
+        return await worker.request(worker_module.ONESHOT, self.path, self.fmt, None, self.result_path)
 
 
 @dataclass
-class WeightsTask:
+class WeightsTask(_WorkerRequest):
     """New weights for a resident graph, in its worker's queue: the jobs queued before it compute on
     the old weights, those queued after it on the new ones."""
 
@@ -180,27 +188,26 @@ class WeightsTask:
     out: str | None
     #: the version the graph has before this update
     expected: int
-    done: asyncio.Future[dict[str, Any]] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
+    done: asyncio.Future[Any] = field(default_factory=_future)
 
-    async def run(self, worker: WorkerHandle) -> None:
-        try:
-            await worker.ensure_resident(self.graph_id)  # an evicted graph is loaded back first
-            worker.touch(self.graph_id)
-            summary = await worker.request(
-                worker_module.WEIGHTS, self.graph_id, self.path, self.fmt, self.out, self.expected
-            )
-        except Exception as exc:
-            if not self.done.done():
-                self.done.set_exception(exc)
-        else:
-            if not self.done.done():
-                self.done.set_result(summary)
+    async def ask(self, worker: WorkerHandle) -> dict[str, Any]:
+        await worker.ensure_resident(self.graph_id)  # an evicted graph is loaded back first
+        worker.touch(self.graph_id)
+        return await worker.request(
+            worker_module.WEIGHTS, self.graph_id, self.path, self.fmt, self.out, self.expected
+        )
 
-    def abandon(self, reason: str) -> None:
-        if not self.done.done():
-            self.done.set_exception(ServiceUnavailableError(reason))
+
+async def _queued(handle: WorkerHandle, task: _WorkerRequest) -> Any:
+    """Queue ``task`` on the worker and await its outcome; a caller that gives up takes it out of
+    the queue (or, once it runs, lets it finish unheard)."""
+    handle.enqueue(task)
+    try:
+        return await task.done
+    except BaseException:
+        if handle.remove(task.task_id) is None and not task.done.done():
+            task.done.cancel()
+        raise
 
 
 def canonical_params(params: dict[str, Any] | None) -> str:
@@ -559,12 +566,9 @@ class Jobs:
         residency.weights_version += 1
         out = None if fmt == "npy" and not partial else self._store.tmp_path(".npy")
         task = WeightsTask(new_id("w"), graph_id, str(path), fmt, None if out is None else str(out), expected)
-        handle.enqueue(task)
         try:
-            summary = await task.done
+            summary: dict[str, Any] = await _queued(handle, task)
         except BaseException:
-            if handle.remove(task.task_id) is None and not task.done.done():
-                task.done.cancel()
             if out is not None:
                 out.unlink(missing_ok=True)
             # A refused update is a version without a change: jobs submitted since it was queued
@@ -593,12 +597,9 @@ class Jobs:
         handle = self._supervisor.place(estimate)
         result = self._store.tmp_path(".npz")
         task = OneShotTask(new_id("o"), str(path), fmt, str(result))
-        handle.enqueue(task)
         try:
-            summary = await task.done
+            summary: dict[str, Any] = await _queued(handle, task)
         except BaseException:
-            if handle.remove(task.task_id) is None and not task.done.done():
-                task.done.cancel()
             result.unlink(missing_ok=True)
             raise
         return summary, result
