@@ -6,17 +6,11 @@ grids (ties), mutual reachability, empty padded leaves (n not a multiple of the 
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.utils.sanitizer import assert_clean_under_sanitizer
 
 SCRIPT = textwrap.dedent(
     """
@@ -45,15 +39,4 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
 def test_point_kernels_under_compute_sanitizer(tool: str) -> None:
-    sanitizer = shutil.which("compute-sanitizer")
-    if sanitizer is None:
-        pytest.skip("compute-sanitizer is not on PATH")
-    cmd = [sanitizer, f"--tool={tool}", "--error-exitcode=99", sys.executable, "-c", SCRIPT]
-    if tool == "memcheck":
-        cmd[2:2] = ["--leak-check=no"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-6000:]
-    assert "sanitized ok" in proc.stdout
-    assert re.search(r"SUMMARY: 0 (errors|hazards)", output), output[-6000:]
+    assert_clean_under_sanitizer(tool, SCRIPT)
