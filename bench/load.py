@@ -25,11 +25,8 @@ import functools
 import http.client
 import io
 import json
-import os
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -120,49 +117,12 @@ class Conn:
 
 @contextlib.contextmanager
 def _server(backend: str, log_path: Path | None, ready_timeout_s: float = 300.0) -> Iterator[tuple[int, int]]:
-    """Start ``python -m service``; yield (port, pid of the API process); stop it."""
-    from .service import _stop, free_port
+    """Start ``python -m service`` with room for the busy graph; yield (port, pid of the API process)."""
+    from .service import started_server
 
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="mst-load-") as data_dir:
-        env = {
-            **os.environ,
-            "MST_HOST": "127.0.0.1",
-            "MST_PORT": str(port),
-            "MST_DATA_DIR": data_dir,
-            "MST_BACKEND": backend,
-            "MST_MAX_EDGES": str(1 << 30),
-            "MST_MAX_UPLOAD_BYTES": str(4 << 30),
-            "MST_LOG_LEVEL": "warning",
-        }
-        log_file = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "service"],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            deadline = time.monotonic() + ready_timeout_s
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"'python -m service' exited with {proc.returncode}")
-                with contextlib.suppress(OSError):
-                    conn = Conn(port, 5.0)
-                    status, _ = conn.call("GET", "/readyz")
-                    conn.close()
-                    if status == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the service was not ready after {ready_timeout_s:.0f} s")
-                time.sleep(0.2)
-            yield port, proc.pid
-        finally:
-            _stop(proc)
-            if log_path:
-                log_file.close()  # type: ignore[union-attr]
+    limits = {"MST_MAX_EDGES": str(1 << 30), "MST_MAX_UPLOAD_BYTES": str(4 << 30), "MST_LOG_LEVEL": "warning"}
+    with started_server(backend, log_path, ready_timeout_s, limits) as (base, proc):
+        yield int(base.rsplit(":", 1)[1]), proc.pid
 
 
 def _rss_bytes(pid: int) -> int | None:

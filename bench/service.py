@@ -87,6 +87,16 @@ def free_port() -> int:
 @contextlib.contextmanager
 def running_server(backend: str, log_path: Path | None, ready_timeout_s: float) -> Iterator[str]:
     """Start ``python -m service`` on a free loopback port; yield its base URL; stop it."""
+    with started_server(backend, log_path, ready_timeout_s) as (base, _):
+        yield base
+
+
+@contextlib.contextmanager
+def started_server(
+    backend: str, log_path: Path | None, ready_timeout_s: float, extra_env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start ``python -m service`` (``extra_env``: more ``MST_*`` settings) on a free loopback port;
+    yield its base URL and the API process; stop it."""
     import httpx
 
     port = free_port()
@@ -97,6 +107,7 @@ def running_server(backend: str, log_path: Path | None, ready_timeout_s: float) 
             "MST_PORT": str(port),
             "MST_DATA_DIR": data_dir,
             "MST_BACKEND": backend,
+            **(extra_env or {}),
         }
         log_file = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
         proc = subprocess.Popen(
@@ -130,7 +141,7 @@ def running_server(backend: str, log_path: Path | None, ready_timeout_s: float) 
                             f"the service was not ready after {ready_timeout_s:.0f} s ({last})"
                         )
                     time.sleep(0.2)
-            yield base
+            yield base, proc
         finally:
             _stop(proc)
             if log_path:
