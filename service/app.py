@@ -13,13 +13,13 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from . import __version__
-from .api import graphs, health, jobs, mst
+from .api import graphs, health, jobs, mst, points
 from .api.auth import OPEN_PATHS, AuthMiddleware, KeyRing
 from .api.deps import Services
 from .api.fastpath import FastPathMiddleware
 from .errors import PROBLEM_JSON, install_handlers
 from .metrics import Metrics, MetricsMiddleware
-from .models import GraphUpload, Problem, WeightsPatch, WeightsUpload
+from .models import GraphUpload, PointsUpload, Problem, WeightsPatch, WeightsUpload
 from .runtime.catalog import Catalog
 from .runtime.jobs import Jobs
 from .runtime.supervisor import GraphSource, Supervisor
@@ -93,7 +93,12 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         tags=app.openapi_tags,
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    for model in (GraphUpload, WeightsUpload, WeightsPatch):  # bodies the routes read themselves
+    for model in (
+        GraphUpload,
+        WeightsUpload,
+        WeightsPatch,
+        PointsUpload,
+    ):  # bodies the routes read themselves
         components[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
     problem_ref = {"$ref": "#/components/schemas/Problem"}
     schema["components"]["securitySchemes"] = {"bearerAuth": BEARER_SCHEME}
@@ -132,6 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         openapi_tags=[
             {"name": "graphs", "description": "Upload graphs that stay resident on a worker's device."},
+            {"name": "points", "description": "Point sets: Euclidean MST, HDBSCAN*, single linkage."},
             {"name": "jobs", "description": "MST jobs on resident graphs and their results."},
             {"name": "mst", "description": "One-shot computations."},
             {"name": "health", "description": "Liveness, readiness and metrics."},
@@ -141,7 +147,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics()
     app.state.services = None
     install_handlers(app)
-    for router in (graphs.router, jobs.router, mst.router, health.router):
+    for router in (graphs.router, points.router, jobs.router, mst.router, health.router):
         app.include_router(router)
     if app.state.settings.fast_lane:
         app.add_middleware(FastPathMiddleware)  # inside the metrics: its requests are counted too

@@ -13,6 +13,7 @@ short machine-readable ``code`` and a title::
     ├── UnauthorizedError                401 unauthorized        (WWW-Authenticate)
     ├── NotFoundError                    404 not_found
     │   ├── GraphNotFoundError           404 graph_not_found
+    │   ├── PointSetNotFoundError        404 point_set_not_found
     │   └── JobNotFoundError             404 job_not_found
     ├── ConflictError                    409 conflict
     │   ├── JobNotFinishedError          409 job_not_finished
@@ -169,6 +170,13 @@ class GraphNotFoundError(NotFoundError):
 
     code = "graph_not_found"
     title = "Graph not found"
+
+
+class PointSetNotFoundError(NotFoundError):
+    """No point set has that id (it never existed or was deleted); upload it again."""
+
+    code = "point_set_not_found"
+    title = "Point set not found"
 
 
 class JobNotFoundError(NotFoundError):
@@ -373,6 +381,7 @@ class WorkerInternalError(ServiceError):
 
 _CORE_STATUS: dict[type[core_errors.MSTError], tuple[int, str]] = {
     core_errors.GraphValidationError: (422, "Invalid graph"),
+    core_errors.PointSetValidationError: (422, "Invalid point set"),
     core_errors.GraphTooLargeError: (413, "Graph too large"),
     core_errors.BackendUnavailableError: (503, "Backend unavailable"),
     core_errors.DeviceMemoryError: (507, "Out of device memory"),

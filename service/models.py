@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 GraphFormat = Literal["npz", "egr", "mtx", "edgelist", "dimacs", "arrow", "parquet"]
 WeightsFormat = Literal["npy", "npz"]
-TaskName = Literal["mst", "components", "clusters", "dendrogram"]
+TaskName = Literal["mst", "components", "clusters", "dendrogram", "emst", "hdbscan", "single_linkage"]
+PointsFormat = Literal["npz", "npy"]
 Objective = Literal["min", "max"]
 WeightDtype = Literal["int32", "int64", "float32", "float64"]
 JobStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
@@ -80,7 +81,42 @@ class DendrogramParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class EmstParams(BaseModel):
+    """Parameters of an ``emst`` job: the Euclidean minimum spanning tree of a point set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_samples: StrictInt = Field(
+        1,
+        ge=1,
+        description="1: Euclidean distances; k > 1: HDBSCAN*'s mutual reachability, core distance = "
+        "distance to the k-th nearest point, the point itself counted.",
+    )
+
+
+class HdbscanParams(BaseModel):
+    """Parameters of an ``hdbscan`` job, as scikit-learn's ``HDBSCAN`` takes them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_cluster_size: StrictInt = Field(5, ge=2, description="Smallest size of a cluster.")
+    min_samples: StrictInt | None = Field(None, ge=1, description="Default: min_cluster_size.")
+    cluster_selection_method: Literal["eom", "leaf"] = Field("eom", description="Excess of mass, or leaves.")
+    cluster_selection_epsilon: StrictInt | StrictFloat = Field(
+        0.0, ge=0, description="Clusters closer than this are merged."
+    )
+
+
+class SingleLinkageParams(BaseModel):
+    """A ``single_linkage`` job takes no parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 TASK_PARAMS: dict[str, type[BaseModel]] = {
+    "emst": EmstParams,
+    "hdbscan": HdbscanParams,
+    "single_linkage": SingleLinkageParams,
     "mst": MstParams,
     "components": ComponentsParams,
     "clusters": ClustersParams,
@@ -93,7 +129,7 @@ class JobRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task: TaskName = Field(
+    task: Literal["mst", "components", "clusters", "dendrogram"] = Field(
         description="'mst': spanning forest (edge ids, weights); 'components': component label of every "
         "vertex; 'clusters': labels after cutting the minimum spanning forest; 'dendrogram': the "
         "single-linkage dendrogram of a connected graph (a SciPy linkage matrix)."
@@ -101,6 +137,21 @@ class JobRequest(BaseModel):
     params: dict[str, Any] = Field(
         default_factory=dict,
         description="The task's parameters: MstParams, ComponentsParams, ClustersParams or DendrogramParams.",
+    )
+
+
+class PointsJobRequest(BaseModel):
+    """A job on a resident point set: a task and its parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: Literal["emst", "hdbscan", "single_linkage"] = Field(
+        description="'emst': the exact Euclidean (or, with min_samples > 1, HDBSCAN*'s "
+        "mutual-reachability) minimum spanning tree; 'hdbscan': labels and probabilities; "
+        "'single_linkage': the dendrogram as a SciPy linkage matrix."
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="The task's parameters: EmstParams, HdbscanParams or none."
     )
 
 
@@ -120,6 +171,17 @@ class WeightsUpload(BaseModel):
 
     weight: list[StrictInt | StrictFloat] = Field(description="One weight per edge, in edge-id order.")
     weight_dtype: WeightDtype | None = Field(None, description="As for uploads: the dtype to store them as.")
+
+
+class PointsUpload(BaseModel):
+    """A point set as JSON rows: ``points[i]`` holds the ``d`` coordinates of point ``i``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    points: list[Annotated[list[StrictInt | StrictFloat], Field(min_length=1, max_length=32)]] = Field(
+        min_length=1, description="One row per point, each of the same 1 to 32 coordinates."
+    )
+    dtype: Literal["float32", "float64"] | None = Field(None, description="Default float64.")
 
 
 class Residency(BaseModel):
@@ -152,6 +214,21 @@ class GraphList(BaseModel):
     graphs: list[GraphOut]
 
 
+class PointSetOut(BaseModel):
+    id: str
+    created_at: datetime
+    num_points: int
+    dims: int = Field(description="Coordinates per point.")
+    dtype: Literal["float32", "float64"]
+    source_format: str = Field(description="'json' or the upload's ?format=.")
+    payload_bytes: int = Field(description="Bytes of the stored payload in the spool.")
+    residency: Residency
+
+
+class PointSetList(BaseModel):
+    point_sets: list[PointSetOut]
+
+
 class JobError(BaseModel):
     type: str = Field(description="Machine-readable cause, e.g. 'worker_lost', 'invalid_graph'.")
     message: str
@@ -171,11 +248,16 @@ class JobSummary(BaseModel):
         "time of the computation that produced it)."
     )
     cached: bool = Field(False, description="Answered from the stored result of an identical earlier job.")
+    reused_tree: bool | None = Field(
+        None,
+        description="Point-set jobs ('hdbscan', 'single_linkage'): true when the tree of the same "
+        "min_samples, computed by an earlier job on the resident point set, was reused.",
+    )
 
 
 class JobOut(BaseModel):
     id: str
-    graph_id: str
+    graph_id: str = Field(description="The graph, or the point set, the job computes on.")
     task: TaskName = "mst"
     params: dict[str, Any] = Field(default_factory=dict, description="The task's parameters as given.")
     weights_version: int = Field(0, description="The graph's weights version the job computes on.")
@@ -204,8 +286,13 @@ class ResultOut(JobSummary):
     )
     linkage: list[list[float]] | None = Field(
         None,
-        description="'dendrogram': (n - 1) rows [cluster a, cluster b, height, size] (SciPy's format).",
+        description="'dendrogram', 'single_linkage': (n - 1) rows [cluster a, cluster b, height, size] "
+        "(SciPy's format).",
     )
+    src: list[int] | None = Field(None, description="'emst': the smaller point index of every tree edge.")
+    dst: list[int] | None = Field(None, description="'emst': the larger one.")
+    core_distances: list[float] | None = Field(None, description="'emst' with min_samples > 1.")
+    probabilities: list[float] | None = Field(None, description="'hdbscan': membership strengths.")
 
 
 class Problem(BaseModel):

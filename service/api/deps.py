@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from ..errors import GraphNotFoundError, JobNotFoundError, ServiceUnavailableError
+from ..errors import GraphNotFoundError, JobNotFoundError, PointSetNotFoundError, ServiceUnavailableError
 from ..metrics import Metrics
 from ..runtime.catalog import Catalog
 from ..runtime.jobs import Jobs
@@ -54,6 +54,15 @@ def checked_graph_id(graph_id: str) -> str:
             f"no graph has id {_shown(graph_id)}; graph ids look like g_<32 hex digits>."
         )
     return graph_id
+
+
+def checked_points_id(points_id: str) -> str:
+    """``points_id`` when it has the shape of a point-set id; else 404 before anything is looked up."""
+    if not is_id(points_id, "p"):
+        raise PointSetNotFoundError(
+            f"no point set has id {_shown(points_id)}; point-set ids look like p_<32 hex digits>."
+        )
+    return points_id
 
 
 def checked_job_id(job_id: str) -> str:

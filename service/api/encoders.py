@@ -47,6 +47,7 @@ def job_out(job: JobRecord) -> JobOut:
             num_components=job.num_components or 0,
             compute_ms=job.compute_ms or 0.0,
             cached=job.cached,
+            reused_tree=job.reused_tree,
         )
     return JobOut(
         id=job.id,
@@ -217,15 +218,23 @@ RESULT_ARRAYS: dict[str, tuple[str, ...]] = {
     "components": ("labels",),
     "clusters": ("labels",),
     "dendrogram": ("linkage",),
+    "emst": ("src", "dst", "weights"),
+    "hdbscan": ("labels", "probabilities"),
+    "single_linkage": ("linkage",),
 }
+
+
+#: arrays of a task's result that only some jobs have (one per point: not an Arrow column of the tree)
+OPTIONAL_ARRAYS: dict[str, tuple[str, ...]] = {"emst": ("core_distances",)}
 
 
 def json_result(path: Path, summary: dict[str, Any], **ids: str) -> Response:
     task = str(summary.get("task", "mst"))
     arrays: dict[str, Any] = {}
     with np.load(path, allow_pickle=False) as npz:
-        for name in RESULT_ARRAYS[task]:
-            arrays[name] = npz[name].tolist()
+        for name in RESULT_ARRAYS[task] + OPTIONAL_ARRAYS.get(task, ()):
+            if name in npz.files:
+                arrays[name] = npz[name].tolist()
     body: dict[str, Any] = {
         **ids,
         "num_edges": summary["num_edges"],
@@ -237,6 +246,8 @@ def json_result(path: Path, summary: dict[str, Any], **ids: str) -> Response:
         body["task"] = task
     if summary.get("cached"):
         body["cached"] = True
+    if summary.get("reused_tree") is not None:
+        body["reused_tree"] = summary["reused_tree"]
     body.update(arrays)
     return Response(json.dumps(body, separators=(",", ":")), media_type=JSON_MEDIA_TYPE)
 
@@ -287,4 +298,5 @@ def job_summary(job: JobRecord) -> dict[str, Any]:
         "compute_ms": job.compute_ms,
         "task": job.task,
         "cached": job.cached,
+        "reused_tree": job.reused_tree,
     }

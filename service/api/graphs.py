@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -184,10 +185,14 @@ async def submit_response(
     task: str = "mst",
     params: dict[str, Any] | None = None,
     cache: bool = False,
+    checked: Callable[[str], str] = checked_graph_id,
 ) -> Response:
-    """Submit a job of ``owner`` and wait up to ``wait`` s for it (also served by the fast lane)."""
+    """Submit a job of ``owner`` and wait up to ``wait`` s for it (also served by the fast lane).
+
+    ``checked``: the id-shape check of the dataset's kind (graphs; point sets pass theirs).
+    """
     job = services.jobs.submit(
-        checked_graph_id(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache
+        checked(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache
     )
     if wait > 0:
         job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)

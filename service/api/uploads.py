@@ -39,7 +39,7 @@ from ..errors import (
     UnsupportedMediaTypeError,
 )
 from ..limits import check_vertices
-from ..models import GraphUpload, WeightsPatch, WeightsUpload
+from ..models import GraphUpload, PointsUpload, WeightsPatch, WeightsUpload
 from ..settings import Settings
 from ..storage.store import SpoolFile, Store
 from .encoders import ARROW_STREAM_MEDIA_TYPE
@@ -197,7 +197,7 @@ async def _receive_binary(request: Request, store: Store, settings: Settings, fm
         except ClientDisconnect:
             raise _incomplete(spool.size, request) from None
         spool.close()
-        if fmt == "npz":
+        if fmt in ("npz", "points.npz"):
             check_npz_inflation(spool.path, settings)  # the central directory only: ~50 us, inline
         synced = asyncio.ensure_future(asyncio.to_thread(spool.sync))  # overlaps with the worker's load
         return Upload(spool.detach(), fmt, spool.size, fmt, synced)
@@ -410,3 +410,57 @@ def check_weights_header(upload: Upload, num_edges: int) -> None:
             f"holds shape {shape} of dtype {dtype}.",
             field="body",
         )
+
+
+def _json_points_file(body: bytes, path: Path) -> None:
+    """Write a JSON point set (``{"points": [[x, y, ...], ...]}``) as the ``.npy`` the worker reads."""
+    try:
+        upload = PointsUpload.model_validate_json(body)
+    except ValidationError as exc:
+        raise _validation_problem(exc) from None
+    widths = {len(row) for row in upload.points}
+    if len(widths) > 1:
+        first = next(i for i, row in enumerate(upload.points) if len(row) != len(upload.points[0]))
+        raise InvalidUploadError(
+            f"'points[{first}]' has {len(upload.points[first])} coordinates, 'points[0]' has "
+            f"{len(upload.points[0])}; every point needs the same number.",
+            field="points",
+            index=first,
+        )
+    with np.errstate(over="ignore"):
+        points = np.array(upload.points, dtype=upload.dtype or "float64")
+    with open(path, "wb") as f:
+        np.save(f, points, allow_pickle=False)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+async def receive_points(request: Request, store: Store, settings: Settings, fmt: str | None) -> Upload:
+    """Store the body of a point-set upload in the spool: JSON rows, or a binary ``.npy``/``.npz``."""
+    check_encoding(request)
+    kind = media_type(request)
+    if kind == "application/json" or kind.endswith("+json"):
+        if fmt is not None:
+            raise InvalidRequestError(
+                "?format= applies to binary bodies (application/octet-stream), not to JSON.", field="format"
+            )
+        body = await _read_limited(request, settings.max_json_bytes)
+        path = store.tmp_path(".points.npy")
+        try:
+            await asyncio.to_thread(_json_points_file, body, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+            raise
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return Upload(path, "points.npy", path.stat().st_size, "json", done)
+    if kind == "application/octet-stream":
+        upload = await _receive_binary(request, store, settings, f"points.{fmt or 'npz'}")
+        upload.source = fmt or "npz"
+        return upload
+    raise UnsupportedMediaTypeError(
+        f"Content-Type {kind or '(none)'!r} is not accepted for points; send application/json rows or an "
+        "application/octet-stream body (?format=npz with a 'points' array, or npy).",
+        field="content-type",
+    )

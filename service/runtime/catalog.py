@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ..api.uploads import Upload
-from ..errors import DeviceQuotaExceededError, GraphNotFoundError, QuotaExceededError
-from ..models import GraphOut, Residency, timestamp
+from ..errors import DeviceQuotaExceededError, GraphNotFoundError, PointSetNotFoundError, QuotaExceededError
+from ..models import GraphOut, PointSetOut, Residency, timestamp
 from ..storage.store import GraphRecord, Store, new_id
 from .jobs import Jobs
 from .supervisor import GraphSource, Supervisor
@@ -54,18 +54,22 @@ class Catalog:
             str(self._store.graph_path(graph_id)),
             record.num_vertices,
             None if weights is None or not weights.exists() else str(weights),
+            fmt="points.npz" if record.kind == "points" else "npz",
         )
 
-    def get(self, graph_id: str, owner: str) -> GraphRecord:
-        """The graph's record; 404 when there is none or it is another owner's (the same answer)."""
+    def get(self, graph_id: str, owner: str, kind: str = "graph") -> GraphRecord:
+        """The dataset's record; 404 when there is none, it is another owner's or of another kind
+        (the same answer)."""
         record = self._store.get_graph(graph_id, owner)
-        if record is None:
+        if record is None or record.kind != kind:
+            if kind == "points":
+                raise PointSetNotFoundError(f"no point set has id {graph_id!r}.")
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
         return record
 
-    def owned(self, owner: str) -> list[GraphRecord]:
-        """The graphs of ``owner``, oldest first."""
-        return self._store.list_graphs(owner)
+    def owned(self, owner: str, kind: str = "graph") -> list[GraphRecord]:
+        """The graphs (or point sets) of ``owner``, oldest first."""
+        return self._store.list_graphs(owner, kind)
 
     def admit(self, owner: str) -> None:
         """Refuse an upload of ``owner`` before its body is read when a quota is already used up."""
@@ -102,20 +106,20 @@ class Catalog:
                 used=used,
             )
 
-    async def create(self, upload: Upload, owner: str) -> GraphRecord:
-        """Store the upload as a graph of ``owner`` (call :meth:`admit` before receiving it)."""
+    async def create(self, upload: Upload, owner: str, kind: str = "graph") -> GraphRecord:
+        """Store the upload as a graph (or point set) of ``owner`` (:meth:`admit` first)."""
         self._creating[owner] += 1
         try:
-            return await self._create(upload, owner)
+            return await self._create(upload, owner, kind)
         finally:
             self._creating[owner] -= 1
             if not self._creating[owner]:
                 del self._creating[owner]
 
-    async def _create(self, upload: Upload, owner: str) -> GraphRecord:
-        graph_id = new_id("g")
+    async def _create(self, upload: Upload, owner: str, kind: str) -> GraphRecord:
+        graph_id = new_id("p" if kind == "points" else "g")
         handle = self._supervisor.place(estimate=upload.size)
-        canonical = None if upload.format == "npz" else self._store.tmp_path(".npz")
+        canonical = None if upload.format in ("npz", "points.npz") else self._store.tmp_path(".npz")
         try:
             summary, generation = await handle.load_new(
                 graph_id,
@@ -153,6 +157,7 @@ class Catalog:
                 payload_bytes=final.stat().st_size,
                 device_bytes=int(summary["device_bytes"]),
                 owner=owner,
+                kind=kind,
             )
             self._store.add_graph(record)
         except BaseException:
@@ -197,8 +202,8 @@ class Catalog:
             placed.device_bytes = int(summary["device_bytes"])
         return record
 
-    def delete(self, graph_id: str, owner: str) -> None:
-        self.get(graph_id, owner)
+    def delete(self, graph_id: str, owner: str, kind: str = "graph") -> None:
+        self.get(graph_id, owner, kind)
         self._jobs.cancel_for_graph(graph_id)
         handle = self._supervisor.holder(graph_id)
         if not self._store.delete_graph(graph_id):
@@ -215,7 +220,32 @@ class Catalog:
         if graphs:
             log.info("reloading %d stored graph(s)", len(graphs))
 
+    def describe_points(self, record: GraphRecord) -> PointSetOut:
+        return PointSetOut(
+            id=record.id,
+            created_at=timestamp(record.created_at),  # type: ignore[arg-type]
+            num_points=record.num_vertices,
+            dims=record.num_edges,
+            dtype=record.weight_dtype,  # type: ignore[arg-type]
+            source_format=record.source_format,
+            payload_bytes=record.payload_bytes,
+            residency=self._residency(record),
+        )
+
     def describe(self, record: GraphRecord) -> GraphOut:
+        return GraphOut(
+            id=record.id,
+            created_at=timestamp(record.created_at),  # type: ignore[arg-type]
+            num_vertices=record.num_vertices,
+            num_edges=record.num_edges,
+            weight_dtype=record.weight_dtype,  # type: ignore[arg-type]
+            source_format=record.source_format,
+            payload_bytes=record.payload_bytes,
+            weights_version=record.weights_version,
+            residency=self._residency(record),
+        )
+
+    def _residency(self, record: GraphRecord) -> Residency:
         handle = self._supervisor.holder(record.id)
         placed = None if handle is None else handle.graphs.get(record.id)
         residency: dict[str, Any]
@@ -236,14 +266,4 @@ class Catalog:
                 "device_bytes": 0 if placed.status == "evicted" else placed.device_bytes,
                 "error": placed.error,
             }
-        return GraphOut(
-            id=record.id,
-            created_at=timestamp(record.created_at),  # type: ignore[arg-type]
-            num_vertices=record.num_vertices,
-            num_edges=record.num_edges,
-            weight_dtype=record.weight_dtype,  # type: ignore[arg-type]
-            source_format=record.source_format,
-            payload_bytes=record.payload_bytes,
-            weights_version=record.weights_version,
-            residency=Residency(**residency),
-        )
+        return Residency(**residency)

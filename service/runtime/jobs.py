@@ -43,6 +43,7 @@ from ..errors import (
     JobNotCancellableError,
     JobNotFinishedError,
     JobNotFoundError,
+    PointSetNotFoundError,
     QueueFullError,
     QuotaExceededError,
     ResultGoneError,
@@ -210,6 +211,13 @@ async def _queued(handle: WorkerHandle, task: _WorkerRequest) -> Any:
         raise
 
 
+def _not_found(dataset_id: str) -> GraphNotFoundError | PointSetNotFoundError:
+    """The 404 of a graph or a point set (their ids start ``g_`` and ``p_``)."""
+    if dataset_id.startswith("p_"):
+        return PointSetNotFoundError(f"no point set has id {dataset_id!r}.")
+    return GraphNotFoundError(f"no graph has id {dataset_id!r}.")
+
+
 def canonical_params(params: dict[str, Any] | None) -> str:
     """A task's parameters as the JSON text jobs are stored and cached under (sorted, compact)."""
     return json.dumps(params or {}, sort_keys=True, separators=(",", ":"))
@@ -292,11 +300,11 @@ class Jobs:
         out; the record is written when the job finishes, or by :meth:`publish`.
         """
         if self.graph_owners.get(graph_id) != owner:
-            raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
+            raise _not_found(graph_id)
         handle = self._supervisor.holder(graph_id)
         if handle is None:  # a placed graph always has its record (placed after, forgotten after)
             if self._store.get_graph(graph_id) is None:
-                raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
+                raise _not_found(graph_id)
             raise ServiceUnavailableError(f"graph {graph_id} is not placed on any worker yet; retry shortly.")
         version = handle.graphs[graph_id].weights_version
         key = canonical_params(params)
@@ -502,6 +510,7 @@ class Jobs:
             total_weight=summary.get("total_weight"),
             num_components=int(summary["num_components"]),
             compute_ms=float(summary["compute_ms"]),
+            reused_tree=summary.get("reused_tree"),
         )
 
     def _store_behind(self, job_id: str, note: asyncio.Future[None]) -> None:

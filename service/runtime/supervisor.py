@@ -96,6 +96,8 @@ class GraphSource:
     num_vertices: int | None
     #: the weights that replaced the uploaded ones (``.npy``), if any
     weights_path: str | None = None
+    #: how the worker reads the file: ``npz`` for a graph, ``points.npz`` for a point set
+    fmt: str = "npz"
 
 
 class WorkerHandle:
@@ -260,7 +262,13 @@ class WorkerHandle:
             return asyncio.sleep(0)
         residency.status = "loading"
         fut = self._send(
-            worker_module.LOAD, graph_id, source.path, "npz", source.num_vertices, None, source.weights_path
+            worker_module.LOAD,
+            graph_id,
+            source.path,
+            source.fmt,
+            source.num_vertices,
+            None,
+            source.weights_path,
         )
         generation = self.generation
 
@@ -529,7 +537,7 @@ class WorkerHandle:
         residency.status = "loading"
         try:
             summary = await self._load_with_room(
-                graph_id, source.path, "npz", source.num_vertices, None, source.weights_path
+                graph_id, source.path, source.fmt, source.num_vertices, None, source.weights_path
             )
         except BaseException:
             if self.graphs.get(graph_id) is residency:

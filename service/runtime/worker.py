@@ -65,6 +65,8 @@ from ..storage import npzio
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
     import gpu_core
 
+    from .point_sets import ResidentPoints
+
 # request operations
 LOAD = "load"
 MST = "mst"
@@ -200,6 +202,8 @@ class _Worker:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.graphs: dict[str, gpu_core.Graph] = {}
+        #: resident point sets (see :mod:`service.runtime.point_sets`)
+        self.points: dict[str, ResidentPoints] = {}
         self.backend: Literal["gpu", "cpu"] = "cpu"
         self.tmp_dir = Path(config.tmp_dir)
 
@@ -259,7 +263,7 @@ class _Worker:
             total = int(device_total)
         cap = self.config.memory_bytes
         if cap:
-            held = sum(g.nbytes for g in self.graphs.values())
+            held = sum(g.nbytes for g in self.graphs.values()) + sum(p.nbytes for p in self.points.values())
             free, total = min(free, max(cap - held, 0)), min(cap, total)
         return free, total
 
@@ -429,7 +433,10 @@ class _Worker:
         """Make a graph resident from a spool file; with ``canonical``, also write it there as npz.
 
         ``weights``: an ``.npy`` of weights that replaced the uploaded ones (a reload after an update).
+        A format ``points.npz`` or ``points.npy`` makes a point set resident instead.
         """
+        if fmt.startswith("points."):
+            return self._load_points(graph_id, path, fmt, canonical)
         edges, graph = self._read(path, fmt, num_vertices)
         if canonical is not None:
             self._write_canonical(edges, graph.num_vertices, canonical)
@@ -467,6 +474,28 @@ class _Worker:
         summary["weights_version"] = expected + 1
         return summary
 
+    def _load_points(self, points_id: str, path: str, fmt: str, canonical: str | None) -> dict[str, Any]:
+        import numpy as np
+
+        from .point_sets import ResidentPoints, read_points
+
+        config = self.config
+        raw = read_points(path, fmt, config.max_inflated_bytes or 2**63, config.max_compression_ratio or 1e18)
+        resident = ResidentPoints(raw, self.backend)
+        if canonical is not None:
+            npzio.write_npz_file(canonical, {"points": np.ascontiguousarray(raw)}, sync=True)
+        del raw
+        self.points[points_id] = resident
+        free, total = self._memory()
+        return {
+            "num_vertices": resident.num_points,
+            "num_edges": resident.dims,
+            "weight_dtype": resident.dtype,
+            "device_bytes": resident.nbytes,
+            "free_bytes": free,
+            "total_bytes": total,
+        }
+
     def _resident(self, graph_id: str) -> gpu_core.Graph:
         graph = self.graphs.get(graph_id)
         if graph is None:
@@ -492,8 +521,13 @@ class _Worker:
         """The result's summary now; its file at ``result_path`` right after the reply.
 
         ``task`` (with ``params``): ``mst`` (objective, exclude), ``components`` (exclude),
-        ``clusters`` (k or threshold) or ``dendrogram``.
+        ``clusters`` (k or threshold) or ``dendrogram`` on a graph; ``emst``, ``hdbscan`` or
+        ``single_linkage`` on a point set.
         """
+        points = self.points.get(graph_id)
+        if points is not None:
+            point_summary, point_arrays = points.run(task, params or {})
+            return Reply(point_summary, lambda: self._write_arrays(point_arrays, result_path))
         graph = self._resident(graph_id)
         params = params or {}
         if task == "mst":
@@ -540,6 +574,7 @@ class _Worker:
 
     def drop(self, graph_id: str) -> dict[str, Any]:
         self.graphs.pop(graph_id, None)
+        self.points.pop(graph_id, None)
         free, total = self._memory()
         return {"free_bytes": free, "total_bytes": total}
 

@@ -51,7 +51,8 @@ CREATE TABLE IF NOT EXISTS graphs (
     payload_bytes INTEGER NOT NULL,
     device_bytes  INTEGER NOT NULL,
     weights_version INTEGER NOT NULL DEFAULT 0,
-    owner         TEXT NOT NULL DEFAULT ''
+    owner         TEXT NOT NULL DEFAULT '',
+    kind          TEXT NOT NULL DEFAULT 'graph'
 );
 CREATE TABLE IF NOT EXISTS jobs (
     id             TEXT PRIMARY KEY,
@@ -70,6 +71,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     params         TEXT NOT NULL DEFAULT '{}',
     weights_version INTEGER NOT NULL DEFAULT 0,
     cached         INTEGER NOT NULL DEFAULT 0,
+    reused_tree    INTEGER,
     owner          TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created_at);
@@ -79,10 +81,12 @@ CREATE INDEX IF NOT EXISTS jobs_by_graph ON jobs (graph_id);
 #: columns added after the first release: (table, column, declaration), added to older databases
 _ADDED_COLUMNS = (
     ("graphs", "weights_version", "INTEGER NOT NULL DEFAULT 0"),
+    ("graphs", "kind", "TEXT NOT NULL DEFAULT 'graph'"),
     ("jobs", "task", "TEXT NOT NULL DEFAULT 'mst'"),
     ("jobs", "params", "TEXT NOT NULL DEFAULT '{}'"),
     ("jobs", "weights_version", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "cached", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "reused_tree", "INTEGER"),
     ("graphs", "owner", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "owner", "TEXT NOT NULL DEFAULT ''"),
 )
@@ -128,6 +132,9 @@ class GraphRecord:
     weights_version: int = 0
     #: the API key's owner id that uploaded it ("" without API keys)
     owner: str = ""
+    #: ``graph``, or ``points``: a point set, whose record holds its number of points in
+    #: ``num_vertices``, its dimension in ``num_edges`` and its coordinates' dtype in ``weight_dtype``
+    kind: str = "graph"
 
 
 @dataclass(frozen=True)
@@ -152,6 +159,8 @@ class JobRecord:
     weights_version: int = 0
     #: answered from an identical earlier job's result (``compute_ms`` is that computation's)
     cached: bool = False
+    #: point-set jobs: the tree of an earlier job was reused (None: not a point-set clustering)
+    reused_tree: bool | None = None
     #: the API key's owner id that submitted it ("" without API keys)
     owner: str = ""
 
@@ -175,6 +184,8 @@ def _job_from_row(row: sqlite3.Row) -> JobRecord:
         if values[name] is not None:
             values[name] = float(values[name])
     values["cached"] = bool(values["cached"])
+    if values["reused_tree"] is not None:
+        values["reused_tree"] = bool(values["reused_tree"])
     return JobRecord(**values)
 
 
@@ -274,15 +285,15 @@ class Store:
             return None
         return GraphRecord(**dict(row))
 
-    def list_graphs(self, owner: str | None = None) -> list[GraphRecord]:
-        """The graphs of ``owner`` (None: of everyone), oldest first."""
+    def list_graphs(self, owner: str | None = None, kind: str | None = None) -> list[GraphRecord]:
+        """The datasets of ``owner`` (None: of everyone) of ``kind`` (None: graphs and point sets),
+        oldest first."""
+        where = [(c, v) for c, v in (("owner", owner), ("kind", kind)) if v is not None]
+        clause = (" WHERE " + " AND ".join(f"{c} = ?" for c, _ in where)) if where else ""
         with self._lock:
-            if owner is None:
-                rows = self._db.execute("SELECT * FROM graphs ORDER BY created_at, id").fetchall()
-            else:
-                rows = self._db.execute(
-                    "SELECT * FROM graphs WHERE owner = ? ORDER BY created_at, id", (owner,)
-                ).fetchall()
+            rows = self._db.execute(
+                f"SELECT * FROM graphs{clause} ORDER BY created_at, id", [v for _, v in where]
+            ).fetchall()
         return [GraphRecord(**dict(r)) for r in rows]
 
     def set_graph_weights(

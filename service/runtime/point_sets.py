@@ -1,0 +1,137 @@
+"""Point sets resident in a worker, and the tasks on them: ``emst``, ``hdbscan``, ``single_linkage``.
+
+Runs in the worker process (it imports :mod:`gpu_core`). A resident point set keeps, besides its
+coordinates, the trees computed on it by ``min_samples`` and their single-linkage hierarchies, so
+``hdbscan`` with another ``min_cluster_size`` (or the same ``min_samples`` again) and
+``single_linkage`` reuse them (``reused_tree`` in the job's result) instead of computing the tree
+again. The tree is deterministic, so a reused one is the same a new computation would give.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidUploadError
+
+
+def read_points(path: str, fmt: str, max_inflated_bytes: int, max_ratio: float) -> np.ndarray[Any, Any]:
+    """The ``(n, d)`` coordinates of a spool file: ``points.npy``, or ``points.npz`` with a ``points``
+    array (read with the upload caps, never unpickled)."""
+    from gpu_core.formats import npz_arrays
+
+    try:
+        if fmt == "points.npy":
+            array: np.ndarray[Any, Any] = np.load(path, mmap_mode="r", allow_pickle=False)
+            return array
+        arrays = npz_arrays(
+            Path(path).read_bytes(), max_inflated_bytes=max_inflated_bytes, max_ratio=max_ratio
+        )
+    except (ValueError, OSError, EOFError) as exc:  # gpu_core's validation errors are ValueErrors
+        raise InvalidUploadError(
+            f"the body cannot be read as {fmt.split('.')[1]}: {exc}", field="body"
+        ) from None
+    if "points" not in arrays:
+        raise InvalidUploadError(
+            f"an npz of points holds a 'points' array of shape (n, d); this one holds {sorted(arrays)}.",
+            field="points",
+        )
+    return arrays["points"]
+
+
+class ResidentPoints:
+    """A point set on a worker's backend, with the trees (by ``min_samples``) computed on it so far."""
+
+    def __init__(self, points: Any, backend: str) -> None:
+        from gpu_core._points import validate_points
+
+        self.coords = validate_points(points)
+        self.dtype = "float32" if np.asarray(points).dtype == np.float32 else "float64"
+        self.backend = backend
+        self._trees: dict[int, Any] = {}
+        self._linkages: dict[int, np.ndarray[Any, Any]] = {}
+
+    @property
+    def num_points(self) -> int:
+        return int(self.coords.shape[0])
+
+    @property
+    def dims(self) -> int:
+        return int(self.coords.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        trees = sum(t.src.nbytes + t.dst.nbytes + t.weights.nbytes for t in self._trees.values())
+        return int(self.coords.nbytes + trees + sum(z.nbytes for z in self._linkages.values()))
+
+    def tree(self, min_samples: int) -> tuple[Any, bool]:
+        """The (mutual-reachability) tree of ``min_samples``, and whether it was computed before."""
+        import gpu_core
+
+        known = self._trees.get(min_samples)
+        if known is not None:
+            return known, True
+        tree = gpu_core.euclidean_mst(self.coords, min_samples=min_samples, backend=self.backend)  # type: ignore[arg-type]
+        self._trees[min_samples] = tree
+        return tree, False
+
+    def linkage(self, min_samples: int) -> tuple[np.ndarray[Any, Any], bool]:
+        """The single-linkage hierarchy of that tree, and whether the tree was computed before."""
+        import gpu_core
+
+        tree, reused = self.tree(min_samples)
+        linkage = self._linkages.get(min_samples)
+        if linkage is None:
+            linkage = gpu_core.single_linkage(tree)
+            self._linkages[min_samples] = linkage
+        return linkage, reused
+
+    def run(self, task: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(summary, result arrays) of a task on this point set."""
+        from gpu_core._hdbscan import labels_from_tree
+        from gpu_core.errors import ClusteringParameterError
+
+        started = time.perf_counter()
+        n = self.num_points
+        if task == "emst":
+            tree, reused = self.tree(int(params.get("min_samples", 1)))
+            arrays: dict[str, Any] = {"src": tree.src, "dst": tree.dst, "weights": tree.weights}
+            if tree.core_distances is not None:
+                arrays["core_distances"] = tree.core_distances
+            summary: dict[str, Any] = {"num_edges": tree.num_edges, "total_weight": tree.total_weight,
+                                       "num_components": 1, "reused_tree": reused}  # fmt: skip
+        elif task == "single_linkage":
+            if n < 2:
+                raise ClusteringParameterError("a dendrogram needs at least 2 points.", field="points")
+            linkage, reused = self.linkage(1)
+            arrays = {"linkage": linkage}
+            summary = {"num_edges": n - 1, "total_weight": None, "num_components": 1, "reused_tree": reused}
+        elif task == "hdbscan":
+            min_cluster_size = int(params.get("min_cluster_size", 5))
+            samples = params.get("min_samples")
+            k = min_cluster_size if samples is None else int(samples)
+            if k > n:
+                raise ClusteringParameterError(
+                    f"min_samples = {k} is more than the {n} points of the set.", field="min_samples"
+                )
+            if n < 2:
+                labels, probabilities, reused = np.full(1, -1, dtype=np.int64), np.zeros(1), False
+            else:
+                linkage, reused = self.linkage(k)
+                labels, probabilities = labels_from_tree(
+                    linkage,
+                    min_cluster_size,
+                    params.get("cluster_selection_method", "eom"),
+                    float(params.get("cluster_selection_epsilon", 0.0)),
+                )
+            arrays = {"labels": labels, "probabilities": probabilities}
+            clusters = int(labels.max()) + 1 if labels.size else 0
+            summary = {"num_edges": n - 1, "total_weight": None, "num_components": clusters,
+                       "reused_tree": reused}  # fmt: skip
+        else:
+            raise InvalidUploadError(f"point sets have no task {task!r}.", field="task")
+        summary["compute_ms"] = (time.perf_counter() - started) * 1e3
+        return summary, arrays

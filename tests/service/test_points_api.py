@@ -1,0 +1,167 @@
+"""Point sets over HTTP: upload (JSON, npz, npy), the three tasks, reuse of trees, restart, bad input.
+
+Answers are checked against the engine called directly (itself checked against brute force in
+tests/gpu_core/test_points.py), SciPy's single linkage and scikit-learn's HDBSCAN.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy.cluster.hierarchy import linkage
+from sklearn.cluster import HDBSCAN
+from sklearn.metrics import adjusted_rand_score
+
+import gpu_core
+
+from .conftest import ServerFactory
+from .live import OCTET, LiveServer
+
+
+def blobs(seed: int = 0, n: int = 240, d: int = 2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(-20, 20, (4, d))
+    return np.concatenate([c + rng.normal(0, 1.0, (n // 4, d)) for c in centers])
+
+
+def npz_points(points: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, points=points)
+    return buffer.getvalue()
+
+
+def upload(server: LiveServer, points: np.ndarray, fmt: str = "npz") -> dict[str, Any]:
+    if fmt == "json":
+        response = server.client.post("/v1/points", json={"points": points.tolist()})
+    else:
+        buffer = io.BytesIO()
+        np.save(buffer, points) if fmt == "npy" else np.savez(buffer, points=points)
+        response = server.client.post(
+            "/v1/points", params={"format": fmt}, content=buffer.getvalue(), headers={"content-type": OCTET}
+        )
+    assert response.status_code == 201, response.text
+    assert response.headers["location"] == f"/v1/points/{response.json()['id']}"
+    record: dict[str, Any] = response.json()
+    return record
+
+
+def run(
+    server: LiveServer, points_id: str, task: str, params: dict[str, Any] | None = None
+) -> tuple[dict, dict]:
+    response = server.client.post(
+        f"/v1/points/{points_id}/jobs", json={"task": task, "params": params or {}}, params={"wait": 60}
+    )
+    assert response.status_code == 200, response.text
+    job = response.json()
+    assert job["status"] == "succeeded", job
+    return job, server.client.get(f"/v1/jobs/{job['id']}/result").json()
+
+
+def check_tasks(server: LiveServer, points: np.ndarray, points_id: str) -> None:
+    tree = gpu_core.euclidean_mst(points, backend="cpu")
+    job, result = run(server, points_id, "emst")
+    assert result["src"] == tree.src.tolist() and result["dst"] == tree.dst.tolist()
+    assert result["weights"] == tree.weights.tolist() and job["result"]["total_weight"] == tree.total_weight
+    mr = gpu_core.euclidean_mst(points, min_samples=5, backend="cpu")
+    _, result = run(server, points_id, "emst", {"min_samples": 5})
+    assert result["weights"] == mr.weights.tolist()
+    assert result["core_distances"] == mr.core_distances.tolist()  # type: ignore[union-attr]
+    _, result = run(server, points_id, "single_linkage")
+    expected = linkage(points, "single")
+    got = np.array(result["linkage"])
+    np.testing.assert_allclose(got[:, 2], expected[:, 2], rtol=1e-12)
+    assert result["reused_tree"] is True  # the emst job's tree
+    for params in ({"min_cluster_size": 10}, {"min_cluster_size": 15, "min_samples": 5}):
+        job, result = run(server, points_id, "hdbscan", params)
+        reference = HDBSCAN(**params, copy=True).fit(points)
+        assert adjusted_rand_score(result["labels"], reference.labels_) == 1.0
+        np.testing.assert_allclose(result["probabilities"], reference.probabilities_, atol=1e-12)
+        assert job["result"]["num_components"] == len(set(reference.labels_) - {-1})
+    # another min_cluster_size with the same min_samples: the tree (and hierarchy) is reused
+    job, _ = run(server, points_id, "hdbscan", {"min_cluster_size": 20, "min_samples": 5})
+    assert job["result"]["reused_tree"] is True
+
+
+def test_points_upload_tasks_and_restart(server_factory: ServerFactory, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    server = server_factory(data)
+    points = blobs()
+    record = upload(server, points)
+    assert record["num_points"] == 240 and record["dims"] == 2 and record["dtype"] == "float64"
+    check_tasks(server, points, record["id"])
+    # JSON and npy uploads of float32 points give the same trees
+    as_json = upload(server, points.astype(np.float32), "json")
+    as_npy = upload(server, points.astype(np.float32), "npy")
+    _, a = run(server, as_json["id"], "emst")
+    _, b = run(server, as_npy["id"], "emst")
+    assert a["weights"] == b["weights"] and as_npy["dtype"] == "float32"
+    listed = [p["id"] for p in server.client.get("/v1/points").json()["point_sets"]]
+    assert listed == [record["id"], as_json["id"], as_npy["id"]]
+    assert record["id"] not in [g["id"] for g in server.client.get("/v1/graphs").json()["graphs"]]
+    # binary result
+    job, _ = run(server, record["id"], "hdbscan", {"min_cluster_size": 10})
+    response = server.client.get(f"/v1/jobs/{job['id']}/result", headers={"accept": OCTET})
+    with np.load(io.BytesIO(response.content), allow_pickle=False) as npz:
+        assert set(npz.files) == {"labels", "probabilities"}
+    # a restart reloads the point sets; the trees are computed again
+    server.stop()
+    server = server_factory(data)
+    job, result = run(server, record["id"], "emst")
+    assert result["weights"] == gpu_core.euclidean_mst(points, backend="cpu").weights.tolist()
+    assert job["result"]["reused_tree"] is False
+    assert server.client.delete(f"/v1/points/{as_json['id']}").status_code == 204
+    assert server.client.get(f"/v1/points/{as_json['id']}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "detail"),
+    [
+        ({"points": [[0.0, 1.0], [2.0]]}, 422, "points[1]"),
+        ({"points": []}, 422, "points"),
+        ({"points": [[]]}, 422, "points"),
+        ({"points": [[0.0, "x"]]}, 422, "points"),
+        ({"points": [[1.0, 2.0]], "colour": 1}, 422, "colour"),
+    ],
+)
+def test_bad_point_uploads(live: LiveServer, body: dict, code: int, detail: str) -> None:
+    response = live.client.post("/v1/points", json=body)
+    assert response.status_code == code, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert detail in response.json()["detail"]
+
+
+def test_bad_point_files_and_jobs(live: LiveServer) -> None:
+    for body, detail in (
+        (npz_points(np.zeros((3, 2, 2))), "two-dimensional"),
+        (npz_points(np.array([[0.0, np.nan], [1.0, 1.0]])), "point 0"),
+        (io.BytesIO(b"not an npz").getvalue(), "npz"),
+    ):
+        response = live.client.post("/v1/points", content=body, headers={"content-type": OCTET})
+        assert response.status_code == 422, response.text
+        assert detail in response.json()["detail"]
+    points_id = upload(live, blobs(1, 40))["id"]
+    for job, detail in (
+        ({"task": "mst"}, "task"),
+        ({"task": "hdbscan", "params": {"min_cluster_size": 1}}, "params.min_cluster_size"),
+        ({"task": "emst", "params": {"min_samples": 0}}, "params.min_samples"),
+        ({"task": "emst", "params": {"k": 3}}, "params.k"),
+    ):
+        response = live.client.post(f"/v1/points/{points_id}/jobs", json=job)
+        assert response.status_code == 422, response.text
+        assert detail in response.json()["detail"]
+    graph_id = live.upload_npz([0], [1], [1.0])["id"]
+    response = live.client.post(f"/v1/graphs/{graph_id}/jobs", json={"task": "emst"})
+    assert response.status_code == 422 and response.json()["field"] == "task"
+    assert live.client.get(f"/v1/points/{graph_id}").status_code == 404  # a graph is not a point set
+    assert live.client.get("/v1/points/p_nope").json()["code"] == "point_set_not_found"
+    # more min_samples than points: the job fails and says why
+    response = live.client.post(
+        f"/v1/points/{points_id}/jobs",
+        json={"task": "emst", "params": {"min_samples": 41}},
+        params={"wait": 30},
+    )
+    assert response.json()["status"] == "failed" and "min_samples" in response.json()["error"]["message"]
