@@ -355,6 +355,62 @@ class Client:
             edges = self._sources[graph_id]
         return _convert(forest, edges, output)
 
+    # point sets
+    def upload_points(self, points: Any) -> dict[str, Any]:
+        """Upload an ``(n, d)`` array of float32 or float64 coordinates (an npz body)."""
+        buffer = io.BytesIO()
+        np.savez(buffer, points=np.asarray(points))
+        body = buffer.getvalue()
+        response = self._http.post(
+            "/v1/points", content=body_pieces(body), params={"format": "npz"}, headers=binary_headers(body)
+        )
+        result: dict[str, Any] = self._check(response).json()
+        return result
+
+    def point_sets(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._check(self._http.get("/v1/points")).json()["point_sets"]
+        return result
+
+    def delete_points(self, points_id: str) -> None:
+        self._check(self._http.delete(f"/v1/points/{points_id}"))
+
+    def submit_points(
+        self, points_id: str, task: str, params: dict[str, Any] | None = None, *, wait: float = 0.0
+    ) -> dict[str, Any]:
+        """A job on a point set: ``emst``, ``hdbscan`` or ``single_linkage``."""
+        response = self._http.post(
+            f"/v1/points/{points_id}/jobs",
+            json={"task": task, "params": params or {}},
+            params={"wait": wait} if wait else None,
+        )
+        result: dict[str, Any] = self._check(response).json()
+        return result
+
+    def _points_result(self, points_id: str, task: str, params: dict[str, Any], wait: float) -> Any:
+        job = self.submit_points(points_id, task, params, wait=wait)
+        if job["status"] not in ("succeeded", "failed", "cancelled"):
+            job = self.wait(job["id"], timeout=wait or 600.0)
+        if job["status"] != "succeeded":
+            raise ClientError(409, {"code": "job_" + job["status"], "detail": str(job.get("error"))})
+        return self.result_arrays(job["id"])
+
+    def emst(self, points_id: str, *, min_samples: int = 1, wait: float = 600.0) -> dict[str, Any]:
+        """The tree (arrays ``src``, ``dst``, ``weights``; ``core_distances`` with min_samples > 1)."""
+        result: dict[str, Any] = self._points_result(points_id, "emst", {"min_samples": min_samples}, wait)
+        return result
+
+    def hdbscan(self, points_id: str, *, wait: float = 600.0, **params: Any) -> dict[str, Any]:
+        """Arrays ``labels`` (-1: noise) and ``probabilities``; ``params`` as scikit-learn's HDBSCAN
+        takes them (``min_cluster_size``, ``min_samples``, ``cluster_selection_method``,
+        ``cluster_selection_epsilon``)."""
+        result: dict[str, Any] = self._points_result(points_id, "hdbscan", params, wait)
+        return result
+
+    def single_linkage(self, points_id: str, *, wait: float = 600.0) -> np.ndarray[Any, Any]:
+        """The single-linkage dendrogram as a SciPy linkage matrix."""
+        linkage: np.ndarray[Any, Any] = self._points_result(points_id, "single_linkage", {}, wait)["linkage"]
+        return linkage
+
     def result_arrays(self, job_id: str) -> dict[str, np.ndarray[Any, Any]]:
         """The arrays of any succeeded job's result (``edge_ids``/``weights``, ``labels``, ``linkage``)."""
         response, body = read_response(
@@ -407,6 +463,28 @@ def _format_of(path: Path) -> str:
     return aliases.get(suffix, suffix or "npz")
 
 
+def _point_command(mst: Client, args: argparse.Namespace) -> dict[str, Any]:
+    """Run a point-set verb of the CLI; the arrays go to ``--out`` (npz), their shapes to stdout."""
+    arrays: dict[str, Any]
+    if args.command == "emst":
+        arrays = mst.emst(args.points_id, min_samples=args.min_samples)
+    elif args.command == "hdbscan":
+        params: dict[str, Any] = {"min_cluster_size": args.min_cluster_size}
+        params.update(cluster_selection_method=args.method, cluster_selection_epsilon=args.epsilon)
+        if args.min_samples is not None:
+            params["min_samples"] = args.min_samples
+        arrays = mst.hdbscan(args.points_id, **params)
+    else:
+        arrays = {"linkage": mst.single_linkage(args.points_id)}
+    out: dict[str, Any] = {name: list(a.shape) for name, a in arrays.items()}
+    if "labels" in arrays:
+        out["num_clusters"] = int(arrays["labels"].max()) + 1 if arrays["labels"].size else 0
+    if args.out is not None:
+        np.savez(args.out, **arrays)
+        out["written"] = str(args.out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m service.client", description="Talk to an MST service.")
     parser.add_argument("--url", default="http://127.0.0.1:8000")
@@ -439,6 +517,25 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("oneshot", help="compute the forest of a file without storing it")
     p.add_argument("file", type=Path)
     p.add_argument("--format", default=None)
+    p = sub.add_parser(
+        "upload-points", help="upload a point set (.npy of shape (n, d), or .npz with 'points')"
+    )
+    p.add_argument("file", type=Path)
+    for verb, about in (
+        ("emst", "the Euclidean (mutual-reachability) minimum spanning tree of a point set"),
+        ("hdbscan", "HDBSCAN* labels and probabilities of a point set"),
+        ("single-linkage", "the single-linkage dendrogram of a point set"),
+    ):
+        p = sub.add_parser(verb, help=about)
+        p.add_argument("points_id")
+        p.add_argument("--out", type=Path, default=None, help="write the arrays to this .npz")
+        if verb == "emst":
+            p.add_argument("--min-samples", type=int, default=1)
+        if verb == "hdbscan":
+            p.add_argument("--min-cluster-size", type=int, default=5)
+            p.add_argument("--min-samples", type=int, default=None)
+            p.add_argument("--method", choices=("eom", "leaf"), default="eom")
+            p.add_argument("--epsilon", type=float, default=0.0)
     args = parser.parse_args(argv)
     out: Any
     try:
@@ -460,6 +557,11 @@ def main(argv: list[str] | None = None) -> int:
             elif args.command == "delete":
                 mst.delete_graph(args.graph_id)
                 out = {"deleted": args.graph_id}
+            elif args.command == "upload-points":
+                data = np.load(args.file, allow_pickle=False)
+                out = mst.upload_points(data["points"] if args.file.suffix == ".npz" else data)
+            elif args.command in ("emst", "hdbscan", "single-linkage"):
+                out = _point_command(mst, args)
             else:
                 forest = mst.one_shot(args.file.read_bytes(), args.format or _format_of(args.file))
                 out = {

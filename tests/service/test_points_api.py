@@ -165,3 +165,41 @@ def test_bad_point_files_and_jobs(live: LiveServer) -> None:
         params={"wait": 30},
     )
     assert response.json()["status"] == "failed" and "min_samples" in response.json()["error"]["message"]
+
+
+def test_client_point_verbs(live: LiveServer) -> None:
+    from service.client import Client
+
+    points = blobs(3, 120)
+    with Client(live.url) as mst:
+        record = mst.upload_points(points)
+        assert record["id"] in [p["id"] for p in mst.point_sets()]
+        tree = mst.emst(record["id"], min_samples=3)
+        expected = gpu_core.euclidean_mst(points, min_samples=3, backend="cpu")
+        assert tree["weights"].tolist() == expected.weights.tolist() and "core_distances" in tree
+        clusters = mst.hdbscan(record["id"], min_cluster_size=10)
+        reference = HDBSCAN(min_cluster_size=10, copy=True).fit(points)
+        assert adjusted_rand_score(clusters["labels"], reference.labels_) == 1.0
+        z = mst.single_linkage(record["id"])
+        np.testing.assert_allclose(z[:, 2], linkage(points, "single")[:, 2], rtol=1e-12)
+        mst.delete_points(record["id"])
+        assert record["id"] not in [p["id"] for p in mst.point_sets()]
+
+
+def test_cli_point_verbs(live: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from service.client import main
+
+    points = blobs(4, 80)
+    np.save(tmp_path / "p.npy", points)
+    assert main(["--url", live.url, "upload-points", str(tmp_path / "p.npy")]) == 0
+    points_id = json.loads(capsys.readouterr().out)["id"]
+    assert main(["--url", live.url, "emst", points_id, "--out", str(tmp_path / "t.npz")]) == 0
+    assert json.loads(capsys.readouterr().out)["src"] == [79]
+    with np.load(tmp_path / "t.npz") as npz:
+        assert npz["weights"].tolist() == gpu_core.euclidean_mst(points, backend="cpu").weights.tolist()
+    assert main(["--url", live.url, "hdbscan", points_id, "--min-cluster-size", "8"]) == 0
+    assert json.loads(capsys.readouterr().out)["labels"] == [80]
+    assert main(["--url", live.url, "single-linkage", points_id]) == 0
+    assert json.loads(capsys.readouterr().out)["linkage"] == [79, 4]
