@@ -38,9 +38,10 @@ RUN apt-get update \
 WORKDIR /app
 
 # Dependency layer: built from pyproject.toml alone, so editing the source does not reinstall
-# CuPy and its CUDA wheels. The list is read from pyproject.toml, the one place it is kept.
+# CuPy and its CUDA wheels. The list is read from pyproject.toml, the one place it is kept: the
+# core, the GPU extra, Arrow/Parquet (arrow) and the compiled dendrogram (fast).
 COPY pyproject.toml ./
-RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['${GPU_EXTRA}']))" > /tmp/requirements.txt \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; e = p['optional-dependencies']; print('\n'.join(p['dependencies'] + e['${GPU_EXTRA}'] + e['arrow'] + e['fast']))" > /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt "setuptools>=77" \
  && rm /tmp/requirements.txt
 
