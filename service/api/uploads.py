@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import os
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,10 +93,7 @@ async def receive_graph(request: Request, store: Store, settings: Settings, fmt:
     check_encoding(request)
     kind = media_type(request)
     if kind == "application/json" or kind.endswith("+json"):
-        if fmt is not None:
-            raise InvalidRequestError(
-                "?format= applies to binary bodies (application/octet-stream), not to JSON.", field="format"
-            )
+        _refuse_format_with_json(fmt)
         return await _receive_json(request, store, settings)
     if kind in BINARY_MEDIA_TYPES:
         return await _receive_binary(request, store, settings, binary_format(kind, fmt))
@@ -311,18 +308,37 @@ def _json_to_npz(body: bytes, path: Path, max_edges: int, max_vertices: int) -> 
         os.fsync(f.fileno())
 
 
-async def _receive_json(request: Request, store: Store, settings: Settings) -> Upload:
+async def _json_to_spool(
+    request: Request, store: Store, settings: Settings, suffix: str, write: Callable[[bytes, Path], str]
+) -> Upload:
+    """Read a JSON body (capped) and have ``write`` turn it into the spool file the worker reads
+    (in a thread; it returns the file's format); nothing is left behind when it refuses the body."""
     body = await _read_limited(request, settings.max_json_bytes)
-    path = store.tmp_path(".npz")
+    path = store.tmp_path(suffix)
     try:
-        await asyncio.to_thread(_json_to_npz, body, path, settings.max_edges, settings.max_vertices)
+        fmt = await asyncio.to_thread(write, body, path)
     except BaseException:
         with contextlib.suppress(OSError):
             path.unlink(missing_ok=True)
         raise
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     done.set_result(None)
-    return Upload(path, "npz", path.stat().st_size, "json", done)
+    return Upload(path, fmt, path.stat().st_size, "json", done)
+
+
+def _refuse_format_with_json(fmt: str | None) -> None:
+    if fmt is not None:
+        raise InvalidRequestError(
+            "?format= applies to binary bodies (application/octet-stream), not to JSON.", field="format"
+        )
+
+
+async def _receive_json(request: Request, store: Store, settings: Settings) -> Upload:
+    def write(body: bytes, path: Path) -> str:
+        _json_to_npz(body, path, settings.max_edges, settings.max_vertices)
+        return "npz"
+
+    return await _json_to_spool(request, store, settings, ".npz", write)
 
 
 def _json_weights_file(body: bytes, path: Path, partial: bool) -> str:
@@ -359,21 +375,10 @@ async def receive_weights(
     check_encoding(request)
     kind = media_type(request)
     if kind == "application/json" or kind.endswith("+json"):
-        if fmt is not None:
-            raise InvalidRequestError(
-                "?format= applies to binary bodies (application/octet-stream), not to JSON.", field="format"
-            )
-        body = await _read_limited(request, settings.max_json_bytes)
-        path = store.tmp_path(".weights")
-        try:
-            fmt = await asyncio.to_thread(_json_weights_file, body, path, partial)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                path.unlink(missing_ok=True)
-            raise
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return Upload(path, fmt, path.stat().st_size, "json", done)
+        _refuse_format_with_json(fmt)
+        return await _json_to_spool(
+            request, store, settings, ".weights", lambda body, path: _json_weights_file(body, path, partial)
+        )
     if kind == "application/octet-stream":
         fmt = fmt or ("npz" if partial else "npy")
         if partial and fmt != "npz":
@@ -412,7 +417,7 @@ def check_weights_header(upload: Upload, num_edges: int) -> None:
         )
 
 
-def _json_points_file(body: bytes, path: Path) -> None:
+def _json_points_file(body: bytes, path: Path) -> str:
     """Write a JSON point set (``{"points": [[x, y, ...], ...]}``) as the ``.npy`` the worker reads."""
     try:
         upload = PointsUpload.model_validate_json(body)
@@ -433,6 +438,7 @@ def _json_points_file(body: bytes, path: Path) -> None:
         np.save(f, points, allow_pickle=False)
         f.flush()
         os.fsync(f.fileno())
+    return "points.npy"
 
 
 async def receive_points(request: Request, store: Store, settings: Settings, fmt: str | None) -> Upload:
@@ -440,21 +446,8 @@ async def receive_points(request: Request, store: Store, settings: Settings, fmt
     check_encoding(request)
     kind = media_type(request)
     if kind == "application/json" or kind.endswith("+json"):
-        if fmt is not None:
-            raise InvalidRequestError(
-                "?format= applies to binary bodies (application/octet-stream), not to JSON.", field="format"
-            )
-        body = await _read_limited(request, settings.max_json_bytes)
-        path = store.tmp_path(".points.npy")
-        try:
-            await asyncio.to_thread(_json_points_file, body, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                path.unlink(missing_ok=True)
-            raise
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return Upload(path, "points.npy", path.stat().st_size, "json", done)
+        _refuse_format_with_json(fmt)
+        return await _json_to_spool(request, store, settings, ".points.npy", _json_points_file)
     if kind == "application/octet-stream":
         upload = await _receive_binary(request, store, settings, f"points.{fmt or 'npz'}")
         upload.source = fmt or "npz"
