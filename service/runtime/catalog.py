@@ -192,7 +192,10 @@ class Catalog:
             upload.discard()
             weights_file.unlink(missing_ok=True)
         record = self._store.set_graph_weights(
-            graph_id, int(summary["weights_version"]), str(summary["weight_dtype"])
+            graph_id,
+            int(summary["weights_version"]),
+            str(summary["weight_dtype"]),
+            int(summary["device_bytes"]),  # a new dtype changes it (the device-bytes quota counts it)
         )
         if record is None:  # deleted meanwhile
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")

@@ -297,14 +297,15 @@ class Store:
         return [GraphRecord(**dict(r)) for r in rows]
 
     def set_graph_weights(
-        self, graph_id: str, version: int, weight_dtype: str | None = None
+        self, graph_id: str, version: int, weight_dtype: str | None = None, device_bytes: int | None = None
     ) -> GraphRecord | None:
-        """Record a graph's weights version (and new dtype; their file is already in place)."""
+        """Record a graph's weights version (and new dtype and size; their file is already in place)."""
         with self._lock:
             rows = self._db.execute(
                 "UPDATE graphs SET weights_version = MAX(weights_version, ?), "
-                "weight_dtype = COALESCE(?, weight_dtype) WHERE id = ? RETURNING *",
-                (version, weight_dtype, graph_id),
+                "weight_dtype = COALESCE(?, weight_dtype), device_bytes = COALESCE(?, device_bytes) "
+                "WHERE id = ? RETURNING *",
+                (version, weight_dtype, device_bytes, graph_id),
             ).fetchall()
         return GraphRecord(**dict(rows[0])) if rows else None
 

@@ -60,6 +60,18 @@ def test_graph_records(store: Store) -> None:
     assert not store.delete_graph("g_a") and store.get_graph("g_a") is None
 
 
+def test_new_weights_and_kinds_of_datasets(store: Store) -> None:
+    store.add_graph(graph("g_a"))
+    store.add_graph(replace(graph("p_b"), kind="points"))
+    assert [g.id for g in store.list_graphs(kind="graph")] == ["g_a"]
+    assert [g.id for g in store.list_graphs(owner="", kind="points")] == ["p_b"]
+    updated: Any = store.set_graph_weights("g_a", 2, "float64", 160)
+    assert (updated.weights_version, updated.weight_dtype, updated.device_bytes) == (2, "float64", 160)
+    kept: Any = store.set_graph_weights("g_a", 1)  # an older version never lowers it; the rest stays
+    assert (kept.weights_version, kept.weight_dtype, kept.device_bytes) == (2, "float64", 160)
+    assert store.set_graph_weights("g_nope", 1) is None
+
+
 def test_transitions_are_guarded(store: Store) -> None:
     store.add_job(job("j_1", "g"))
     running = store.transition("j_1", frozenset({"queued"}), status="running", started_at=1.0)
