@@ -40,7 +40,7 @@ class _WorkerCollector(Collector):
                 "mst_queue_depth", "Jobs queued on the worker, not yet started.", labels=["worker"]
             ),
             "graphs": GaugeMetricFamily(
-                "mst_resident_graphs", "Graphs placed on the worker.", labels=["worker"]
+                "mst_resident_graphs", "Graphs and point sets placed on the worker.", labels=["worker"]
             ),
             "bytes": GaugeMetricFamily(
                 "mst_device_bytes",

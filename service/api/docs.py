@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import Problem
+from fastapi import Query
+
+from ..models import JobOut, Problem
 from .encoders import ARROW_STREAM_MEDIA_TYPE
 from .uploads import PARQUET_MEDIA_TYPE
 
@@ -64,3 +66,21 @@ RESULT_CONTENT: dict[str, Any] = {
 def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     """``responses=`` entries for problem+json errors (the app's OpenAPI hook fixes their media type)."""
     return {code: {"model": Problem, "description": _DESCRIPTIONS[code]} for code in codes}
+
+
+#: ``?wait=`` of the job submissions
+WAIT_QUERY = Query(
+    ge=0,
+    allow_inf_nan=False,
+    description="Block up to this many seconds (capped by MST_MAX_WAIT_S) for the job to finish.",
+)
+#: ``?cache=`` of the job submissions
+CACHE_QUERY = Query(
+    description="true: answer from the stored result of an identical earlier job on the same weights when "
+    "there is one (the job says cached: true, with that computation's compute_ms). Default false: compute.",
+)
+#: ``responses=`` of the job submissions
+SUBMITTED: dict[int | str, dict[str, Any]] = {
+    200: {"model": JobOut, "description": "The job finished within ?wait= seconds (or came from the cache)."},
+    **problems(404, 422, 429, 503),
+}

@@ -21,7 +21,7 @@ from ..models import (
 )
 from .auth import owner_of
 from .deps import CatalogDep, OwnerDep, Services, ServicesDep, checked_graph_id, services_of
-from .docs import BINARY_SCHEMA, graph_upload_body, problems
+from .docs import BINARY_SCHEMA, CACHE_QUERY, SUBMITTED, WAIT_QUERY, graph_upload_body, problems
 from .encoders import job_response
 from .uploads import check_weights_header, receive_graph, receive_weights
 
@@ -91,37 +91,22 @@ async def delete_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> R
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-_WAIT = Query(
-    ge=0,
-    allow_inf_nan=False,
-    description="Block up to this many seconds (capped by MST_MAX_WAIT_S) for the job to finish.",
-)
-_CACHE = Query(
-    description="true: answer from the stored result of an identical earlier job on the same weights when "
-    "there is one (the job says cached: true, with that computation's compute_ms). Default false: compute.",
-)
-_SUBMITTED = {
-    200: {"model": JobOut, "description": "The job finished within ?wait= seconds (or came from the cache)."},
-    **problems(404, 422, 429, 503),
-}
-
-
 @router.post(
     "/{graph_id}/mst",
     operation_id="submitMstJob",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
     summary="Submit an MST job",
-    responses=_SUBMITTED,
+    responses=SUBMITTED,
 )
 async def submit_job(
     request: Request,
     graph_id: str,
-    wait: Annotated[float, _WAIT] = 0.0,
+    wait: Annotated[float, WAIT_QUERY] = 0.0,
     objective: Annotated[
         Objective, Query(description="'min' (default) or 'max': the maximum spanning forest.")
     ] = "min",
-    cache: Annotated[bool, _CACHE] = False,
+    cache: Annotated[bool, CACHE_QUERY] = False,
 ) -> Response:
     """Queue a spanning-forest job: 202 with the job, or 200 with the job finished within ?wait."""
     params = {} if objective == "min" else {"objective": objective}
@@ -135,14 +120,14 @@ async def submit_job(
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
     summary="Submit a job of any task",
-    responses={**_SUBMITTED, **problems(400)},  # 400: a body that is not JSON
+    responses={**SUBMITTED, **problems(400)},  # 400: a body that is not JSON
 )
 async def submit_task(
     request: Request,
     graph_id: str,
     job: JobRequest,
-    wait: Annotated[float, _WAIT] = 0.0,
-    cache: Annotated[bool, _CACHE] = False,
+    wait: Annotated[float, WAIT_QUERY] = 0.0,
+    cache: Annotated[bool, CACHE_QUERY] = False,
 ) -> Response:
     """Queue a job on the graph: a forest (``mst``: min or max, optionally without some edges),
     ``components``, ``clusters`` (k or a threshold) or the single-linkage ``dendrogram``."""

@@ -16,8 +16,8 @@ from fastapi import APIRouter, Query, Request, Response, status
 from ..models import JobOut, PointSetList, PointSetOut, PointsFormat, PointsJobRequest
 from .auth import owner_of
 from .deps import CatalogDep, OwnerDep, ServicesDep, checked_points_id, services_of
-from .docs import BINARY_SCHEMA, problems
-from .graphs import _CACHE, _SUBMITTED, _WAIT, submit_response, task_params
+from .docs import BINARY_SCHEMA, CACHE_QUERY, SUBMITTED, WAIT_QUERY, problems
+from .graphs import submit_response, task_params
 from .uploads import receive_points
 
 router = APIRouter(prefix="/v1/points", tags=["points"])
@@ -101,14 +101,14 @@ async def delete_point_set(points_id: str, catalog: CatalogDep, owner: OwnerDep)
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
     summary="Submit a job on a point set",
-    responses={**_SUBMITTED, **problems(400)},
+    responses={**SUBMITTED, **problems(400)},
 )
 async def submit_points_job(
     request: Request,
     points_id: str,
     job: PointsJobRequest,
-    wait: Annotated[float, _WAIT] = 0.0,
-    cache: Annotated[bool, _CACHE] = False,
+    wait: Annotated[float, WAIT_QUERY] = 0.0,
+    cache: Annotated[bool, CACHE_QUERY] = False,
 ) -> Response:
     """Queue ``emst`` (``min_samples``), ``hdbscan`` (``min_cluster_size``, ``min_samples``,
     ``cluster_selection_method``, ``cluster_selection_epsilon``) or ``single_linkage``. A clustering

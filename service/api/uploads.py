@@ -180,7 +180,11 @@ def check_npz_inflation(path: Path, settings: Settings) -> None:
 TEXT_FORMATS = ("edgelist", "mtx", "dimacs")
 
 
-async def _receive_binary(request: Request, store: Store, settings: Settings, fmt: str) -> Upload:
+async def _receive_binary(
+    request: Request, store: Store, settings: Settings, fmt: str, source: str | None = None
+) -> Upload:
+    """Stream a binary body into the spool (capped); ``source``: what the record says was sent
+    (default: the format the worker reads it with)."""
     limit, what, hint = settings.max_upload_bytes, "binary", ""
     if fmt in TEXT_FORMATS and settings.max_text_bytes < limit:
         limit, what, hint = settings.max_text_bytes, fmt, " (MST_MAX_TEXT_BYTES; send npz or egr for more)"
@@ -197,7 +201,7 @@ async def _receive_binary(request: Request, store: Store, settings: Settings, fm
         if fmt in ("npz", "points.npz"):
             check_npz_inflation(spool.path, settings)  # the central directory only: ~50 us, inline
         synced = asyncio.ensure_future(asyncio.to_thread(spool.sync))  # overlaps with the worker's load
-        return Upload(spool.detach(), fmt, spool.size, fmt, synced)
+        return Upload(spool.detach(), fmt, spool.size, source or fmt, synced)
 
 
 async def _read_limited(request: Request, limit: int) -> bytes:
@@ -449,9 +453,7 @@ async def receive_points(request: Request, store: Store, settings: Settings, fmt
         _refuse_format_with_json(fmt)
         return await _json_to_spool(request, store, settings, ".points.npy", _json_points_file)
     if kind == "application/octet-stream":
-        upload = await _receive_binary(request, store, settings, f"points.{fmt or 'npz'}")
-        upload.source = fmt or "npz"
-        return upload
+        return await _receive_binary(request, store, settings, f"points.{fmt or 'npz'}", fmt or "npz")
     raise UnsupportedMediaTypeError(
         f"Content-Type {kind or '(none)'!r} is not accepted for points; send application/json rows or an "
         "application/octet-stream body (?format=npz with a 'points' array, or npy).",

@@ -59,6 +59,7 @@ def test_metrics_count_requests_jobs_and_resident_graphs(live: LiveServer) -> No
     assert metric(after, "mst_job_compute_seconds_count") >= 3
     assert metric(after, "mst_queue_depth", worker="0") == 0
     graphs = len(live.client.get("/v1/graphs").json()["graphs"])
+    graphs += len(live.client.get("/v1/points").json()["point_sets"])  # both kinds are placed
     assert metric(after, "mst_resident_graphs", worker="0") == graphs
     assert metric(after, "mst_device_bytes", worker="0") >= graph["residency"]["device_bytes"] > 0
     assert metric(after, "mst_worker_up", worker="0") == 1
