@@ -1,7 +1,7 @@
 """The supervisor: starts the worker processes, routes requests to them and restarts them when they die.
 
-One worker per GPU (``MST_GPUS``, default all visible), or one CPU worker
-where there is none. Each :class:`WorkerHandle` owns:
+One worker per GPU (``MST_GPUS``, default all visible), or ``MST_CPU_WORKERS``
+CPU workers (default one) where there is none. Each :class:`WorkerHandle` owns:
 
 * the process (``spawn``), one duplex pipe whose replies the API's event
   loop reads as soon as they arrive (``add_reader``: no thread, no hop) and
@@ -12,7 +12,9 @@ where there is none. Each :class:`WorkerHandle` owns:
 
 Placement: a new graph goes to the worker with the most free device memory
 (as the worker last reported it, less what is being loaded); a job goes to
-the worker that holds its graph.
+the worker that holds its graph. A sharded graph (see
+:mod:`service.runtime.sharding`) is placed shard by shard on distinct workers,
+each shard held under its own key (:func:`shard_key`) like a graph.
 
 Eviction: when the worker answers a LOAD with 507 (the graph does not fit in
 what is free, see ``worker._Worker._admit``), its idle graphs (no job queued
