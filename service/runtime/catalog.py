@@ -181,7 +181,11 @@ class Catalog:
             )
             m = int(info["num_edges"])
             if above is not None and m <= above:  # small enough: an ordinary graph, from the npz
-                return await self._create_canonical(upload, canonical, owner)
+                try:
+                    return await self._create_canonical(upload, canonical, owner)
+                except GraphExceedsWorkerError:
+                    if workers < 2:
+                        raise  # else it does not fit one worker: sharded after all
             count = shards if shards is not None else self._shards_needed(info, workers)
             await upload.synced
             Store.publish(upload.path if canonical is None else canonical, final)
@@ -259,13 +263,14 @@ class Catalog:
         )
 
     async def _create_canonical(self, upload: Upload, canonical: Path | None, owner: str) -> GraphRecord:
-        """Create an ordinary graph from an upload already written as npz at ``canonical``."""
+        """Create an ordinary graph from an upload already written as npz at ``canonical`` (or that is
+        an npz); a graph larger than a worker leaves the npz in place (it is sharded next)."""
         if canonical is None:
-            return await self._create(upload, owner, "graph")
+            return await self._create(upload, owner, "graph", keep_upload=True)
         await upload.synced
         upload.discard()
         converted = Upload(canonical, "npz", canonical.stat().st_size, upload.source, upload.synced)
-        return await self._create(converted, owner, "graph")
+        return await self._create(converted, owner, "graph", keep_upload=True)
 
     async def _create(self, upload: Upload, owner: str, kind: str, keep_upload: bool = False) -> GraphRecord:
         """``keep_upload``: a failure because the graph does not fit a worker leaves the upload in

@@ -407,6 +407,11 @@ class Jobs:
         except asyncio.CancelledError:
             return  # cancelled while queued: the cancel finished it
         except Exception as exc:
+            if self._store.get_graph(run.graph_id) is None:  # its shards were dropped under it
+                self._finish(
+                    job_id, _RUNNING, "failed", "graph_deleted", "The job's graph was deleted while it ran."
+                )
+                return
             log.warning("job %s failed: %s: %s", job_id, error_type(exc), exc)
             self._finish(job_id, _RUNNING, "failed", error_type(exc), str(exc))
             return

@@ -40,6 +40,7 @@ graph is built: 413 when it can never fit, 507 when it does not fit now.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import gc
 import os
@@ -51,6 +52,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
+
+from gpu_core.errors import GraphValidationError
 
 from ..errors import (
     GraphExceedsWorkerError,
@@ -155,6 +158,18 @@ def _next_request(conn: Connection, spin_s: float) -> Any:
         while not conn.poll() and time.monotonic() < deadline:
             pass
     return conn.recv()
+
+
+def _in_whole_graph(exc: GraphValidationError, lo: int) -> GraphValidationError:
+    """A shard's validation error as the whole graph's: its edge index counted from edge 0, not ``lo``."""
+    if exc.index is None or lo == 0:
+        return exc
+    shifted = copy.copy(exc)
+    local, index = exc.index, exc.index + lo
+    shifted.index = index
+    shifted.message = exc.message.replace(f"[{local}]", f"[{index}]", 1)
+    shifted.args = (shifted.message,)
+    return shifted
 
 
 def _heartbeat(value: Any, interval: float) -> None:
@@ -424,7 +439,10 @@ class _Worker:
         n = num_vertices if num_vertices is not None else edges.num_vertices
         check_vertices(edges.src, edges.dst, n, self.config.max_vertices)  # before n-sized estimates
         self._admit(edges, n)
-        graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
+        try:
+            graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
+        except GraphValidationError as exc:
+            raise exc if shard is None else _in_whole_graph(exc, shard[0]) from None
         return edges, graph
 
     @staticmethod

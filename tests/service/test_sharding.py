@@ -159,8 +159,22 @@ def test_weight_updates_are_refused_and_delete_drops_every_shard(server_factory:
         headers={"content-type": OCTET},
     )
     assert response.status_code == 422 and "3" in response.json()["detail"], response.text
+    # a bad edge in the last shard: 422 naming its index in the whole graph, nothing kept
+    bad = random_graph(6, 100, 600, dtype="int64")
+    bad.src[597] = 100
+    response = server.client.post(
+        "/v1/graphs",
+        params={"shards": 3},
+        content=npz_body(bad.src, bad.dst, bad.weight, bad.num_vertices),
+        headers={"content-type": OCTET},
+    )
+    assert response.status_code == 422, response.text
+    problem = response.json()
+    assert problem["field"] == "src" and problem["index"] == 597 and "src[597]" in problem["detail"], problem
+    assert [g["id"] for g in server.client.get("/v1/graphs").json()["graphs"]] == [record["id"]]
     workers = server.client.get("/readyz").json()["workers"]
     assert [w["resident_graphs"] for w in workers] == [1, 1, 1]
+    assert sorted(p.name for p in (server.data_dir / "spool" / "graphs").iterdir()) == [f"{record['id']}.npz"]
     assert server.client.delete(f"/v1/graphs/{record['id']}").status_code == 204
     deadline = time.monotonic() + 10
     while any(w["resident_graphs"] for w in server.client.get("/readyz").json()["workers"]):
