@@ -21,6 +21,11 @@ Protocol over one duplex :class:`multiprocessing.connection.Connection`:
   client's next request (for the result) would otherwise wait for; the API
   holds that request until the note arrives.
 
+Sharded graphs (see :mod:`service.runtime.sharding`): a shard is LOADed like a graph, with the
+format ``npz[lo:hi]`` (:func:`shard_format`: edges ``lo..hi-1`` of the spool's npz, a view of the
+mapped file); ``DESCRIBE`` sizes an upload before it is sharded (writing text formats as npz);
+``MERGE`` runs a job's task on the union of its shards' forests.
+
 Between requests the worker polls its pipe for ``MST_WORKER_SPIN_MS`` before
 it blocks: a job that follows soon (a client's next request) then finds it
 awake, without the wake-up of a sleeping process and with warm caches.
