@@ -244,6 +244,12 @@ def test_shard_edges_above_shards_the_large_graphs_only(server_factory: ServerFa
     assert response.json()["shards"] == 2 and response.json()["source_format"] == "edgelist"
     _, parsed = run(server, response.json()["id"], "mst", {})
     np.testing.assert_array_equal(parsed["edge_ids"], arrays["edge_ids"])
+    # and a JSON upload, sharded on request although small
+    body = {"src": small.src.tolist(), "dst": small.dst.tolist(), "weight": small.weight.tolist()}
+    response = server.client.post("/v1/graphs", params={"shards": 2}, json=body)
+    assert response.status_code == 201 and response.json()["shards"] == 2, response.text
+    _, from_json = run(server, response.json()["id"], "mst", {"objective": "max"})
+    assert from_json["edge_ids"].tolist() == kruskal(small, objective="max")
 
 
 def test_a_killed_shard_worker_fails_the_job_then_the_shard_is_reloaded(
