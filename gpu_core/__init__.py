@@ -24,6 +24,14 @@ from ._linkage import linkage_from_sorted_edges
 from ._order import OBJECTIVES
 from ._points import MAX_DIMENSIONS, EuclideanTree, euclidean_mst, single_linkage
 from ._scipy_compat import minimum_spanning_tree
+from ._shards import (
+    ShardForest,
+    edge_ranges,
+    merge_shard_forests,
+    shard_forest,
+    sharded_spanning_forest,
+    union_graph,
+)
 from ._validate import MAX_VERTICES, WEIGHT_DTYPES
 from .formats import FORMATS, read_graph
 
@@ -38,7 +46,9 @@ __all__ = [
     "Graph",
     "HDBSCANResult",
     "MemoryEstimate",
+    "ShardForest",
     "SpanningForest",
+    "edge_ranges",
     "errors",
     "estimate_device_bytes",
     "euclidean_mst",
@@ -47,11 +57,15 @@ __all__ = [
     "hdbscan",
     "linkage_from_sorted_edges",
     "maximum_spanning_forest",
+    "merge_shard_forests",
     "minimum_spanning_forest",
     "minimum_spanning_tree",
     "read_graph",
     "resolve_backend",
+    "shard_forest",
+    "sharded_spanning_forest",
     "single_linkage",
+    "union_graph",
     "warm_up",
 ]
 __version__ = "0.1.0"

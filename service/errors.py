@@ -17,7 +17,8 @@ short machine-readable ``code`` and a title::
     │   └── JobNotFoundError             404 job_not_found
     ├── ConflictError                    409 conflict
     │   ├── JobNotFinishedError          409 job_not_finished
-    │   └── JobNotCancellableError       409 job_not_cancellable
+    │   ├── JobNotCancellableError       409 job_not_cancellable
+    │   └── ShardedGraphError            409 graph_sharded
     ├── ResultGoneError                  410 result_gone
     ├── PayloadTooLargeError             413 payload_too_large
     │   └── GraphExceedsWorkerError      413 graph_exceeds_worker_memory
@@ -206,6 +207,14 @@ class JobNotCancellableError(ConflictError):
 
     code = "job_not_cancellable"
     title = "Job cannot be cancelled"
+
+
+class ShardedGraphError(ConflictError):
+    """The graph is sharded across several workers and the request is one that sharded graphs do
+    not support (a weight update); upload the graph again with the new weights instead."""
+
+    code = "graph_sharded"
+    title = "Not supported on a sharded graph"
 
 
 class PayloadTooLargeError(ServiceError):

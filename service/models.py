@@ -196,6 +196,12 @@ class Residency(BaseModel):
     error: str | None = Field(None, description="Why a reload failed, when it did.")
 
 
+class ShardResidency(Residency):
+    edges: list[int] = Field(
+        description="The shard's edge ids: [first, end), a contiguous range of the graph's edge ids."
+    )
+
+
 class GraphOut(BaseModel):
     id: str
     created_at: datetime
@@ -208,6 +214,14 @@ class GraphOut(BaseModel):
         0, description="How many times the weights were replaced since the upload; jobs record the version."
     )
     residency: Residency
+    shards: int = Field(
+        1,
+        description="How many workers hold the graph's edges (1: not sharded). A sharded graph's jobs "
+        "run on every shard's worker, then on the union of their forests; its residency sums them.",
+    )
+    shard_residency: list[ShardResidency] | None = Field(
+        None, description="Where each shard is resident, in edge order (sharded graphs only)."
+    )
 
 
 class GraphList(BaseModel):

@@ -40,6 +40,19 @@ class Settings(BaseSettings):
     gpus: Annotated[list[int] | None, NoDecode] = Field(
         default=None, description="GPU ordinals to run one worker each on (e.g. '0,1'); default: all visible."
     )
+    cpu_workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Worker processes on the CPU backend (each holds its own graphs; a sharded graph "
+        "spreads over them as over GPUs).",
+    )
+    shard_edges_above: int = Field(
+        default=0,
+        ge=0,
+        description="Shard every uploaded graph of more edges than this across all workers (when there "
+        "are two or more); 0: shard only graphs that do not fit one worker.",
+    )
     max_upload_bytes: int = Field(
         default=4 * GiB, gt=0, description="Largest binary upload body (413 above)."
     )

@@ -51,11 +51,21 @@ async def create_graph(
         GraphFormat | None,
         Query(description="Format of a binary body (application/octet-stream); default npz."),
     ] = None,
+    shards: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=64,
+            description="Split the graph's edges across this many workers (at most the number of "
+            "workers; 1: never shard). Default: shard only a graph that does not fit one worker, or "
+            "has more edges than MST_SHARD_EDGES_ABOVE.",
+        ),
+    ] = None,
 ) -> GraphOut:
     """Store a graph and make it resident on a worker. JSON columns or a binary file; 201 with its record."""
     services.catalog.admit(owner)  # a key at its quota is refused before its body is read
     upload = await receive_graph(request, services.store, services.settings, format)
-    record = await services.catalog.create(upload, owner)
+    record = await services.catalog.create(upload, owner, shards=shards)
     response.headers["Location"] = f"/v1/graphs/{record.id}"
     return services.catalog.describe(record)
 
@@ -218,7 +228,7 @@ async def _update_weights(request: Request, graph_id: str, fmt: str | None, part
         "graph's), or an .npz with a 'weight' array (?format=npz).",
         "WeightsUpload",
     ),
-    responses=problems(400, 404, 413, 415, 422, 503),
+    responses=problems(400, 404, 409, 413, 415, 422, 503),
 )
 async def replace_weights(
     request: Request,
@@ -239,7 +249,7 @@ async def replace_weights(
     response_model=GraphOut,
     summary="Change some weights",
     openapi_extra=_weights_body("An .npz of arrays 'edge_ids' and 'weights' (?format=npz).", "WeightsPatch"),
-    responses=problems(400, 404, 413, 415, 422, 503),
+    responses=problems(400, 404, 409, 413, 415, 422, 503),
 )
 async def update_weights(
     request: Request,

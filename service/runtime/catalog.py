@@ -18,6 +18,7 @@ worker's pipe is ordered).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -25,12 +26,22 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import gpu_core
+
 from ..api.uploads import Upload
-from ..errors import DeviceQuotaExceededError, GraphNotFoundError, PointSetNotFoundError, QuotaExceededError
-from ..models import GraphOut, PointSetOut, Residency, timestamp
+from ..errors import (
+    DeviceQuotaExceededError,
+    GraphExceedsWorkerError,
+    GraphNotFoundError,
+    InvalidParamsError,
+    PointSetNotFoundError,
+    QuotaExceededError,
+)
+from ..models import GraphOut, PointSetOut, Residency, ShardResidency, timestamp
 from ..storage.store import GraphRecord, Store, new_id
-from .jobs import Jobs
-from .supervisor import GraphSource, Supervisor
+from . import worker as worker_module
+from .jobs import Jobs, sharded_weights_refused
+from .supervisor import GraphSource, Supervisor, WorkerHandle, parse_shard_key, shard_key
 
 log = logging.getLogger("service.runtime.catalog")
 
@@ -43,18 +54,23 @@ class Catalog:
         #: uploads in progress per owner (they count against MST_QUOTA_GRAPHS already)
         self._creating: Counter[str] = Counter()
 
-    def source(self, graph_id: str) -> GraphSource | None:
-        """Where a worker reloads a stored graph from (None when it was deleted)."""
+    def source(self, key: str) -> GraphSource | None:
+        """Where a worker reloads a stored graph (or one shard of one) from (None when it was deleted)."""
+        shard = parse_shard_key(key)
+        graph_id = key if shard is None else shard[0]
         record = self._store.get_graph(graph_id)
-        if record is None:
+        if record is None or (shard is not None and shard[1] >= record.shards):
             return None
+        fmt = "points.npz" if record.kind == "points" else "npz"
+        if shard is not None:
+            fmt = worker_module.shard_format(*gpu_core.edge_ranges(record.num_edges, record.shards)[shard[1]])
         weights = self._store.weights_path(graph_id) if record.weights_version else None
         return GraphSource(
-            graph_id,
+            key,
             str(self._store.graph_path(graph_id)),
             record.num_vertices,
             None if weights is None or not weights.exists() else str(weights),
-            fmt="points.npz" if record.kind == "points" else "npz",
+            fmt=fmt,
         )
 
     def get(self, graph_id: str, owner: str, kind: str = "graph") -> GraphRecord:
@@ -106,17 +122,159 @@ class Catalog:
                 used=used,
             )
 
-    async def create(self, upload: Upload, owner: str, kind: str = "graph") -> GraphRecord:
-        """Store the upload as a graph (or point set) of ``owner`` (:meth:`admit` first)."""
+    async def create(
+        self, upload: Upload, owner: str, kind: str = "graph", shards: int | None = None
+    ) -> GraphRecord:
+        """Store the upload as a graph (or point set) of ``owner`` (:meth:`admit` first).
+
+        A graph is sharded across the workers (see :mod:`service.runtime.sharding`) when ``shards``
+        (2 or more) asks for it, when it has more edges than ``MST_SHARD_EDGES_ABOVE`` (then over
+        every worker), or when it does not fit one worker but fits across several.
+        """
         self._creating[owner] += 1
         try:
+            if kind == "graph":
+                return await self._create_graph(upload, owner, shards)
             return await self._create(upload, owner, kind)
         finally:
             self._creating[owner] -= 1
             if not self._creating[owner]:
                 del self._creating[owner]
 
-    async def _create(self, upload: Upload, owner: str, kind: str) -> GraphRecord:
+    async def _create_graph(self, upload: Upload, owner: str, shards: int | None) -> GraphRecord:
+        workers = len(self._supervisor.workers)
+        if shards is not None and shards > max(workers, 1):
+            upload.discard()
+            raise InvalidParamsError(
+                f"?shards={shards} asks for more shards than this service has workers ({workers}).",
+                field="shards",
+            )
+        if shards is not None and shards >= 2:
+            return await self._create_sharded(upload, owner, shards)
+        threshold = self._supervisor.settings.shard_edges_above
+        if shards is None and threshold and workers >= 2:
+            return await self._create_sharded(upload, owner, None, above=threshold)
+        try:
+            return await self._create(upload, owner, "graph", keep_upload=shards is None and workers >= 2)
+        except GraphExceedsWorkerError:
+            if shards is not None or workers < 2:
+                raise
+            return await self._create_sharded(upload, owner, None)  # does not fit one worker: shard it
+
+    async def _create_sharded(
+        self, upload: Upload, owner: str, shards: int | None, above: int | None = None
+    ) -> GraphRecord:
+        """Store an upload as a sharded graph: ``shards`` shards, or as many as it needs to fit
+        (``above``: a graph of at most that many edges is stored unsharded after all)."""
+        graph_id = new_id("g")
+        final = self._store.graph_path(graph_id)
+        canonical = None if upload.format == "npz" else self._store.tmp_path(".npz")
+        loaded: list[tuple[WorkerHandle, str]] = []
+        try:
+            workers = len(self._supervisor.workers)
+            info = await self._supervisor.place(upload.size).request(
+                worker_module.DESCRIBE,
+                str(upload.path),
+                upload.format,
+                None if canonical is None else str(canonical),
+                workers,
+            )
+            m = int(info["num_edges"])
+            if above is not None and m <= above:  # small enough: an ordinary graph, from the npz
+                try:
+                    return await self._create_canonical(upload, canonical, owner)
+                except GraphExceedsWorkerError:
+                    if workers < 2:
+                        raise  # else it does not fit one worker: sharded after all
+            count = shards if shards is not None else self._shards_needed(info, workers)
+            await upload.synced
+            Store.publish(upload.path if canonical is None else canonical, final)
+            if canonical is not None:
+                upload.discard()
+            ranges = gpu_core.edge_ranges(m, count)
+            handles = self._supervisor.place_shards(count)
+            n = int(info["num_vertices"])
+            estimate = int(info["shard_peak"][count - 1]) if count <= len(info["shard_peak"]) else 0
+
+            async def load(i: int, handle: WorkerHandle) -> tuple[dict[str, Any], int]:
+                key = shard_key(graph_id, i)
+                fmt = worker_module.shard_format(*ranges[i])
+                result = await handle.load_new(key, str(final), fmt, n, None, estimate)
+                loaded.append((handle, key))
+                return result
+
+            results = await asyncio.gather(
+                *(load(i, h) for i, h in enumerate(handles)), return_exceptions=True
+            )
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:
+                raise failed[0]
+            answers = [r for r in results if not isinstance(r, BaseException)]
+            device_bytes = sum(int(summary["device_bytes"]) for summary, _ in answers)
+            self.check_quotas(owner, device_bytes)
+            record = GraphRecord(
+                id=graph_id,
+                created_at=time.time(),
+                num_vertices=n,
+                num_edges=m,
+                weight_dtype=str(info["weight_dtype"]),
+                source_format=upload.source,
+                payload_bytes=final.stat().st_size,
+                device_bytes=device_bytes,
+                owner=owner,
+                kind="graph",
+                shards=count,
+            )
+            self._store.add_graph(record)
+        except BaseException:
+            final.unlink(missing_ok=True)
+            upload.discard()
+            if canonical is not None:
+                canonical.unlink(missing_ok=True)
+            for handle, key in loaded:
+                handle.forget(key, loaded=True)
+            with contextlib.suppress(BaseException):
+                await upload.synced
+            raise
+        self._jobs.graph_owners[graph_id] = owner
+        self._supervisor.sharded[graph_id] = count
+        for (summary, generation), handle, i in zip(answers, handles, range(count), strict=True):
+            handle.adopt(shard_key(graph_id, i), int(summary["device_bytes"]), generation)
+        log.info("graph %s: %d edges in %d shards", graph_id, m, count)
+        return record
+
+    def _shards_needed(self, info: dict[str, Any], workers: int) -> int:
+        """The fewest shards (2 or more) whose largest shard and whose union of shard forests each fit
+        a worker; 413 when even one shard per worker does not."""
+        capacities = [w.total_bytes for w in self._supervisor.workers if w.total_bytes > 0]
+        capacity = min([int(info["capacity"]), *capacities])
+        for k in range(2, workers + 1):
+            if info["shard_peak"][k - 1] <= capacity and info["union_peak"][k - 1] <= capacity:
+                return k
+        k = workers
+        needed = max(int(info["shard_peak"][k - 1]), int(info["union_peak"][k - 1]))
+        raise GraphExceedsWorkerError(
+            f"the graph ({info['num_vertices']} vertices, {info['num_edges']} edges) does not fit one "
+            f"worker, nor split across all {workers}: its largest shard and the union of the shard "
+            f"forests need up to {needed} bytes, each worker has {capacity}.",
+            needed=needed,
+            capacity=capacity,
+            field="body",
+        )
+
+    async def _create_canonical(self, upload: Upload, canonical: Path | None, owner: str) -> GraphRecord:
+        """Create an ordinary graph from an upload already written as npz at ``canonical`` (or that is
+        an npz); a graph larger than a worker leaves the npz in place (it is sharded next)."""
+        if canonical is None:
+            return await self._create(upload, owner, "graph", keep_upload=True)
+        await upload.synced
+        upload.discard()
+        converted = Upload(canonical, "npz", canonical.stat().st_size, upload.source, upload.synced)
+        return await self._create(converted, owner, "graph", keep_upload=True)
+
+    async def _create(self, upload: Upload, owner: str, kind: str, keep_upload: bool = False) -> GraphRecord:
+        """``keep_upload``: a failure because the graph does not fit a worker leaves the upload in
+        place (it is sharded next)."""
         graph_id = new_id("p" if kind == "points" else "g")
         handle = self._supervisor.place(estimate=upload.size)
         canonical = None if upload.format in ("npz", "points.npz") else self._store.tmp_path(".npz")
@@ -129,10 +287,12 @@ class Catalog:
                 None if canonical is None else str(canonical),
                 upload.size,
             )
-        except BaseException:
-            upload.discard()
+        except BaseException as exc:
             if canonical is not None:
                 canonical.unlink(missing_ok=True)
+            if keep_upload and isinstance(exc, GraphExceedsWorkerError):
+                raise
+            upload.discard()
             with contextlib.suppress(BaseException):
                 await upload.synced
             raise
@@ -177,7 +337,9 @@ class Catalog:
         committed, so a restart reloads the graph with them.
         """
         try:
-            self.get(graph_id, owner)
+            stored = self.get(graph_id, owner)
+            if stored.shards > 1:
+                raise sharded_weights_refused(graph_id, stored.shards)
             summary = await self._jobs.update_weights(graph_id, upload.path, upload.format, partial)
         except BaseException:
             upload.discard()
@@ -214,12 +376,20 @@ class Catalog:
         self._jobs.graph_owners.pop(graph_id, None)
         if handle is not None:
             handle.forget(graph_id)
+        for key, holder in self._supervisor.shard_holders(graph_id) or []:
+            if holder is not None:
+                holder.forget(key)
+        self._supervisor.sharded.pop(graph_id, None)
 
     def restore(self) -> None:
         """Place every stored graph on a worker; each worker reloads its own when it is up."""
         graphs = self._store.list_graphs()
         self._jobs.graph_owners.update((g.id, g.owner) for g in graphs)
-        self._supervisor.place_existing((g.id, g.device_bytes, g.weights_version) for g in graphs)
+        whole = [g for g in graphs if g.shards <= 1]
+        self._supervisor.place_existing((g.id, g.device_bytes, g.weights_version) for g in whole)
+        for g in graphs:
+            if g.shards > 1:
+                self._supervisor.place_existing_shards(g.id, g.shards, g.device_bytes)
         if graphs:
             log.info("reloading %d stored graph(s)", len(graphs))
 
@@ -246,11 +416,35 @@ class Catalog:
             payload_bytes=record.payload_bytes,
             weights_version=record.weights_version,
             residency=self._residency(record),
+            shards=record.shards,
+            shard_residency=self._shard_residency(record) if record.shards > 1 else None,
         )
 
+    def _shard_residency(self, record: GraphRecord) -> list[ShardResidency]:
+        ranges = gpu_core.edge_ranges(record.num_edges, record.shards)
+        return [
+            ShardResidency(**self._placed(shard_key(record.id, i)).model_dump(), edges=[lo, hi])
+            for i, (lo, hi) in enumerate(ranges)
+        ]
+
     def _residency(self, record: GraphRecord) -> Residency:
-        handle = self._supervisor.holder(record.id)
-        placed = None if handle is None else handle.graphs.get(record.id)
+        if record.shards > 1:  # all shards together: the least ready shard's status, the bytes of all
+            shards = self._shard_residency(record)
+            order = ["unplaced", "failed", "loading", "evicted", "resident"]
+            worst = min(shards, key=lambda r: order.index(r.status))
+            return Residency(
+                status=worst.status,
+                worker=shards[0].worker,
+                backend=shards[0].backend,
+                device=shards[0].device,
+                device_bytes=sum(r.device_bytes for r in shards),
+                error=next((r.error for r in shards if r.error), None),
+            )
+        return self._placed(record.id)
+
+    def _placed(self, key: str) -> Residency:
+        handle = self._supervisor.holder(key)
+        placed = None if handle is None else handle.graphs.get(key)
         residency: dict[str, Any]
         if handle is None or placed is None:
             residency = {

@@ -34,6 +34,7 @@ import logging
 import os
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,12 +49,14 @@ from ..errors import (
     QuotaExceededError,
     ResultGoneError,
     ServiceUnavailableError,
+    ShardedGraphError,
     WorkerInternalError,
     error_type,
 )
 from ..metrics import Metrics
 from ..storage.store import JobRecord, Store, new_id
 from . import worker as worker_module
+from .sharding import Abandoned, ShardedRun
 from .supervisor import Supervisor, WorkerHandle
 
 log = logging.getLogger("service.runtime.jobs")
@@ -147,19 +150,22 @@ class RecomputeTask(_WorkerRequest):
         args = _task_args(self.job, self.result_path)
         summary, stored = await worker.request_with_note(worker_module.MST, *args)
         await stored
-        differs = [
-            key
-            for key in ("num_edges", "total_weight", "num_components")
-            if key in summary
-            and getattr(self.job, key) is not None
-            and summary[key] != getattr(self.job, key)
-        ]
-        if differs:  # the computation is deterministic: this is a bug, never serve a different answer
-            Path(self.result_path).unlink(missing_ok=True)
-            raise WorkerInternalError(
-                f"job {self.job.id}: computing the lost result again gave a different answer "
-                f"({', '.join(f'{k} {summary[k]} instead of {getattr(self.job, k)}' for k in differs)})."
-            )
+        check_recomputed(self.job, summary, self.result_path)
+
+
+def check_recomputed(job: JobRecord, summary: dict[str, Any], result_path: str) -> None:
+    """Refuse a lost result computed again that differs from the job's record (and remove its file)."""
+    differs = [
+        key
+        for key in ("num_edges", "total_weight", "num_components")
+        if key in summary and getattr(job, key) is not None and summary[key] != getattr(job, key)
+    ]
+    if differs:  # the computation is deterministic: this is a bug, never serve a different answer
+        Path(result_path).unlink(missing_ok=True)
+        raise WorkerInternalError(
+            f"job {job.id}: computing the lost result again gave a different answer "
+            f"({', '.join(f'{k} {summary[k]} instead of {getattr(job, k)}' for k in differs)})."
+        )
 
 
 @dataclass
@@ -211,6 +217,14 @@ async def _queued(handle: WorkerHandle, task: _WorkerRequest) -> Any:
         raise
 
 
+def sharded_weights_refused(graph_id: str, shards: int) -> ShardedGraphError:
+    """The 409 of a weight update on a sharded graph."""
+    return ShardedGraphError(
+        f"graph {graph_id} is sharded across {shards} workers, and the weights of a sharded graph "
+        "cannot be changed; upload the graph again with the new weights (and delete this one)."
+    )
+
+
 def _not_found(dataset_id: str) -> GraphNotFoundError | PointSetNotFoundError:
     """The 404 of a graph or a point set (their ids start ``g_`` and ``p_``)."""
     if dataset_id.startswith("p_"):
@@ -243,6 +257,9 @@ class Jobs:
         self._active: Counter[str] = Counter()
         #: lost results being computed again, by job id (one computation for concurrent requests)
         self._recomputing: dict[str, asyncio.Future[None]] = {}
+        #: jobs on sharded graphs not finished yet, by job id (see :mod:`service.runtime.sharding`)
+        self._sharded_runs: dict[str, ShardedRun] = {}
+        self._coordinators: set[asyncio.Future[None]] = set()
 
     def get(self, job_id: str, owner: str) -> JobRecord:
         """The job's record; 404 when there is none or it is another owner's (the same answer)."""
@@ -301,12 +318,17 @@ class Jobs:
         """
         if self.graph_owners.get(graph_id) != owner:
             raise _not_found(graph_id)
+        sharded = self._supervisor.shard_holders(graph_id)
         handle = self._supervisor.holder(graph_id)
-        if handle is None:  # a placed graph always has its record (placed after, forgotten after)
+        if sharded is not None:
+            self._check_shards(graph_id, sharded)
+            version = 0  # a sharded graph's weights are never replaced
+        elif handle is None:  # a placed graph always has its record (placed after, forgotten after)
             if self._store.get_graph(graph_id) is None:
                 raise _not_found(graph_id)
             raise ServiceUnavailableError(f"graph {graph_id} is not placed on any worker yet; retry shortly.")
-        version = handle.graphs[graph_id].weights_version
+        else:
+            version = handle.graphs[graph_id].weights_version
         key = canonical_params(params)
         now = time.time()
         if cache:
@@ -325,9 +347,78 @@ class Jobs:
             self._store.add_job(job)
         else:
             self._unpublished[job.id] = job
-        handle.enqueue(JobTask(self, job.id, graph_id))
+        if handle is not None:
+            handle.enqueue(JobTask(self, job.id, graph_id))
+        else:
+            self._start_sharded(job)
         self._metrics.jobs_submitted.inc()
         return job
+
+    # -- sharded graphs (see service.runtime.sharding) ---------------------------------------
+
+    def _check_shards(self, graph_id: str, shards: list[tuple[str, WorkerHandle | None]]) -> None:
+        if any(handle is None for _, handle in shards):
+            raise ServiceUnavailableError(
+                f"a shard of graph {graph_id} is not placed on any worker yet; retry shortly."
+            )
+
+    def _sharded_run(self, job: JobRecord, result_path: str, on_start: Callable[[], bool]) -> ShardedRun:
+        record = self._store.get_graph(job.graph_id)
+        shards = self._supervisor.shard_holders(job.graph_id)
+        if record is None or shards is None:
+            raise _not_found(job.graph_id)
+        self._check_shards(job.graph_id, shards)
+        return ShardedRun(
+            self._supervisor,
+            job.id,
+            job.graph_id,
+            str(self._store.graph_path(job.graph_id)),
+            record.num_vertices,
+            record.num_edges,
+            [(key, handle) for key, handle in shards if handle is not None],
+            job.task,
+            json.loads(job.params),
+            result_path,
+            lambda: self._store.tmp_path(".npz"),
+            on_start,
+        )
+
+    def _start_sharded(self, job: JobRecord) -> None:
+        """Run a queued job on a sharded graph: its steps go to the shards' queues now."""
+
+        def start() -> bool:
+            return self._transition(job.id, _QUEUED, status="running", started_at=time.time()) is not None
+
+        run = self._sharded_run(job, str(self._store.result_path(job.id)), start)
+        self._sharded_runs[job.id] = run
+        self._coordinate(self._run_sharded(job.id, run))
+
+    def _coordinate(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        future = asyncio.ensure_future(work)
+        self._coordinators.add(future)
+        future.add_done_callback(self._coordinators.discard)
+        return future
+
+    async def _run_sharded(self, job_id: str, run: ShardedRun) -> None:
+        try:
+            summary, stored = await run.run()
+        except Abandoned:
+            return  # the service stopped: the job stays as the store has it (as an unsharded one)
+        except asyncio.CancelledError:
+            return  # cancelled while queued: the cancel finished it
+        except Exception as exc:
+            if self._store.get_graph(run.graph_id) is None:  # its shards were dropped under it
+                self._finish(
+                    job_id, _RUNNING, "failed", "graph_deleted", "The job's graph was deleted while it ran."
+                )
+                return
+            log.warning("job %s failed: %s: %s", job_id, error_type(exc), exc)
+            self._finish(job_id, _RUNNING, "failed", error_type(exc), str(exc))
+            return
+        finally:
+            self._sharded_runs.pop(job_id, None)
+        self._store_behind(job_id, stored)
+        self._succeeded(job_id, summary)
 
     def _from_cache(self, graph_id: str, version: int, task: str, key: str, now: float) -> JobRecord | None:
         """A new succeeded job sharing an identical earlier job's result file (a hard link), or None."""
@@ -387,10 +478,12 @@ class Jobs:
         for job in jobs:
             self._active[job.owner] += 1
             handle = self._supervisor.holder(job.graph_id)
-            if handle is None:
-                self._finish(job.id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
-            else:
+            if handle is not None:
                 handle.enqueue(JobTask(self, job.id, job.graph_id))
+            elif job.graph_id in self._supervisor.sharded:
+                self._start_sharded(job)
+            else:
+                self._finish(job.id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
 
     async def wait(self, job_id: str, timeout: float, current: JobRecord | None = None) -> JobRecord:
         """The job once finished, or as it is after ``timeout`` seconds.
@@ -420,6 +513,9 @@ class Jobs:
             return job
         if job.status != "queued":
             raise JobNotCancellableError(f"job {job_id} is {job.status}; only queued jobs can be cancelled.")
+        run = self._sharded_runs.get(job_id)
+        if run is not None and not run.started:
+            run.withdraw()
         for handle in self._supervisor.workers:
             handle.remove(job_id)
         done = self._finish(job_id, _QUEUED, "cancelled", None, None)
@@ -429,6 +525,10 @@ class Jobs:
 
     def cancel_for_graph(self, graph_id: str) -> None:
         """Cancel the queued jobs of a graph being deleted (a running one finishes)."""
+        for job_id, run in list(self._sharded_runs.items()):
+            if run.graph_id == graph_id and not run.started:
+                run.withdraw()
+                self._finish(job_id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
         handle = self._supervisor.holder(graph_id)
         if handle is None:
             return
@@ -456,6 +556,12 @@ class Jobs:
     async def _recompute(self, job: JobRecord) -> None:
         """Compute a succeeded job's lost result file again, from its stored graph."""
         pending = self._recomputing.get(job.id)
+        if pending is None and job.graph_id in self._supervisor.sharded:
+            log.warning("job %s: the result file is missing; computing it again", job.id)
+            pending = self._coordinate(self._recompute_sharded(job))
+            self._recomputing[job.id] = pending
+            pending.add_done_callback(lambda _: self._recomputing.pop(job.id, None))
+            pending.add_done_callback(_consume_error)
         if pending is None:
             handle = self._supervisor.holder(job.graph_id)
             residency = None if handle is None else handle.graphs.get(job.graph_id)
@@ -486,6 +592,19 @@ class Jobs:
                 f"the result of job {job.id} was lost and computing it again failed ({exc}); retry shortly."
             ) from None
 
+    async def _recompute_sharded(self, job: JobRecord) -> None:
+        path = str(self._store.result_path(job.id))
+        try:
+            run = self._sharded_run(job, path, lambda: True)
+        except (GraphNotFoundError, PointSetNotFoundError):
+            raise ResultGoneError(
+                f"the result of job {job.id} was lost and its graph {job.graph_id} has been deleted "
+                "since, so it cannot be computed again; upload the graph again and submit a new job."
+            ) from None
+        summary, stored = await run.run()
+        await stored
+        check_recomputed(job, summary, path)
+
     async def _run(self, task: JobTask, handle: WorkerHandle) -> None:
         job = self._transition(task.task_id, _QUEUED, status="running", started_at=time.time())
         if job is None:
@@ -500,8 +619,11 @@ class Jobs:
             self._finish(job.id, _RUNNING, "failed", error_type(exc), str(exc))
             return
         self._store_behind(job.id, stored)
+        self._succeeded(job.id, summary)
+
+    def _succeeded(self, job_id: str, summary: dict[str, Any]) -> None:
         self._finish(
-            job.id,
+            job_id,
             _RUNNING,
             "succeeded",
             None,
@@ -565,6 +687,8 @@ class Jobs:
         version counts from the moment of queueing: jobs submitted from now on compute on it.
         """
         handle = self._supervisor.holder(graph_id)
+        if handle is None and graph_id in self._supervisor.sharded:
+            raise sharded_weights_refused(graph_id, self._supervisor.sharded[graph_id])
         if handle is None:
             if self._store.get_graph(graph_id) is None:
                 raise GraphNotFoundError(f"no graph has id {graph_id!r}.")

@@ -1,7 +1,7 @@
 """The supervisor: starts the worker processes, routes requests to them and restarts them when they die.
 
-One worker per GPU (``MST_GPUS``, default all visible), or one CPU worker
-where there is none. Each :class:`WorkerHandle` owns:
+One worker per GPU (``MST_GPUS``, default all visible), or ``MST_CPU_WORKERS``
+CPU workers (default one) where there is none. Each :class:`WorkerHandle` owns:
 
 * the process (``spawn``), one duplex pipe whose replies the API's event
   loop reads as soon as they arrive (``add_reader``: no thread, no hop) and
@@ -12,7 +12,9 @@ where there is none. Each :class:`WorkerHandle` owns:
 
 Placement: a new graph goes to the worker with the most free device memory
 (as the worker last reported it, less what is being loaded); a job goes to
-the worker that holds its graph.
+the worker that holds its graph. A sharded graph (see
+:mod:`service.runtime.sharding`) is placed shard by shard on distinct workers,
+each shard held under its own key (:func:`shard_key`) like a graph.
 
 Eviction: when the worker answers a LOAD with 507 (the graph does not fit in
 what is free, see ``worker._Worker._admit``), its idle graphs (no job queued
@@ -687,7 +689,7 @@ def _cuda_token(ordinal: int) -> str:
 
 
 def plan_workers(settings: Settings) -> list[WorkerConfig]:
-    """One worker config per GPU to use, or one CPU worker."""
+    """One worker config per GPU to use, or ``MST_CPU_WORKERS`` CPU workers."""
 
     def config(index: int, backend: str, device: str | None) -> WorkerConfig:
         return WorkerConfig(
@@ -704,13 +706,14 @@ def plan_workers(settings: Settings) -> list[WorkerConfig]:
             max_compression_ratio=settings.max_compression_ratio,
         )
 
+    cpu = [config(i, "cpu", None) for i in range(settings.cpu_workers)]
     if settings.backend == "cpu":
-        return [config(0, "cpu", None)]
+        return cpu
     if settings.backend == "gpu" and settings.gpus is not None:
         return [config(i, "gpu", _cuda_token(g)) for i, g in enumerate(settings.gpus)]
     chosen, count = _probe(settings.backend, settings.worker_start_timeout_s)
     if chosen == "cpu":
-        return [config(0, "cpu", None)]
+        return cpu
     ordinals = settings.gpus if settings.gpus is not None else list(range(count))
     missing = [g for g in ordinals if g >= count]
     if missing:
@@ -718,6 +721,19 @@ def plan_workers(settings: Settings) -> list[WorkerConfig]:
 
         raise BackendUnavailableError(f"MST_GPUS names GPU(s) {missing} but only {count} are visible.")
     return [config(i, "gpu", _cuda_token(g)) for i, g in enumerate(ordinals)]
+
+
+def shard_key(graph_id: str, index: int) -> str:
+    """The residency key of shard ``index`` of a sharded graph (what its worker holds it under)."""
+    return f"{graph_id}.s{index}"
+
+
+def parse_shard_key(key: str) -> tuple[str, int] | None:
+    """``(graph id, shard index)`` of a :func:`shard_key`; None for a plain graph id."""
+    graph_id, dot, index = key.rpartition(".s")
+    if not dot or not index.isdigit():
+        return None
+    return graph_id, int(index)
 
 
 class Supervisor:
@@ -728,6 +744,8 @@ class Supervisor:
         self._sources = sources
         self.workers: list[WorkerHandle] = []
         self._monitor: asyncio.Task[None] | None = None
+        #: sharded graphs and their shard counts; shard i is placed as :func:`shard_key` ``(id, i)``
+        self.sharded: dict[str, int] = {}
 
     async def start(self) -> None:
         configs = await asyncio.to_thread(plan_workers, self.settings)
@@ -781,6 +799,38 @@ class Supervisor:
             if graph_id in handle.graphs:
                 return handle
         return None
+
+    def place_shards(self, count: int) -> list[WorkerHandle]:
+        """The workers for the ``count`` shards of a new graph: distinct workers, most free memory
+        first (a worker takes a second shard only when there are more shards than workers)."""
+        first = self.place(0)
+        others = sorted(
+            (w for w in self.workers if w is not first and w.state != "stopped"),
+            key=lambda w: (-(w.free_bytes - w.reserved_bytes), w.queue_depth, w.index),
+        )
+        ordered = [first, *others]
+        return [ordered[i % len(ordered)] for i in range(count)]
+
+    def shard_holders(self, graph_id: str) -> list[tuple[str, WorkerHandle | None]] | None:
+        """Each shard's key and the worker holding it, in edge order; None when the graph is not sharded."""
+        count = self.sharded.get(graph_id)
+        if count is None:
+            return None
+        return [(key, self.holder(key)) for key in (shard_key(graph_id, i) for i in range(count))]
+
+    def place_existing_shards(self, graph_id: str, count: int, device_bytes: int) -> None:
+        """Place a stored sharded graph at start-up, its shards on distinct workers (as far as there
+        are workers), the least loaded first; each worker reloads its own when ready."""
+        ranked = sorted(
+            self.workers,
+            key=lambda w: (sum(r.device_bytes for r in w.graphs.values()), len(w.graphs), w.index),
+        )
+        self.sharded[graph_id] = count
+        for i in range(count):
+            handle, key = ranked[i % len(ranked)], shard_key(graph_id, i)
+            handle.graphs[key] = Residency(key, "loading", device_bytes // max(count, 1))
+            if handle.accepting:
+                handle._background(handle._reload(key))
 
     def place_existing(self, graph_ids: Iterable[tuple[str, int, int]]) -> None:
         """Place stored graphs (id, device bytes, weights version) at start-up; each worker reloads

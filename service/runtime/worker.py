@@ -21,6 +21,11 @@ Protocol over one duplex :class:`multiprocessing.connection.Connection`:
   client's next request (for the result) would otherwise wait for; the API
   holds that request until the note arrives.
 
+Sharded graphs (see :mod:`service.runtime.sharding`): a shard is LOADed like a graph, with the
+format ``npz[lo:hi]`` (:func:`shard_format`: edges ``lo..hi-1`` of the spool's npz, a view of the
+mapped file); ``DESCRIBE`` sizes an upload before it is sharded (writing text formats as npz);
+``MERGE`` runs a job's task on the union of its shards' forests.
+
 Between requests the worker polls its pipe for ``MST_WORKER_SPIN_MS`` before
 it blocks: a job that follows soon (a client's next request) then finds it
 awake, without the wake-up of a sleeping process and with warm caches.
@@ -40,6 +45,8 @@ graph is built: 413 when it can never fit, 507 when it does not fit now.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import gc
 import os
 import signal
@@ -50,6 +57,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
+
+from gpu_core.errors import GraphValidationError
 
 from ..errors import (
     GraphExceedsWorkerError,
@@ -74,6 +83,10 @@ WEIGHTS = "weights"
 ONESHOT = "oneshot"
 DROP = "drop"
 PING = "ping"
+#: a sharded upload's sizes and memory needs (see :meth:`_Worker.describe`)
+DESCRIBE = "describe"
+#: the forest (or query) of a sharded graph from its shards' forests (see :meth:`_Worker.merge`)
+MERGE = "merge"
 STOP = "stop"
 #: head of the note that follows a :class:`Reply`'s reply once its ``after`` work is done
 STORED = "stored"
@@ -98,6 +111,19 @@ class WorkerConfig:
     max_vertices: int = 2**31 - 1
     max_inflated_bytes: int | None = None
     max_compression_ratio: float | None = None
+
+
+def shard_format(lo: int, hi: int) -> str:
+    """The LOAD format of one shard of a sharded graph: edges ``lo..hi-1`` of the spool's npz."""
+    return f"npz[{lo}:{hi}]"
+
+
+def parse_shard_format(fmt: str) -> tuple[int, int] | None:
+    """``(lo, hi)`` of a :func:`shard_format` format; None for any other format."""
+    if not (fmt.startswith("npz[") and fmt.endswith("]")):
+        return None
+    lo, _, hi = fmt[4:-1].partition(":")
+    return int(lo), int(hi)
 
 
 @dataclass(frozen=True)
@@ -137,6 +163,18 @@ def _next_request(conn: Connection, spin_s: float) -> Any:
         while not conn.poll() and time.monotonic() < deadline:
             pass
     return conn.recv()
+
+
+def _in_whole_graph(exc: GraphValidationError, lo: int) -> GraphValidationError:
+    """A shard's validation error as the whole graph's: its edge index counted from edge 0, not ``lo``."""
+    if exc.index is None or lo == 0:
+        return exc
+    shifted = copy.copy(exc)
+    local, index = exc.index, exc.index + lo
+    shifted.index = index
+    shifted.message = exc.message.replace(f"[{local}]", f"[{index}]", 1)
+    shifted.args = (shifted.message,)
+    return shifted
 
 
 def _heartbeat(value: Any, interval: float) -> None:
@@ -313,6 +351,8 @@ class _Worker:
             ONESHOT: self.oneshot,
             DROP: self.drop,
             PING: self.ping,
+            DESCRIBE: self.describe,
+            MERGE: self.merge,
         }
         while True:
             try:
@@ -388,8 +428,13 @@ class _Worker:
     def _read(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, gpu_core.Graph]:
         """Parse a spool file and make it a resident graph; (the parsed edge arrays, the graph)."""
         import gpu_core
+        from gpu_core.formats import EdgeArrays
 
-        edges = self._parse(path, fmt)
+        shard = parse_shard_format(fmt)
+        edges = self._parse(path, "npz" if shard is not None else fmt)
+        if shard is not None:  # one shard of a sharded graph: a slice of its edges (a view, no copy)
+            lo, hi = shard
+            edges = EdgeArrays(edges.src[lo:hi], edges.dst[lo:hi], edges.weight[lo:hi], edges.num_vertices)
         if edges.weight.shape[:1] and int(edges.weight.shape[0]) > self.config.max_edges:
             raise PayloadTooLargeError(
                 f"the graph has {int(edges.weight.shape[0])} edges, more than this service's limit of "
@@ -399,7 +444,10 @@ class _Worker:
         n = num_vertices if num_vertices is not None else edges.num_vertices
         check_vertices(edges.src, edges.dst, n, self.config.max_vertices)  # before n-sized estimates
         self._admit(edges, n)
-        graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
+        try:
+            graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
+        except GraphValidationError as exc:
+            raise exc if shard is None else _in_whole_graph(exc, shard[0]) from None
         return edges, graph
 
     @staticmethod
@@ -442,7 +490,9 @@ class _Worker:
             self._write_canonical(edges, graph.num_vertices, canonical)
         del edges
         if weights is not None:
-            graph.set_weights(_read_weights(weights, "npy")[1])
+            replaced = _read_weights(weights, "npy")[1]
+            shard = parse_shard_format(fmt)
+            graph.set_weights(replaced if shard is None else replaced[shard[0] : shard[1]])
         graph.prepare()  # the first run's one-time work (GPU: iteration count, CUDA graph) happens here
         self.graphs[graph_id] = graph
         return self._summary(graph)
@@ -528,12 +578,24 @@ class _Worker:
         if points is not None:
             point_summary, point_arrays = points.run(task, params or {})
             return Reply(point_summary, lambda: self._write_arrays(point_arrays, result_path))
-        graph = self._resident(graph_id)
-        params = params or {}
+        return self._run_task(self._resident(graph_id), task, params or {}, result_path)
+
+    def _run_task(
+        self,
+        graph: gpu_core.Graph,
+        task: str,
+        params: dict[str, Any],
+        result_path: str,
+        edge_ids: Any = None,
+    ) -> Reply:
+        """A graph task's summary and, behind it, its result file. ``edge_ids``: the global id of each
+        of the graph's edges, when they are not its positions (the union graph of :meth:`merge`)."""
         if task == "mst":
             forest = graph.minimum_spanning_forest(
                 objective=params.get("objective", "min"), exclude=params.get("exclude")
             )
+            if edge_ids is not None:
+                forest = dataclasses.replace(forest, edge_ids=edge_ids[forest.edge_ids])
             return Reply(self._forest_summary(forest), lambda: self._write_result(forest, result_path))
         started = time.perf_counter()
         arrays: dict[str, Any]
@@ -571,6 +633,93 @@ class _Worker:
         del graph
         self._write_result(forest, result_path)
         return self._forest_summary(forest)
+
+    def describe(self, path: str, fmt: str, canonical: str | None, max_shards: int) -> dict[str, Any]:
+        """Sizes of an upload to be sharded, without building it; with ``canonical``, written there as npz.
+
+        Returns ``num_vertices``, ``num_edges``, ``weight_dtype``, this worker's ``capacity`` and,
+        for ``k = 1..max_shards`` shards, the peak bytes of building the largest shard
+        (``shard_peak[k-1]``) and of the union of ``k`` shard forests (``union_peak[k-1]``).
+        """
+        import numpy as np
+
+        import gpu_core
+
+        edges = self._parse(path, fmt)
+        m = int(edges.weight.shape[0]) if edges.weight.shape[:1] else 0
+        if m > self.config.max_edges:
+            raise PayloadTooLargeError(
+                f"the graph has {m} edges, more than this service's limit of "
+                f"{self.config.max_edges} (MST_MAX_EDGES).",
+                field="body",
+            )
+        n = edges.num_vertices
+        check_vertices(edges.src, edges.dst, n, self.config.max_vertices)
+        if n is None:
+            ids = [a for a in (edges.src, edges.dst) if a.dtype.kind in "iu" and a.size]
+            n = max((int(a.max()) for a in ids), default=-1) + 1
+        weight = edges.weight.dtype
+        dtype = weight if weight in gpu_core.WEIGHT_DTYPES else np.dtype(np.float64)
+        if canonical is not None:
+            self._write_canonical(edges, n, canonical)
+
+        def peak(edge_count: int) -> int:
+            return gpu_core.estimate_device_bytes(n, edge_count, dtype, backend=self.backend).peak
+
+        shards = range(1, max(max_shards, 1) + 1)
+        return {
+            "num_vertices": n,
+            "num_edges": m,
+            "weight_dtype": str(weight),
+            "capacity": self._memory()[1],
+            "shard_peak": [peak(-(-m // k)) for k in shards],
+            "union_peak": [peak(min(m, k * max(n - 1, 0))) for k in shards],
+        }
+
+    def merge(
+        self,
+        path: str,
+        num_vertices: int,
+        parts: list[tuple[str, int]],
+        task: str,
+        params: dict[str, Any],
+        result_path: str,
+    ) -> Reply:
+        """Finish a job on a sharded graph: the task on the union of its shards' forests.
+
+        ``parts``: each shard's forest file (``edge_ids`` local to the shard, ``weights``) and the
+        shard's first global edge id; the endpoints come from the graph's spool npz at ``path``.
+        By the cycle property the union answers every task as the whole graph would (see
+        :mod:`gpu_core._shards`); an ``mst`` result carries global edge ids.
+        """
+        import numpy as np
+
+        import gpu_core
+
+        edges = self._parse(path, "npz")
+        forests = []
+        for forest_path, lo in parts:
+            arrays = npzio.read_npz(forest_path, ("edge_ids", "weights"))
+            if arrays is None:
+                raise WorkerInternalError(f"the shard forest {forest_path} cannot be read.")
+            ids = np.asarray(arrays["edge_ids"], dtype=np.int64) + lo
+            forests.append(gpu_core.ShardForest(ids, edges.src[ids], edges.dst[ids], arrays["weights"]))
+        del edges
+        count = sum(int(f.edge_ids.shape[0]) for f in forests)
+        dtype = forests[0].weights.dtype if forests else np.dtype(np.float64)
+        needed = gpu_core.estimate_device_bytes(num_vertices, count, dtype, backend=self.backend).peak
+        free, total = self._memory()
+        if needed > free:
+            raise InsufficientMemoryError(
+                f"the union of the shard forests ({count} edges) needs about {needed} bytes to build; "
+                f"worker {self.config.index} has {free} of {total} bytes free.",
+                needed=needed,
+                available=free,
+                capacity=total,
+            )
+        graph, ids = gpu_core.union_graph(forests, num_vertices, backend=self.backend)
+        del forests
+        return self._run_task(graph, task, params, result_path, edge_ids=ids)
 
     def drop(self, graph_id: str) -> dict[str, Any]:
         self.graphs.pop(graph_id, None)

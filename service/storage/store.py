@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS graphs (
     device_bytes  INTEGER NOT NULL,
     weights_version INTEGER NOT NULL DEFAULT 0,
     owner         TEXT NOT NULL DEFAULT '',
-    kind          TEXT NOT NULL DEFAULT 'graph'
+    kind          TEXT NOT NULL DEFAULT 'graph',
+    shards        INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS jobs (
     id             TEXT PRIMARY KEY,
@@ -89,6 +90,7 @@ _ADDED_COLUMNS = (
     ("jobs", "reused_tree", "INTEGER"),
     ("graphs", "owner", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "owner", "TEXT NOT NULL DEFAULT ''"),
+    ("graphs", "shards", "INTEGER NOT NULL DEFAULT 1"),
 )
 _CACHE_INDEX = "CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs (graph_id, weights_version, task, params)"
 _OWNER_INDEX = "CREATE INDEX IF NOT EXISTS graphs_by_owner ON graphs (owner, created_at)"
@@ -135,6 +137,8 @@ class GraphRecord:
     #: ``graph``, or ``points``: a point set, whose record holds its number of points in
     #: ``num_vertices``, its dimension in ``num_edges`` and its coordinates' dtype in ``weight_dtype``
     kind: str = "graph"
+    #: how many workers hold the graph's edges, a contiguous edge-id range each (1: not sharded)
+    shards: int = 1
 
 
 @dataclass(frozen=True)

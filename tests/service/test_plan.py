@@ -14,6 +14,13 @@ def test_cpu_backend_plans_one_cpu_worker(tmp_path) -> None:
     assert config.tmp_dir == str(tmp_path / "spool" / "tmp")
 
 
+def test_cpu_workers_plans_that_many_cpu_workers(tmp_path) -> None:
+    configs = plan_workers(Settings(backend="cpu", cpu_workers=3, data_dir=tmp_path))
+    assert [(c.index, c.backend, c.cuda_device) for c in configs] == [(i, "cpu", None) for i in range(3)]
+    with pytest.raises(ValueError, match="cpu_workers"):
+        Settings(backend="cpu", cpu_workers=0, data_dir=tmp_path)
+
+
 def test_one_worker_per_listed_gpu(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     configs = plan_workers(Settings(backend="gpu", gpus=[0, 2], data_dir=tmp_path))
