@@ -23,6 +23,7 @@ from typing import Any
 
 from .engine import ENGINES, EngineOptions, merge_records, run_engine_benchmark
 from .generators import DEFAULT_CACHE, GraphSpec
+from .jobs import JobsSpec, run_jobs_benchmark
 from .load import LoadSpec, run_load_benchmark
 from .report import environment, load_results, write_results
 from .service import ServiceOptions, run_service_benchmark
@@ -149,17 +150,21 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
     )
 
 
-def load_spec(item: LoadSpec, args: argparse.Namespace) -> LoadSpec:
+def load_spec(item: LoadSpec | JobsSpec, args: argparse.Namespace) -> Any:
     clients = item.clients if not args.load_clients else tuple(int(c) for c in args.load_clients.split(","))
     duration = item.duration_s if args.load_duration is None else args.load_duration
     return dataclasses.replace(item, clients=clients, duration_s=duration)
 
 
-def _kind(item: GraphSpec | ServiceSpec | LoadSpec) -> str:
+def _kind(item: GraphSpec | ServiceSpec | LoadSpec | JobsSpec) -> str:
+    if isinstance(item, JobsSpec):
+        return "jobs"
     return "load" if isinstance(item, LoadSpec) else "service" if isinstance(item, ServiceSpec) else "engine"
 
 
-def run_one(item: GraphSpec | ServiceSpec | LoadSpec, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(item: GraphSpec | ServiceSpec | LoadSpec | JobsSpec, args: argparse.Namespace) -> dict[str, Any]:
+    if isinstance(item, JobsSpec):
+        return run_jobs_benchmark(load_spec(item, args), args.service_backend, args.out / "logs", log)
     if isinstance(item, LoadSpec):
         return run_load_benchmark(load_spec(item, args), args.service_backend, args.out / "logs", log)
     if isinstance(item, ServiceSpec):
@@ -193,7 +198,7 @@ def _child_argv(args: argparse.Namespace, name: str, record: Path) -> list[str]:
     return argv
 
 
-def run_isolated(item: GraphSpec | ServiceSpec | LoadSpec, args: argparse.Namespace) -> dict[str, Any]:
+def run_isolated(item: GraphSpec | ServiceSpec | LoadSpec | JobsSpec, args: argparse.Namespace) -> dict[str, Any]:
     """Run one benchmark in a subprocess; a crash or a timeout becomes an error record."""
     with tempfile.TemporaryDirectory(prefix="mst-bench-") as tmp:
         record_path = Path(tmp) / "record.json"

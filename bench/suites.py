@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .generators import GraphSpec
+from .jobs import FULL_JOBS, QUICK_JOBS, JobsSpec
 from .load import FULL_LOAD, QUICK_LOAD, LoadSpec
 
 #: Reference CUDA ECL-MST v1.0 on an NVIDIA H200, graph on the device, median of 5 (issue 2).
@@ -143,8 +144,11 @@ SUITES: dict[str, tuple[list[GraphSpec], list[ServiceSpec]]] = {
 }
 
 
-#: the load benchmark of each suite (bench/load.py), run last
-LOADS: dict[str, list[LoadSpec]] = {"quick": [QUICK_LOAD], "full": [FULL_LOAD]}
+#: the load benchmarks of each suite (bench/load.py, bench/jobs.py), run last
+LOADS: dict[str, list[LoadSpec | JobsSpec]] = {
+    "quick": [QUICK_LOAD, QUICK_JOBS],
+    "full": [FULL_LOAD, FULL_JOBS],
+}
 
 
 def benchmark_names(suite: str) -> list[str]:
@@ -152,10 +156,10 @@ def benchmark_names(suite: str) -> list[str]:
     return [g.name for g in graphs] + [s.name for s in services] + [x.name for x in LOADS[suite]]
 
 
-def select(suite: str, only: list[str] | None) -> list[GraphSpec | ServiceSpec | LoadSpec]:
+def select(suite: str, only: list[str] | None) -> list[GraphSpec | ServiceSpec | LoadSpec | JobsSpec]:
     """The suite's benchmarks whose names match one of the ``only`` patterns (shell globs); all without."""
     graphs, services = SUITES[suite]
-    items: list[GraphSpec | ServiceSpec | LoadSpec] = [*graphs, *services, *LOADS[suite]]
+    items: list[GraphSpec | ServiceSpec | LoadSpec | JobsSpec] = [*graphs, *services, *LOADS[suite]]
     if not only:
         return items
     unknown = [p for p in only if not any(fnmatch.fnmatchcase(i.name, p) for i in items)]
