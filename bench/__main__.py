@@ -198,7 +198,9 @@ def _child_argv(args: argparse.Namespace, name: str, record: Path) -> list[str]:
     return argv
 
 
-def run_isolated(item: GraphSpec | ServiceSpec | LoadSpec | JobsSpec, args: argparse.Namespace) -> dict[str, Any]:
+def run_isolated(
+    item: GraphSpec | ServiceSpec | LoadSpec | JobsSpec, args: argparse.Namespace
+) -> dict[str, Any]:
     """Run one benchmark in a subprocess; a crash or a timeout becomes an error record."""
     with tempfile.TemporaryDirectory(prefix="mst-bench-") as tmp:
         record_path = Path(tmp) / "record.json"

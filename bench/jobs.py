@@ -97,7 +97,9 @@ def _rmat_graph(scale: int) -> tuple[bytes, tuple[np.ndarray[Any, Any], np.ndarr
     return _npz(src, dst, weight, n), _expected(src, dst, weight, n), edges.num_edges
 
 
-def _small_graphs(count: int, m: int) -> list[tuple[bytes, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]]:
+def _small_graphs(
+    count: int, m: int
+) -> list[tuple[bytes, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]]:
     out = []
     for seed in range(count):
         rng = np.random.default_rng(100 + seed)
@@ -174,7 +176,9 @@ def _job_loop(conn: Conn, graph_id: str, check: _Checker, stop: float, tally: _T
             tally.mismatches += not good
 
 
-def _oneshot_loop(conn: Conn, graphs: list[tuple[bytes, _Checker]], stop: float, tally: _Tally, seed: int) -> None:
+def _oneshot_loop(
+    conn: Conn, graphs: list[tuple[bytes, _Checker]], stop: float, tally: _Tally, seed: int
+) -> None:
     headers = {"content-type": NPZ, "accept": NPZ}
     i = seed
     while time.monotonic() < stop:
@@ -223,10 +227,14 @@ def _client_process(
         w.join()
     for c in conns:
         c.close()
-    out.put({"ms": tally.ms, "errors": tally.errors, "mismatches": tally.mismatches, "samples": tally.samples})
+    out.put(
+        {"ms": tally.ms, "errors": tally.errors, "mismatches": tally.mismatches, "samples": tally.samples}
+    )
 
 
-def run_level(port: int, mode: str, clients: int, processes: int, duration_s: float, work: Any) -> dict[str, Any]:
+def run_level(
+    port: int, mode: str, clients: int, processes: int, duration_s: float, work: Any
+) -> dict[str, Any]:
     """``clients`` connections in ``min(processes, clients)`` processes for ``duration_s`` seconds."""
     procs = max(1, min(processes, clients))
     shares = [clients // procs + (i < clients % procs) for i in range(procs)]
@@ -334,9 +342,10 @@ def run_jobs_benchmark(
         "checks": checks,
     }
     if not ok:
-        record["error"] = "errors or wrong forests: " + "; ".join(
-            s for lv in [*levels, oneshot] for s in lv["error_samples"]
-        )[:1000]
+        record["error"] = (
+            "errors or wrong forests: "
+            + "; ".join(s for lv in [*levels, oneshot] for s in lv["error_samples"])[:1000]
+        )
     log(table(record))
     return record
 

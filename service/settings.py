@@ -104,6 +104,19 @@ class Settings(BaseSettings):
         description="Serve the job hot path (submit, status, result) through the plain-ASGI lane "
         "(service/api/fastpath.py) instead of FastAPI's routing; the answers are the same.",
     )
+    dispatch_depth: int = Field(
+        default=8,
+        ge=1,
+        le=32,
+        description="Jobs handed to a worker at once (in its pipe or running): the worker computes the "
+        "next without waiting for the API between jobs. A handed job can no longer be cancelled. "
+        "1: one job at a time.",
+    )
+    coalesce_jobs: bool = Field(
+        default=True,
+        description="A worker answers identical jobs (same dataset, task, parameters and weights) that "
+        "wait back to back in its pipe with one computation; each job still gets its own result file.",
+    )
     worker_spin_ms: float = Field(
         default=2.0,
         ge=0,

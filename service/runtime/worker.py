@@ -52,6 +52,7 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -111,6 +112,8 @@ class WorkerConfig:
     max_vertices: int = 2**31 - 1
     max_inflated_bytes: int | None = None
     max_compression_ratio: float | None = None
+    #: answer identical MST requests queued back to back in the pipe with one computation (MST_COALESCE_JOBS)
+    coalesce: bool = True
 
 
 def shard_format(lo: int, hi: int) -> str:
@@ -163,6 +166,50 @@ def _next_request(conn: Connection, spin_s: float) -> Any:
         while not conn.poll() and time.monotonic() < deadline:
             pass
     return conn.recv()
+
+
+#: most identical MST requests answered by one computation
+MAX_COALESCED = 64
+
+
+def _same_jobs(conn: Connection, backlog: deque[Any], args: list[Any]) -> list[tuple[int, str]]:
+    """Identical MST requests queued right behind one with ``args``: their (req id, result path),
+    taken out of ``backlog`` (which first gets every request already waiting in the pipe).
+
+    Identical: the same dataset, task and parameters, and nothing else in between (a weight
+    update, a reload) — so they compute on the same data and have the same result.
+    """
+    while len(backlog) < MAX_COALESCED and conn.poll():
+        backlog.append(conn.recv())
+    key = (args[0], *args[2:])
+    same: list[tuple[int, str]] = []
+    while backlog and len(same) < MAX_COALESCED:
+        op, rid, *other = backlog[0]
+        if op != MST or (other[0], *other[2:]) != key:
+            break
+        backlog.popleft()
+        same.append((rid, other[1]))
+    return same
+
+
+def _linker(source: str, target: str) -> Callable[[], None]:
+    """Give ``target`` the result file at ``source``: a hard link, or a copy where links fail."""
+
+    def link() -> None:
+        try:
+            os.link(source, target)
+        except OSError:  # no hard links on this file system: a copy, in place at once
+            import shutil
+
+            part = f"{target}.{os.getpid()}.part"
+            try:
+                shutil.copyfile(source, part)
+                os.replace(part, target)
+            except BaseException:
+                Path(part).unlink(missing_ok=True)
+                raise
+
+    return link
 
 
 def _in_whole_graph(exc: GraphValidationError, lo: int) -> GraphValidationError:
@@ -354,9 +401,10 @@ class _Worker:
             DESCRIBE: self.describe,
             MERGE: self.merge,
         }
+        backlog: deque[Any] = deque()  # requests read ahead from the pipe (see _same_jobs)
         while True:
             try:
-                request = _next_request(conn, self.config.spin_s)
+                request = backlog.popleft() if backlog else _next_request(conn, self.config.spin_s)
             except (EOFError, OSError):
                 return  # the API process is gone
             op, req_id, *args = request
@@ -364,6 +412,15 @@ class _Worker:
                 with contextlib.suppress(OSError, ValueError):
                     conn.send((req_id, True, {}))
                 return
+            if op == MST and self.config.coalesce:
+                try:
+                    same = _same_jobs(conn, backlog, args)
+                except (EOFError, OSError):
+                    return
+                if same:
+                    if not self._serve_same(conn, req_id, args, same):
+                        return
+                    continue
             after: Callable[[], None] | None = None
             try:
                 answer = handlers[op](*args)
@@ -389,6 +446,41 @@ class _Worker:
                 return  # the API process is gone
             if fatal:
                 return  # a fresh process gets a fresh CUDA context
+
+    def _serve_same(
+        self, conn: Connection, req_id: int, args: list[Any], same: list[tuple[int, str]]
+    ) -> bool:
+        """Answer an MST request and ``same`` (req id, result path) identical ones queued right behind
+        it with one computation: each gets the summary, then its own result file (a hard link of
+        the first, or a copy). False when the API process is gone."""
+        from gpu_core.errors import DeviceError, DeviceMemoryError
+
+        try:
+            answer = self.mst(*args)
+        except BaseException as exc:
+            fatal = not isinstance(exc, Exception) or (
+                isinstance(exc, DeviceError) and not isinstance(exc, DeviceMemoryError)
+            )
+            if isinstance(exc, DeviceMemoryError):
+                self._release_cached()
+            error = _portable(exc)
+            try:
+                for rid in [req_id, *(r for r, _ in same)]:
+                    conn.send((rid, False, error))
+            except (OSError, ValueError):
+                return False
+            return not fatal
+        first = args[1]
+        try:
+            for rid in [req_id, *(r for r, _ in same)]:
+                conn.send((rid, True, dict(answer.payload)))
+            stored = self._after(answer.after)
+            conn.send((STORED, req_id, stored))
+            for rid, path in same:
+                conn.send((STORED, rid, stored if stored is not None else self._after(_linker(first, path))))
+        except (OSError, ValueError):
+            return False
+        return True
 
     def _release_cached(self) -> None:
         """Give the memory pool's cached blocks back to the device (after an out-of-memory error)."""
