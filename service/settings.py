@@ -105,7 +105,7 @@ class Settings(BaseSettings):
         "(service/api/fastpath.py) instead of FastAPI's routing; the answers are the same.",
     )
     dispatch_depth: int = Field(
-        default=8,
+        default=16,
         ge=1,
         le=32,
         description="Jobs handed to a worker at once (in its pipe or running): the worker computes the "
@@ -116,6 +116,14 @@ class Settings(BaseSettings):
         default=True,
         description="A worker answers identical jobs (same dataset, task, parameters and weights) that "
         "wait back to back in its pipe with one computation; each job still gets its own result file.",
+    )
+    oneshot_batch_edges: int = Field(
+        default=1 << 20,
+        ge=0,
+        le=1 << 30,
+        description="One-shot computations (POST /v1/mst) waiting together in a worker's pipe are "
+        "computed as one disjoint-union graph of up to this many edges (the forest of a disjoint union "
+        "is the union of the forests: the answers are exact); 0: each on its own.",
     )
     worker_spin_ms: float = Field(
         default=2.0,

@@ -758,6 +758,7 @@ def plan_workers(settings: Settings) -> list[WorkerConfig]:
             max_inflated_bytes=settings.max_inflated_bytes,
             max_compression_ratio=settings.max_compression_ratio,
             coalesce=settings.coalesce_jobs,
+            oneshot_batch_edges=settings.oneshot_batch_edges,
         )
 
     cpu = [config(i, "cpu", None) for i in range(settings.cpu_workers)]

@@ -114,6 +114,8 @@ class WorkerConfig:
     max_compression_ratio: float | None = None
     #: answer identical MST requests queued back to back in the pipe with one computation (MST_COALESCE_JOBS)
     coalesce: bool = True
+    #: one-shot requests waiting together are computed as one union of up to this many edges (0: never)
+    oneshot_batch_edges: int = 0
 
 
 def shard_format(lo: int, hi: int) -> str:
@@ -190,6 +192,18 @@ def _same_jobs(conn: Connection, backlog: deque[Any], args: list[Any]) -> list[t
         backlog.popleft()
         same.append((rid, other[1]))
     return same
+
+
+def _more_of(conn: Connection, backlog: deque[Any], op: str) -> list[tuple[int, list[Any]]]:
+    """Requests of ``op`` queued right behind one of it: their (req id, args), taken out of
+    ``backlog`` (which first gets every request already waiting in the pipe)."""
+    while len(backlog) < MAX_COALESCED and conn.poll():
+        backlog.append(conn.recv())
+    more: list[tuple[int, list[Any]]] = []
+    while backlog and backlog[0][0] == op and len(more) < MAX_COALESCED:
+        _, rid, *args = backlog.popleft()
+        more.append((rid, args))
+    return more
 
 
 def _linker(source: str, target: str) -> Callable[[], None]:
@@ -412,6 +426,18 @@ class _Worker:
                 with contextlib.suppress(OSError, ValueError):
                     conn.send((req_id, True, {}))
                 return
+            if op == ONESHOT and self.config.oneshot_batch_edges:
+                try:
+                    more = _more_of(conn, backlog, ONESHOT)
+                except (EOFError, OSError):
+                    return
+                if more:
+                    try:
+                        for answered in self.oneshots([(req_id, args), *more]):
+                            conn.send(answered)
+                    except (OSError, ValueError):
+                        return
+                    continue
             if op == MST and self.config.coalesce:
                 try:
                     same = _same_jobs(conn, backlog, args)
@@ -520,6 +546,19 @@ class _Worker:
     def _read(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, gpu_core.Graph]:
         """Parse a spool file and make it a resident graph; (the parsed edge arrays, the graph)."""
         import gpu_core
+
+        edges, n = self._checked_edges(path, fmt, num_vertices)
+        self._admit(edges, n)
+        shard = parse_shard_format(fmt)
+        try:
+            graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
+        except GraphValidationError as exc:
+            raise exc if shard is None else _in_whole_graph(exc, shard[0]) from None
+        return edges, graph
+
+    def _checked_edges(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, int | None]:
+        """A spool file's edge arrays and vertex count, within the service's limits (not yet the
+        engine's validation)."""
         from gpu_core.formats import EdgeArrays
 
         shard = parse_shard_format(fmt)
@@ -535,12 +574,7 @@ class _Worker:
             )
         n = num_vertices if num_vertices is not None else edges.num_vertices
         check_vertices(edges.src, edges.dst, n, self.config.max_vertices)  # before n-sized estimates
-        self._admit(edges, n)
-        try:
-            graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
-        except GraphValidationError as exc:
-            raise exc if shard is None else _in_whole_graph(exc, shard[0]) from None
-        return edges, graph
+        return edges, n
 
     @staticmethod
     def _write_canonical(edges: Any, num_vertices: int, out: str) -> None:
@@ -725,6 +759,71 @@ class _Worker:
         del graph
         self._write_result(forest, result_path)
         return self._forest_summary(forest)
+
+    def oneshots(self, requests: list[tuple[int, list[Any]]]) -> list[tuple[int, bool, Any]]:
+        """Several one-shot requests ``(req id, args)`` waiting together: their replies.
+
+        Those that parse within the limits and share the first one's weight dtype are computed as
+        one disjoint-union graph (see :mod:`service.runtime.batching`), in chunks of at most
+        ``MST_ONESHOT_BATCH_EDGES`` edges; any other, and every member of a union that the engine
+        refuses (then each gets its own answer, or its own error), runs alone.
+        """
+        from .batching import batched_forests, default_vertices, fits_union
+
+        limit = self.config.oneshot_batch_edges
+
+        replies: list[tuple[int, bool, Any]] = []
+        alone: list[tuple[int, list[Any]]] = []
+        chunk: list[tuple[int, list[Any], Any]] = []
+        chunks = [chunk]
+        dtype: Any = None
+        edges_in_chunk = 0
+        for req_id, args in requests:
+            path, fmt, num_vertices, _ = args
+            try:
+                edges, n = self._checked_edges(path, fmt, num_vertices)
+            except Exception as exc:
+                replies.append((req_id, False, _portable(exc)))
+                continue
+            m = int(edges.weight.shape[0]) if edges.weight.shape[:1] else 0
+            n = n if n is not None else default_vertices(edges.src, edges.dst)
+            if n is None or not fits_union(edges.src, edges.dst, edges.weight, n) or m > limit:
+                alone.append((req_id, args))
+                continue
+            dtype = edges.weight.dtype if dtype is None else dtype
+            if edges.weight.dtype != dtype:
+                alone.append((req_id, args))
+                continue
+            if chunk and edges_in_chunk + m > limit:
+                chunk = []
+                chunks.append(chunk)
+                edges_in_chunk = 0
+            chunk.append((req_id, args, (edges.src, edges.dst, edges.weight, n)))
+            edges_in_chunk += m
+        for members in chunks:
+            if len(members) == 1:
+                alone.append((members[0][0], members[0][1]))
+                continue
+            if not members:
+                continue
+            try:
+                forests = batched_forests([graph for *_, graph in members], self.backend)
+            except Exception:  # one member is invalid, or no room: each on its own says why
+                alone.extend((req_id, args) for req_id, args, _ in members)
+                continue
+            for (req_id, args, _), forest in zip(members, forests, strict=True):
+                try:
+                    self._write_result(forest, args[3])
+                except Exception as exc:
+                    replies.append((req_id, False, _portable(exc)))
+                else:
+                    replies.append((req_id, True, self._forest_summary(forest)))
+        for req_id, args in alone:
+            try:
+                replies.append((req_id, True, self.oneshot(*args)))
+            except Exception as exc:
+                replies.append((req_id, False, _portable(exc)))
+        return replies
 
     def describe(self, path: str, fmt: str, canonical: str | None, max_shards: int) -> dict[str, Any]:
         """Sizes of an upload to be sharded, without building it; with ``canonical``, written there as npz.
