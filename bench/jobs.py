@@ -71,7 +71,7 @@ FULL_JOBS = JobsSpec(
     rmat_scale=16,
     oneshot_edges=10_000,
     oneshot_clients=64,
-    processes=8,
+    processes=12,
 )
 
 
@@ -116,10 +116,11 @@ class _Checker:
 
     def __init__(self, expected: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]) -> None:
         self.edge_ids, self.weights = expected
-        self.good: set[bytes] = set()
+        #: answers already checked (compared byte for byte: no hashing of a large body per call)
+        self.good: list[bytes] = []
 
     def __call__(self, body: bytes) -> bool:
-        if body in self.good:
+        if any(body == good for good in self.good):
             return True
         try:
             with np.load(io.BytesIO(body), allow_pickle=False) as npz:
@@ -129,7 +130,7 @@ class _Checker:
         except Exception:
             return False
         if ok and len(self.good) < 4:
-            self.good.add(body)
+            self.good.append(body)
         return ok
 
 
