@@ -1,0 +1,204 @@
+"""The Ray worker pool (``MST_WORKER_POOL=ray``) over HTTP: a live server whose two workers are Ray
+actors (CPU) of a local Ray cluster the server starts.
+
+* forests computed by the actors equal the engine's, Kruskal's and SciPy's; new graphs are placed by
+  free memory (the first on actor 0, the second on actor 1); the one-shot route works too;
+* an actor SIGKILLed while it runs a job (stopped first, so the job is surely in its hands): the
+  job ends ``failed`` with ``worker_lost``, a new actor replaces it (one restart), the graphs placed
+  on it are loaded again from the spool and answer exactly; the other actor is untouched;
+* a restart of the server (SIGTERM, the Ray cluster stops with it, no actor process left) keeps
+  every graph, resident again on the new actors;
+* without Ray installed, ``MST_WORKER_POOL=ray`` is refused at start-up naming the extra, and the
+  default pool never imports Ray.
+
+One server (one Ray cluster start, a few seconds) serves the whole module, in order.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from service.settings import Settings
+from tests.utils.graphs import EdgeGraph, random_graph
+
+from .conftest import SHARED_ENV
+from .live import REPO, LiveServer
+from .oracle import check_forest
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install 'mst-service[ray]')"
+)
+
+RAY_ENV = {
+    **SHARED_ENV,
+    "MST_WORKER_POOL": "ray",
+    "MST_RAY_WORKERS": "2",
+    # a cap per actor, so that free memory (and placement) follows what each holds, not the host's
+    "MST_WORKER_MEMORY_BYTES": str(256 << 20),
+}
+#: uvicorn re-raises SIGTERM once it has shut down gracefully: the process then ends by the signal
+CLEAN_EXIT = (0, -signal.SIGTERM)
+GRAPHS = {seed: random_graph(seed, 400 + 100 * seed, 3000, dtype=np.int32) for seed in range(3)}
+
+
+@pytest.fixture(scope="module")
+def ray_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    root = tmp_path_factory.mktemp("ray")
+    server = LiveServer(root / "data", dict(RAY_ENV), root / "server.log").start(timeout=120)
+    yield server
+    server.stop()
+
+
+#: graph id -> its graph, shared by the module's tests in order
+uploaded: dict[str, EdgeGraph] = {}
+
+
+def workers(server: LiveServer) -> list[dict[str, Any]]:
+    body: list[dict[str, Any]] = server.client.get("/readyz").json()["workers"]
+    return body
+
+
+def all_ready(server: LiveServer, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """/readyz says 200 once one worker is up: wait for every one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pool = workers(server)
+        if all(w["state"] == "ready" for w in pool):
+            return pool
+        assert time.monotonic() < deadline, f"not every actor is ready after {timeout} s: {pool}"
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def gone(pids: list[int], timeout: float = 15.0) -> bool:
+    """Whether every one of ``pids`` ends within ``timeout`` s (Ray's raylet stops its workers
+    just after the server's exit)."""
+    deadline = time.monotonic() + timeout
+    while any(alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def upload(server: LiveServer, graph: EdgeGraph) -> dict[str, Any]:
+    record = server.upload_npz(graph.src, graph.dst, graph.weight, graph.num_vertices)
+    uploaded[record["id"]] = graph
+    return record
+
+
+def check_job(server: LiveServer, graph_id: str) -> None:
+    job = server.submit(graph_id, wait=60).json()
+    assert job["status"] == "succeeded", job
+    edge_ids, weights, _ = server.result_npz(job["id"])
+    result = job["result"]
+    check_forest(edge_ids, weights, result["total_weight"], result["num_components"], uploaded[graph_id])
+
+
+def test_two_actors_place_by_free_memory_and_compute_exact_forests(ray_server: LiveServer) -> None:
+    pool = all_ready(ray_server)
+    assert len(pool) == 2, pool
+    assert {w["backend"] for w in pool} == {"cpu"}
+    assert all(w["device"] == f"cpu on {socket.gethostname()}" for w in pool), pool
+    pids = [w["pid"] for w in pool]
+    assert len(set(pids)) == 2 and ray_server.proc is not None and ray_server.proc.pid not in pids
+    for pid in pids:  # Ray's worker processes, not children of the API
+        assert b"MSTWorker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    first, second = upload(ray_server, GRAPHS[0]), upload(ray_server, GRAPHS[1])
+    assert (first["residency"]["worker"], second["residency"]["worker"]) == (0, 1)
+    assert first["residency"]["status"] == second["residency"]["status"] == "resident"
+    for graph_id in uploaded:
+        check_job(ray_server, graph_id)
+    graph = GRAPHS[2]  # the one-shot route: not stored, computed on an actor
+    body = {"src": graph.src.tolist(), "dst": graph.dst.tolist(), "weight": graph.weight.tolist()}
+    response = ray_server.client.post("/v1/mst", json={**body, "num_vertices": graph.num_vertices})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    check_forest(answer["edge_ids"], answer["weights"], answer["total_weight"], answer["num_components"], graph)
+
+
+def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray_server: LiveServer) -> None:
+    third = upload(ray_server, GRAPHS[2])
+    victim = third["residency"]["worker"]
+    before = workers(ray_server)
+    pid, other = before[victim]["pid"], before[1 - victim]
+    os.kill(pid, signal.SIGSTOP)  # the job is handed to the actor but never answered
+    try:
+        job_id = ray_server.submit(third["id"]).json()["id"]
+        assert ray_server.poll(job_id, until=("running", "succeeded", "failed"))["status"] == "running"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    job = ray_server.poll(job_id)
+    assert job["status"] == "failed" and job["error"]["type"] == "worker_lost", job
+    assert "was lost" in job["error"]["message"], job
+
+    deadline = time.monotonic() + 60
+    while True:
+        now = workers(ray_server)[victim]
+        if now["state"] == "ready" and now["pid"] not in (None, pid):
+            break
+        assert time.monotonic() < deadline, f"no new actor within 60 s:\n{ray_server.log()}"
+        time.sleep(0.05)
+    assert now["restarts"] == 1 and "Ray actor died" in now["last_error"], now
+    assert gone([pid])
+    untouched = workers(ray_server)[1 - victim]
+    assert (untouched["pid"], untouched["restarts"]) == (other["pid"], 0), untouched
+    for graph_id in uploaded:  # the victim's graphs are back on it; every graph answers exactly
+        residency = ray_server.client.get(f"/v1/graphs/{graph_id}").json()["residency"]
+        assert residency["status"] == "resident", residency
+        check_job(ray_server, graph_id)
+    assert sum(w["resident_graphs"] for w in workers(ray_server)) == len(uploaded) == 3
+
+
+def test_a_restart_keeps_every_graph_and_leaves_no_actor_behind(ray_server: LiveServer) -> None:
+    pids = [w["pid"] for w in workers(ray_server)]
+    assert ray_server.stop() in CLEAN_EXIT, ray_server.log()
+    assert gone(pids), "an actor process outlived the server"
+    again = LiveServer(ray_server.data_dir, dict(RAY_ENV), ray_server.log_path).start(timeout=120)
+    try:
+        listed = {g["id"] for g in again.client.get("/v1/graphs").json()["graphs"]}
+        assert listed == set(uploaded)
+        all_ready(again)
+        for graph_id in uploaded:
+            check_job(again, graph_id)
+        assert sum(w["resident_graphs"] for w in workers(again)) == 3
+    finally:
+        assert again.stop() in CLEAN_EXIT, again.log()
+
+
+def test_without_ray_the_ray_pool_is_refused_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(ValidationError, match=r"pip install 'mst-service\[ray\]'"):
+        Settings(worker_pool="ray")
+    assert Settings().worker_pool == "local"
+
+
+def test_the_default_pool_never_imports_ray() -> None:
+    code = "import sys, service.app, service.runtime.supervisor; print(json.dumps('ray' in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", f"import json; {code}"], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout) is False
