@@ -135,8 +135,8 @@ def test_two_actors_place_by_free_memory_and_compute_exact_forests(ray_server: L
     body = {"src": graph.src.tolist(), "dst": graph.dst.tolist(), "weight": graph.weight.tolist()}
     response = ray_server.client.post("/v1/mst", json={**body, "num_vertices": graph.num_vertices})
     assert response.status_code == 200, response.text
-    answer = response.json()
-    check_forest(answer["edge_ids"], answer["weights"], answer["total_weight"], answer["num_components"], graph)
+    got = response.json()
+    check_forest(got["edge_ids"], got["weights"], got["total_weight"], got["num_components"], graph)
 
 
 def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray_server: LiveServer) -> None:
@@ -190,7 +190,7 @@ def test_a_restart_keeps_every_graph_and_leaves_no_actor_behind(ray_server: Live
 
 def test_without_ray_the_ray_pool_is_refused_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "ray" else real(n, *a))
     with pytest.raises(ValidationError, match=r"pip install 'mst-service\[ray\]'"):
         Settings(worker_pool="ray")
     assert Settings().worker_pool == "local"

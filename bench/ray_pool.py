@@ -1,0 +1,114 @@
+"""``python -m bench.ray_pool``: what the Ray worker pool costs per request, against the local pool.
+
+Starts ``python -m service`` twice on the same backend, once with ``MST_WORKER_POOL=local`` (worker
+processes and pipes) and once with ``MST_WORKER_POOL=ray`` (Ray actors of a local Ray cluster the
+server starts), and measures, one client, one request at a time:
+
+* the start-up: from the process's start to every worker ready;
+* an MST job on a small resident graph: ``POST /v1/graphs/{id}/mst?wait=`` (submit and finished
+  record), then ``GET /v1/jobs/{id}/result`` (binary);
+* a one-shot ``POST /v1/mst`` of the same graph (upload, compute, answer).
+
+Every forest's total weight is checked against the engine's. Prints a Markdown table (median and
+p90 in milliseconds); ``--json`` also writes the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .service import npz_body, started_server
+
+OCTET = "application/octet-stream"
+
+
+def _graph(n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    rng = np.random.default_rng(0)
+    return rng.integers(0, n, m), rng.integers(0, n, m), rng.integers(0, 1000, m), n
+
+
+def _quantiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "median_ms": round(statistics.median(ordered), 3),
+        "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 3),
+        "n": len(ordered),
+    }
+
+
+def measure(pool: str, backend: str, repeats: int, edges: int, log: Path | None) -> dict[str, Any]:
+    import httpx
+
+    import gpu_core
+
+    src, dst, weight, n = _graph(max(edges // 5, 2), edges)
+    expected = gpu_core.minimum_spanning_forest(src, dst, weight, num_vertices=n, backend="cpu").total_weight
+    body = npz_body((src, dst, weight, n))  # type: ignore[arg-type]
+    env = {"MST_WORKER_POOL": pool, "MST_RAY_WORKERS": "1", "MST_LOG_LEVEL": "warning"}
+    started = time.perf_counter()
+    with started_server(backend, log, 300.0, env) as (base, _), httpx.Client(base_url=base, timeout=60) as c:
+        while not all(w["state"] == "ready" for w in c.get("/readyz").json()["workers"]):
+            time.sleep(0.01)
+        startup_s = time.perf_counter() - started
+        graph = c.post("/v1/graphs", content=body, headers={"content-type": OCTET}).json()["id"]
+        job_ms: list[float] = []
+        result_ms: list[float] = []
+        oneshot_ms: list[float] = []
+        for i in range(repeats + 5):  # the first five warm up
+            t0 = time.perf_counter()
+            job = c.post(f"/v1/graphs/{graph}/mst", params={"wait": 30}).json()
+            t1 = time.perf_counter()
+            result = c.get(f"/v1/jobs/{job['id']}/result", headers={"accept": OCTET})
+            t2 = time.perf_counter()
+            answer = c.post("/v1/mst", content=body, headers={"content-type": OCTET}).json()
+            t3 = time.perf_counter()
+            if job["result"]["total_weight"] != expected or answer["total_weight"] != expected:
+                raise AssertionError(f"{pool}: wrong total weight: {job['result']} / {answer['total_weight']}")
+            if result.status_code != 200:
+                raise AssertionError(f"{pool}: result {result.status_code}: {result.text[:200]}")
+            if i >= 5:
+                job_ms.append((t1 - t0) * 1e3)
+                result_ms.append((t2 - t0) * 1e3)
+                oneshot_ms.append((t3 - t2) * 1e3)
+    return {
+        "pool": pool,
+        "backend": backend,
+        "edges": edges,
+        "startup_s": round(startup_s, 2),
+        "job": _quantiles(job_ms),
+        "job_and_result": _quantiles(result_ms),
+        "oneshot": _quantiles(oneshot_ms),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.ray_pool", description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="cpu", help="MST_BACKEND of both servers (default cpu)")
+    p.add_argument("--repeats", type=int, default=200, help="requests of each kind (default 200)")
+    p.add_argument("--edges", type=int, default=5000, help="edges of the graph (default 5000)")
+    p.add_argument("--json", type=Path, help="also write the numbers here")
+    p.add_argument("--log-dir", type=Path, help="keep the servers' logs here")
+    args = p.parse_args(argv)
+    rows = []
+    for pool in ("local", "ray"):
+        log = args.log_dir / f"server-{pool}.log" if args.log_dir else None
+        rows.append(measure(pool, args.backend, args.repeats, args.edges, log))
+    print(f"| pool | start-up (s) | job, median / p90 (ms) | job + result | one-shot ({args.edges} edges) |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in rows:
+        cells = [f"{r[k]['median_ms']:.2f} / {r[k]['p90_ms']:.2f}" for k in ("job", "job_and_result", "oneshot")]
+        print(f"| {r['pool']} | {r['startup_s']:.1f} | " + " | ".join(cells) + " |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
