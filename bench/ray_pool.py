@@ -70,7 +70,8 @@ def measure(pool: str, backend: str, repeats: int, edges: int, log: Path | None)
             answer = c.post("/v1/mst", content=body, headers={"content-type": OCTET}).json()
             t3 = time.perf_counter()
             if job["result"]["total_weight"] != expected or answer["total_weight"] != expected:
-                raise AssertionError(f"{pool}: wrong total weight: {job['result']} / {answer['total_weight']}")
+                got = (job["result"]["total_weight"], answer["total_weight"])
+                raise AssertionError(f"{pool}: wrong total weight {got}, expected {expected}")
             if result.status_code != 200:
                 raise AssertionError(f"{pool}: result {result.status_code}: {result.text[:200]}")
             if i >= 5:
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| pool | start-up (s) | job, median / p90 (ms) | job + result | one-shot ({args.edges} edges) |")
     print("| --- | --- | --- | --- | --- |")
     for r in rows:
-        cells = [f"{r[k]['median_ms']:.2f} / {r[k]['p90_ms']:.2f}" for k in ("job", "job_and_result", "oneshot")]
+        kinds = ("job", "job_and_result", "oneshot")
+        cells = [f"{r[k]['median_ms']:.2f} / {r[k]['p90_ms']:.2f}" for k in kinds]
         print(f"| {r['pool']} | {r['startup_s']:.1f} | " + " | ".join(cells) + " |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

@@ -104,7 +104,9 @@ def connect(settings: Settings) -> None:
         "logging_level": logging.WARNING,
     }
     if settings.ray_address is None:
-        cpus = max(os.cpu_count() or 1, settings.ray_workers)
+        # the host's CPUs and one more per actor: a replacement can start while Ray still reaps the
+        # actor it replaces (a stuck process holds its CPU until Ray's kill has ended it)
+        cpus = (os.cpu_count() or 1) + max(settings.ray_workers, 1)
         options.update(num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES)
     else:
         options["address"] = settings.ray_address

@@ -776,7 +776,7 @@ class Supervisor:
         if self.settings.worker_pool == "ray":
             from . import ray_pool
 
-            ray_pool.shutdown()
+            await asyncio.to_thread(ray_pool.shutdown)
 
     async def _watch(self) -> None:
         interval = self.settings.heartbeat_interval_s

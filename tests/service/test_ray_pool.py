@@ -6,6 +6,8 @@ actors (CPU) of a local Ray cluster the server starts.
 * an actor SIGKILLed while it runs a job (stopped first, so the job is surely in its hands): the
   job ends ``failed`` with ``worker_lost``, a new actor replaces it (one restart), the graphs placed
   on it are loaded again from the spool and answer exactly; the other actor is untouched;
+* an actor stopped (SIGSTOP) is killed once its heartbeat is older than MST_HEARTBEAT_TIMEOUT_S
+  and replaced, its graphs reloaded;
 * a restart of the server (SIGTERM, the Ray cluster stops with it, no actor process left) keeps
   every graph, resident again on the new actors;
 * without Ray installed, ``MST_WORKER_POOL=ray`` is refused at start-up naming the extra, and the
@@ -49,6 +51,9 @@ RAY_ENV = {
     "MST_RAY_WORKERS": "2",
     # a cap per actor, so that free memory (and placement) follows what each holds, not the host's
     "MST_WORKER_MEMORY_BYTES": str(256 << 20),
+    # a stuck actor is found in seconds (its heartbeat is an actor call answered beside the job)
+    "MST_HEARTBEAT_INTERVAL_S": "0.2",
+    "MST_HEARTBEAT_TIMEOUT_S": "3",
 }
 #: uvicorn re-raises SIGTERM once it has shut down gracefully: the process then ends by the signal
 CLEAN_EXIT = (0, -signal.SIGTERM)
@@ -154,13 +159,7 @@ def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray
     assert job["status"] == "failed" and job["error"]["type"] == "worker_lost", job
     assert "was lost" in job["error"]["message"], job
 
-    deadline = time.monotonic() + 60
-    while True:
-        now = workers(ray_server)[victim]
-        if now["state"] == "ready" and now["pid"] not in (None, pid):
-            break
-        assert time.monotonic() < deadline, f"no new actor within 60 s:\n{ray_server.log()}"
-        time.sleep(0.05)
+    now = wait_replaced(ray_server, victim, pid)
     assert now["restarts"] == 1 and "Ray actor died" in now["last_error"], now
     assert gone([pid])
     untouched = workers(ray_server)[1 - victim]
@@ -170,6 +169,32 @@ def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray
         assert residency["status"] == "resident", residency
         check_job(ray_server, graph_id)
     assert sum(w["resident_graphs"] for w in workers(ray_server)) == len(uploaded) == 3
+
+
+def wait_replaced(server: LiveServer, index: int, pid: int, timeout: float = 60.0) -> dict[str, Any]:
+    """Worker ``index``'s record once an actor other than ``pid`` is ready in its place."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = workers(server)[index]
+        if now["state"] == "ready" and now["pid"] not in (None, pid):
+            return now
+        assert time.monotonic() < deadline, f"no new actor within {timeout} s:\n{server.log()}"
+        time.sleep(0.05)
+
+
+def test_a_stuck_actor_is_killed_for_its_heartbeat_and_replaced(ray_server: LiveServer) -> None:
+    before = workers(ray_server)
+    pid, restarts = before[0]["pid"], before[0]["restarts"]
+    os.kill(pid, signal.SIGSTOP)  # alive to Ray, silent to the API
+    try:
+        now = wait_replaced(ray_server, 0, pid)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert now["restarts"] == restarts + 1 and "no heartbeat" in now["last_error"], now
+    assert gone([pid])
+    for graph_id in uploaded:
+        check_job(ray_server, graph_id)
 
 
 def test_a_restart_keeps_every_graph_and_leaves_no_actor_behind(ray_server: LiveServer) -> None:
