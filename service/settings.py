@@ -215,6 +215,21 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _check_pool_settings(self) -> Settings:
+        if self.worker_pool == "ray" and self.gpus is not None:
+            raise ValueError(
+                "MST_GPUS picks this host's GPUs for local workers; with MST_WORKER_POOL=ray, Ray assigns "
+                "each actor its GPU: unset MST_GPUS (MST_RAY_WORKERS sets how many actors)."
+            )
+        ray_only = {"ray_address", "ray_workers"} & self.model_fields_set
+        if self.worker_pool != "ray" and ray_only:
+            names = " and ".join(sorted(f"MST_{name.upper()}" for name in ray_only))
+            raise ValueError(
+                f"{names} set, but MST_WORKER_POOL is not ray: set MST_WORKER_POOL=ray or unset them."
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_heartbeat(self) -> Settings:
         if self.heartbeat_timeout_s <= 2 * self.heartbeat_interval_s:
             raise ValueError(

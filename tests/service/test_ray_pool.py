@@ -221,6 +221,14 @@ def test_without_ray_the_ray_pool_is_refused_naming_the_extra(monkeypatch: pytes
     assert Settings().worker_pool == "local"
 
 
+def test_settings_of_one_pool_are_refused_with_the_other() -> None:
+    with pytest.raises(ValidationError, match="unset MST_GPUS"):
+        Settings(worker_pool="ray", gpus=[0])
+    with pytest.raises(ValidationError, match="MST_RAY_ADDRESS and MST_RAY_WORKERS set, but MST_WORKER_POOL"):
+        Settings(ray_address="auto", ray_workers=2)
+    assert Settings(worker_pool="ray", ray_address="auto", ray_workers=0).ray_workers == 0
+
+
 def test_the_default_pool_never_imports_ray() -> None:
     code = "import sys, service.app, service.runtime.supervisor; print(json.dumps('ray' in sys.modules))"
     out = subprocess.run(
