@@ -207,7 +207,10 @@ class RayWorkerHandle(WorkerHandle):
             except RayActorError as exc:
                 self._lost(generation, f"the Ray actor died: {_first_line(exc)}")
                 return
-            self._beat_at = time.monotonic()
+            except Exception as exc:  # not an answer: the stamp ages, the monitor judges it
+                log.warning("worker %d: heartbeat failed: %s", self.index, _first_line(exc))
+            else:
+                self._beat_at = time.monotonic()
             await asyncio.sleep(self._settings.heartbeat_interval_s)
 
     def _flush(self) -> None:

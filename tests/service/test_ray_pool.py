@@ -10,6 +10,8 @@ actors (CPU) of a local Ray cluster the server starts.
   and replaced, its graphs reloaded;
 * a restart of the server (SIGTERM, the Ray cluster stops with it, no actor process left) keeps
   every graph, resident again on the new actors;
+* on a GPU host (marked ``gpu``): one actor per GPU, every GPU holds a graph, forests exact, an
+  actor killed is replaced on its GPU and its graphs answer again;
 * without Ray installed, ``MST_WORKER_POOL=ray`` is refused at start-up naming the extra, and the
   default pool never imports Ray.
 
@@ -37,7 +39,7 @@ from pydantic import ValidationError
 from service.settings import Settings
 from tests.utils.graphs import EdgeGraph, random_graph
 
-from .conftest import SHARED_ENV
+from .conftest import SHARED_ENV, ServerFactory
 from .live import REPO, LiveServer
 from .oracle import check_forest
 
@@ -219,6 +221,47 @@ def test_without_ray_the_ray_pool_is_refused_naming_the_extra(monkeypatch: pytes
     with pytest.raises(ValidationError, match=r"pip install 'mst-service\[ray\]'"):
         Settings(worker_pool="ray")
     assert Settings().worker_pool == "local"
+
+
+def visible_gpus() -> int:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+@pytest.mark.gpu
+def test_gpu_actors_one_per_gpu_exact_and_one_killed_is_replaced(server_factory: ServerFactory) -> None:
+    server = server_factory(
+        MST_WORKER_POOL="ray",
+        MST_BACKEND="gpu",
+        MST_MAX_UPLOAD_BYTES=str(64 << 20),
+        MST_WORKER_MEMORY_BYTES=str(4 << 30),  # the same free memory on every GPU: placement in order
+    )
+    pool = all_ready(server, timeout=300)
+    gpus = visible_gpus()
+    assert len(pool) == gpus >= 1 and {w["backend"] for w in pool} == {"gpu"}, pool
+    assert len({w["device"] for w in pool}) == gpus, pool  # each names its CUDA_VISIBLE_DEVICES
+    graphs = {}
+    for seed in range(gpus + 1):
+        graph = random_graph(100 + seed, 5_000, 40_000, dtype=np.float32)
+        record = server.upload_npz(graph.src, graph.dst, graph.weight, graph.num_vertices)
+        assert record["residency"]["backend"] == "gpu", record
+        graphs[record["id"]] = graph
+        uploaded[record["id"]] = graph
+    placed = {server.client.get(f"/v1/graphs/{g}").json()["residency"]["worker"] for g in graphs}
+    assert placed == set(range(gpus)), placed  # most free memory first: every GPU holds one
+    for graph_id in graphs:
+        check_job(server, graph_id)
+    pid = pool[0]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    now = wait_replaced(server, 0, pid, timeout=300)
+    assert now["restarts"] == 1 and now["backend"] == "gpu", now
+    for graph_id in graphs:
+        residency = server.client.get(f"/v1/graphs/{graph_id}").json()["residency"]
+        assert residency["status"] == "resident", residency
+        check_job(server, graph_id)
 
 
 def test_settings_of_one_pool_are_refused_with_the_other() -> None:
