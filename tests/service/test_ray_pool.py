@@ -3,6 +3,8 @@ actors (CPU) of a local Ray cluster the server starts.
 
 * forests computed by the actors equal the engine's, Kruskal's and SciPy's; new graphs are placed by
   free memory (the first on actor 0, the second on actor 1); the one-shot route works too;
+* point sets and weight updates take the same path (EMST equal to the engine's; a partial weight
+  update, then forests on the new weights, also after every reload below);
 * an actor SIGKILLed while it runs a job (stopped first, so the job is surely in its hands): the
   job ends ``failed`` with ``worker_lost``, a new actor replaces it (one restart), the graphs placed
   on it are loaded again from the spool and answer exactly; the other actor is untouched;
@@ -36,6 +38,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+import gpu_core
 from service.settings import Settings
 from tests.utils.graphs import EdgeGraph, random_graph
 
@@ -70,8 +73,10 @@ def ray_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]
     server.stop()
 
 
-#: graph id -> its graph, shared by the module's tests in order
+#: graph id -> its graph (its weights now), shared by the module's tests in order
 uploaded: dict[str, EdgeGraph] = {}
+#: point set id -> its points
+point_sets: dict[str, np.ndarray] = {}
 
 
 def workers(server: LiveServer) -> list[dict[str, Any]]:
@@ -146,6 +151,40 @@ def test_two_actors_place_by_free_memory_and_compute_exact_forests(ray_server: L
     check_forest(got["edge_ids"], got["weights"], got["total_weight"], got["num_components"], graph)
 
 
+def check_emst(server: LiveServer, points_id: str) -> None:
+    response = server.client.post(f"/v1/points/{points_id}/jobs", json={"task": "emst"}, params={"wait": 60})
+    assert response.status_code == 200 and response.json()["status"] == "succeeded", response.text
+    result = server.client.get(f"/v1/jobs/{response.json()['id']}/result").json()
+    tree = gpu_core.euclidean_mst(point_sets[points_id], backend="cpu")
+    assert (result["src"], result["dst"]) == (tree.src.tolist(), tree.dst.tolist())
+    assert result["weights"] == tree.weights.tolist()
+
+
+def resident_count() -> int:
+    return len(uploaded) + len(point_sets)
+
+
+def test_point_sets_and_new_weights_go_through_the_actors(ray_server: LiveServer) -> None:
+    points = np.random.default_rng(4).normal(0.0, 10.0, (300, 3))
+    response = ray_server.client.post("/v1/points", json={"points": points.tolist()})
+    assert response.status_code == 201, response.text
+    point_sets[response.json()["id"]] = points
+    check_emst(ray_server, response.json()["id"])
+    graph_id, graph = next(iter(uploaded.items()))  # new weights for some edges of the first graph
+    rng = np.random.default_rng(5)
+    edge_ids = np.unique(rng.integers(0, graph.num_edges, 200))
+    values = rng.integers(-50, 50, edge_ids.size).astype(graph.weight.dtype)
+    response = ray_server.client.patch(
+        f"/v1/graphs/{graph_id}/weights", json={"edge_ids": edge_ids.tolist(), "weights": values.tolist()}
+    )
+    assert response.status_code == 200, response.text
+    weight = graph.weight.copy()
+    weight[edge_ids] = values
+    uploaded[graph_id] = graph.with_weight(weight)
+    check_job(ray_server, graph_id)  # the new weights, here and after every reload below
+    assert sum(w["resident_graphs"] for w in workers(ray_server)) == resident_count()
+
+
 def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray_server: LiveServer) -> None:
     third = upload(ray_server, GRAPHS[2])
     victim = third["residency"]["worker"]
@@ -170,7 +209,9 @@ def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray
         residency = ray_server.client.get(f"/v1/graphs/{graph_id}").json()["residency"]
         assert residency["status"] == "resident", residency
         check_job(ray_server, graph_id)
-    assert sum(w["resident_graphs"] for w in workers(ray_server)) == len(uploaded) == 3
+    for points_id in point_sets:
+        check_emst(ray_server, points_id)
+    assert sum(w["resident_graphs"] for w in workers(ray_server)) == resident_count() == 4
 
 
 def wait_replaced(server: LiveServer, index: int, pid: int, timeout: float = 60.0) -> dict[str, Any]:
@@ -197,6 +238,8 @@ def test_a_stuck_actor_is_killed_for_its_heartbeat_and_replaced(ray_server: Live
     assert gone([pid])
     for graph_id in uploaded:
         check_job(ray_server, graph_id)
+    for points_id in point_sets:
+        check_emst(ray_server, points_id)
 
 
 def test_a_restart_keeps_every_graph_and_leaves_no_actor_behind(ray_server: LiveServer) -> None:
@@ -210,7 +253,9 @@ def test_a_restart_keeps_every_graph_and_leaves_no_actor_behind(ray_server: Live
         all_ready(again)
         for graph_id in uploaded:
             check_job(again, graph_id)
-        assert sum(w["resident_graphs"] for w in workers(again)) == 3
+        for points_id in point_sets:
+            check_emst(again, points_id)
+        assert sum(w["resident_graphs"] for w in workers(again)) == resident_count()
     finally:
         assert again.stop() in CLEAN_EXIT, again.log()
 
