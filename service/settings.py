@@ -221,6 +221,11 @@ class Settings(BaseSettings):
                 "MST_GPUS picks this host's GPUs for local workers; with MST_WORKER_POOL=ray, Ray assigns "
                 "each actor its GPU: unset MST_GPUS (MST_RAY_WORKERS sets how many actors)."
             )
+        if self.worker_pool == "ray" and "cpu_workers" in self.model_fields_set:
+            raise ValueError(
+                "MST_CPU_WORKERS counts this host's CPU worker processes; with MST_WORKER_POOL=ray, "
+                "MST_RAY_WORKERS sets how many actors: unset MST_CPU_WORKERS."
+            )
         ray_only = {"ray_address", "ray_workers"} & self.model_fields_set
         if self.worker_pool != "ray" and ray_only:
             names = " and ".join(sorted(f"MST_{name.upper()}" for name in ray_only))

@@ -5,6 +5,8 @@ actors (CPU) of a local Ray cluster the server starts.
   free memory (the first on actor 0, the second on actor 1); the one-shot route works too;
 * point sets and weight updates take the same path (EMST equal to the engine's; a partial weight
   update, then forests on the new weights, also after every reload below);
+* a graph uploaded with ``?shards=2`` has one shard on each actor and answers the forest of the
+  whole graph (and again after the kill, the stuck actor and the restart below);
 * an actor SIGKILLed while it runs a job (stopped first, so the job is surely in its hands): the
   job ends ``failed`` with ``worker_lost``, a new actor replaces it (one restart), the graphs placed
   on it are loaded again from the spool and answer exactly; the other actor is untouched;
@@ -43,7 +45,7 @@ from service.settings import Settings
 from tests.utils.graphs import EdgeGraph, random_graph
 
 from .conftest import SHARED_ENV, ServerFactory
-from .live import REPO, LiveServer
+from .live import OCTET, REPO, LiveServer, npz_body
 from .oracle import check_forest
 
 pytestmark = pytest.mark.skipif(
@@ -77,6 +79,8 @@ def ray_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]
 uploaded: dict[str, EdgeGraph] = {}
 #: point set id -> its points
 point_sets: dict[str, np.ndarray] = {}
+#: graph id -> its number of shards, for graphs sharded across the actors
+sharded: dict[str, int] = {}
 
 
 def workers(server: LiveServer) -> list[dict[str, Any]]:
@@ -161,7 +165,8 @@ def check_emst(server: LiveServer, points_id: str) -> None:
 
 
 def resident_count() -> int:
-    return len(uploaded) + len(point_sets)
+    """What the actors hold together: every graph and point set, a sharded graph once per shard."""
+    return len(uploaded) + len(point_sets) + sum(k - 1 for k in sharded.values())
 
 
 def test_point_sets_and_new_weights_go_through_the_actors(ray_server: LiveServer) -> None:
@@ -182,6 +187,23 @@ def test_point_sets_and_new_weights_go_through_the_actors(ray_server: LiveServer
     weight[edge_ids] = values
     uploaded[graph_id] = graph.with_weight(weight)
     check_job(ray_server, graph_id)  # the new weights, here and after every reload below
+    assert sum(w["resident_graphs"] for w in workers(ray_server)) == resident_count()
+
+
+def test_a_graph_sharded_across_the_actors_answers_the_same_forest(ray_server: LiveServer) -> None:
+    graph = random_graph(9, 2_000, 20_000, dtype=np.int32)
+    response = ray_server.client.post(
+        "/v1/graphs",
+        params={"shards": 2},
+        content=npz_body(graph.src, graph.dst, graph.weight, graph.num_vertices),
+        headers={"content-type": OCTET},
+    )
+    assert response.status_code == 201, response.text
+    record = response.json()
+    assert record["shards"] == 2 and {p["worker"] for p in record["shard_residency"]} == {0, 1}, record
+    uploaded[record["id"]] = graph
+    sharded[record["id"]] = 2
+    check_job(ray_server, record["id"])  # the union of the shard forests, merged: the whole forest
     assert sum(w["resident_graphs"] for w in workers(ray_server)) == resident_count()
 
 
@@ -211,7 +233,7 @@ def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray
         check_job(ray_server, graph_id)
     for points_id in point_sets:
         check_emst(ray_server, points_id)
-    assert sum(w["resident_graphs"] for w in workers(ray_server)) == resident_count() == 4
+    assert sum(w["resident_graphs"] for w in workers(ray_server)) == resident_count() == 6
 
 
 def wait_replaced(server: LiveServer, index: int, pid: int, timeout: float = 60.0) -> dict[str, Any]:
@@ -312,6 +334,8 @@ def test_gpu_actors_one_per_gpu_exact_and_one_killed_is_replaced(server_factory:
 def test_settings_of_one_pool_are_refused_with_the_other() -> None:
     with pytest.raises(ValidationError, match="unset MST_GPUS"):
         Settings(worker_pool="ray", gpus=[0])
+    with pytest.raises(ValidationError, match="unset MST_CPU_WORKERS"):
+        Settings(worker_pool="ray", cpu_workers=2)
     with pytest.raises(ValidationError, match="MST_RAY_ADDRESS and MST_RAY_WORKERS set, but MST_WORKER_POOL"):
         Settings(ray_address="auto", ray_workers=2)
     assert Settings(worker_pool="ray", ray_address="auto", ray_workers=0).ray_workers == 0
