@@ -10,6 +10,10 @@ CPU workers (default one) where there is none. Each :class:`WorkerHandle` owns:
   one at a time, dispatched by an asyncio task, so a queued job can be
   cancelled until it is handed to the worker.
 
+With ``MST_WORKER_POOL=ray`` each handle is a :class:`~.ray_pool.RayWorkerHandle` instead: the
+same handle over Ray actor calls, the worker a Ray actor on any host of a Ray cluster; placement,
+eviction, reloads, queues and restarts below are the same.
+
 Placement: a new graph goes to the worker with the most free device memory
 (as the worker last reported it, less what is being loaded); a job goes to
 the worker that holds its graph. A sharded graph (see

@@ -26,6 +26,10 @@ format ``npz[lo:hi]`` (:func:`shard_format`: edges ``lo..hi-1`` of the spool's n
 mapped file); ``DESCRIBE`` sizes an upload before it is sharded (writing text formats as npz);
 ``MERGE`` runs a job's task on the union of its shards' forests.
 
+The ops themselves (:meth:`_Worker.handle`) do not know the pipe: the Ray worker pool
+(:mod:`service.runtime.ray_pool`) runs a :class:`_Worker` inside a Ray actor and calls the same
+method for each request.
+
 Between requests the worker polls its pipe for ``MST_WORKER_SPIN_MS`` before
 it blocks: a job that follows soon (a client's next request) then finds it
 awake, without the wake-up of a sleeping process and with warm caches.
