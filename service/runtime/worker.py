@@ -26,6 +26,10 @@ format ``npz[lo:hi]`` (:func:`shard_format`: edges ``lo..hi-1`` of the spool's n
 mapped file); ``DESCRIBE`` sizes an upload before it is sharded (writing text formats as npz);
 ``MERGE`` runs a job's task on the union of its shards' forests.
 
+The ops themselves (:meth:`_Worker.handle`) do not know the pipe: the Ray worker pool
+(:mod:`service.runtime.ray_pool`) runs a :class:`_Worker` inside a Ray actor and calls the same
+method for each request.
+
 Between requests the worker polls its pipe for ``MST_WORKER_SPIN_MS`` before
 it blocks: a job that follows soon (a client's next request) then finds it
 awake, without the wake-up of a sleeping process and with warm caches.
@@ -52,7 +56,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -244,6 +248,16 @@ class _Worker:
         self.points: dict[str, ResidentPoints] = {}
         self.backend: Literal["gpu", "cpu"] = "cpu"
         self.tmp_dir = Path(config.tmp_dir)
+        self._handlers: dict[str, Callable[..., dict[str, Any] | Reply]] = {
+            LOAD: self.load,
+            MST: self.mst,
+            WEIGHTS: self.weights,
+            ONESHOT: self.oneshot,
+            DROP: self.drop,
+            PING: self.ping,
+            DESCRIBE: self.describe,
+            MERGE: self.merge,
+        }
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -342,18 +356,6 @@ class _Worker:
     # -- requests -----------------------------------------------------------------------------
 
     def serve(self, conn: Connection) -> None:
-        from gpu_core.errors import DeviceError, DeviceMemoryError
-
-        handlers: dict[str, Callable[..., dict[str, Any] | Reply]] = {
-            LOAD: self.load,
-            MST: self.mst,
-            WEIGHTS: self.weights,
-            ONESHOT: self.oneshot,
-            DROP: self.drop,
-            PING: self.ping,
-            DESCRIBE: self.describe,
-            MERGE: self.merge,
-        }
         while True:
             try:
                 request = _next_request(conn, self.config.spin_s)
@@ -364,31 +366,35 @@ class _Worker:
                 with contextlib.suppress(OSError, ValueError):
                     conn.send((req_id, True, {}))
                 return
-            after: Callable[[], None] | None = None
+            ok, payload, after, fatal = self.handle(op, args)
             try:
-                answer = handlers[op](*args)
-            except BaseException as exc:
-                # out of device memory is not sticky: answer, free the pool's cache, carry on
-                fatal = not isinstance(exc, Exception) or (
-                    isinstance(exc, DeviceError) and not isinstance(exc, DeviceMemoryError)
-                )
-                if isinstance(exc, DeviceMemoryError):
-                    self._release_cached()
-                reply: tuple[Any, ...] = (req_id, False, _portable(exc))
-            else:
-                fatal = False
-                if isinstance(answer, Reply):
-                    after = answer.after
-                    answer = answer.payload
-                reply = (req_id, True, answer)
-            try:
-                conn.send(reply)
+                conn.send((req_id, ok, payload))
                 if after is not None:
                     conn.send((STORED, req_id, self._after(after)))
             except (OSError, ValueError):
                 return  # the API process is gone
             if fatal:
                 return  # a fresh process gets a fresh CUDA context
+
+    def handle(self, op: str, args: Sequence[Any]) -> tuple[bool, Any, Callable[[], None] | None, bool]:
+        """Run one request: (ok, the answer or the portable error, work to do once the answer is
+        sent or None, whether this worker must end now). Shared by :meth:`serve` (the pipe) and the
+        Ray actor (:mod:`service.runtime.ray_pool`)."""
+        try:
+            answer = self._handlers[op](*args)
+        except BaseException as exc:
+            from gpu_core.errors import DeviceError, DeviceMemoryError
+
+            # out of device memory is not sticky: answer, free the pool's cache, carry on
+            fatal = not isinstance(exc, Exception) or (
+                isinstance(exc, DeviceError) and not isinstance(exc, DeviceMemoryError)
+            )
+            if isinstance(exc, DeviceMemoryError):
+                self._release_cached()
+            return False, _portable(exc), None, fatal
+        if isinstance(answer, Reply):
+            return True, answer.payload, answer.after, False
+        return True, answer, None, False
 
     def _release_cached(self) -> None:
         """Give the memory pool's cached blocks back to the device (after an out-of-memory error)."""
