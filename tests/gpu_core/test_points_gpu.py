@@ -63,9 +63,10 @@ def test_cupy_input_and_hdbscan_labels() -> None:
         arrays = (on_device.src, on_device.dst, on_device.weights)
         assert all(isinstance(a, cupy.ndarray) for a in arrays)
         assert (on_device.core_distances is None) == (k == 1)
+        core = None if on_device.core_distances is None else cupy.asnumpy(on_device.core_distances)
         host = dataclasses.replace(
-            on_device, src=on_device.src.get(), dst=on_device.dst.get(), weights=on_device.weights.get(),
-            core_distances=None if k == 1 else on_device.core_distances.get(),
+            on_device, src=cupy.asnumpy(on_device.src), dst=cupy.asnumpy(on_device.dst),
+            weights=cupy.asnumpy(on_device.weights), core_distances=core,
         )  # fmt: skip
         cpu = gpu_core.euclidean_mst(ps.points, min_samples=k, backend="cpu")
         assert_same_tree(host, cpu, ps.name)
