@@ -15,6 +15,8 @@ FROM ${CUDA_IMAGE}
 
 # Which extra of pyproject.toml provides CuPy: gpu (CUDA 13) or gpu-cuda12.
 ARG GPU_EXTRA=gpu
+# More extras of pyproject.toml, space-separated: `ray` for the Ray worker pool (docker/compose.ray.yml).
+ARG EXTRAS=""
 
 ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONUNBUFFERED=1 \
@@ -39,9 +41,9 @@ WORKDIR /app
 
 # Dependency layer: built from pyproject.toml alone, so editing the source does not reinstall
 # CuPy and its CUDA wheels. The list is read from pyproject.toml, the one place it is kept: the
-# core, the GPU extra, Arrow/Parquet (arrow) and the compiled dendrogram (fast).
+# core, the GPU extra, Arrow/Parquet (arrow), the compiled dendrogram (fast) and EXTRAS.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; e = p['optional-dependencies']; print('\n'.join(p['dependencies'] + e['${GPU_EXTRA}'] + e['arrow'] + e['fast']))" > /tmp/requirements.txt \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; e = p['optional-dependencies']; more = sum((e[x] for x in '${EXTRAS}'.split()), []); print('\n'.join(p['dependencies'] + e['${GPU_EXTRA}'] + e['arrow'] + e['fast'] + more))" > /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt "setuptools>=77" \
  && rm /tmp/requirements.txt
 

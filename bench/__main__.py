@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from .engine import ENGINES, EngineOptions, merge_records, run_engine_benchmark
-from .generators import DEFAULT_CACHE, GraphSpec
+from .generators import DEFAULT_CACHE
 from .jobs import JobsSpec, run_jobs_benchmark
 from .load import LoadSpec, run_load_benchmark
+from .points import PointsSpec, run_points_benchmark
 from .report import environment, load_results, write_results
 from .service import ServiceOptions, run_service_benchmark
-from .suites import SUITES, ServiceSpec, benchmark_names, select
+from .suites import SUITES, Item, ServiceSpec, benchmark_names, select
 
 HERE = Path(__file__).resolve().parent
 
@@ -156,13 +157,17 @@ def load_spec(item: LoadSpec | JobsSpec, args: argparse.Namespace) -> Any:
     return dataclasses.replace(item, clients=clients, duration_s=duration)
 
 
-def _kind(item: GraphSpec | ServiceSpec | LoadSpec | JobsSpec) -> str:
+def _kind(item: Item) -> str:
+    if isinstance(item, PointsSpec):
+        return "points"
     if isinstance(item, JobsSpec):
         return "jobs"
     return "load" if isinstance(item, LoadSpec) else "service" if isinstance(item, ServiceSpec) else "engine"
 
 
-def run_one(item: GraphSpec | ServiceSpec | LoadSpec | JobsSpec, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(item: Item, args: argparse.Namespace) -> dict[str, Any]:
+    if isinstance(item, PointsSpec):
+        return run_points_benchmark(item, "auto", log)
     if isinstance(item, JobsSpec):
         return run_jobs_benchmark(load_spec(item, args), args.service_backend, args.out / "logs", log)
     if isinstance(item, LoadSpec):
@@ -198,9 +203,7 @@ def _child_argv(args: argparse.Namespace, name: str, record: Path) -> list[str]:
     return argv
 
 
-def run_isolated(
-    item: GraphSpec | ServiceSpec | LoadSpec | JobsSpec, args: argparse.Namespace
-) -> dict[str, Any]:
+def run_isolated(item: Item, args: argparse.Namespace) -> dict[str, Any]:
     """Run one benchmark in a subprocess; a crash or a timeout becomes an error record."""
     with tempfile.TemporaryDirectory(prefix="mst-bench-") as tmp:
         record_path = Path(tmp) / "record.json"

@@ -446,6 +446,21 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             load_table(record),
         ]
+    for record in (r for r in results["benchmarks"].values() if r.get("type") == "points"):
+        from .points import table as points_table
+
+        lines += [
+            "",
+            "## Point sets (EMST and HDBSCAN*)",
+            "",
+            "EMST: `gpu_core.euclidean_mst` with the points on the device and the tree left there "
+            "(the CPU backend: host to host); from/to host: NumPy points in, NumPy tree out. "
+            "HDBSCAN*: `gpu_core.hdbscan` from host points to host labels. Medians after a warm-up; "
+            "MFeatures/s = n*d / seconds. Peers: one run each on the same points and parameters, "
+            "labels compared (adjusted Rand index, same noise points).",
+            "",
+            points_table(record),
+        ]
     for record in (r for r in results["benchmarks"].values() if r.get("type") == "jobs"):
         from .jobs import table as jobs_table
 

@@ -9,6 +9,7 @@ from typing import Any
 from .generators import GraphSpec
 from .jobs import FULL_JOBS, QUICK_JOBS, JobsSpec
 from .load import FULL_LOAD, QUICK_LOAD, LoadSpec
+from .points import PointsSpec
 
 #: Reference CUDA ECL-MST v1.0 on an NVIDIA H200, graph on the device, median of 5 (issue 2).
 REFERENCE_GPU = "NVIDIA H200"
@@ -149,17 +150,23 @@ LOADS: dict[str, list[LoadSpec | JobsSpec]] = {
     "quick": [QUICK_LOAD, QUICK_JOBS],
     "full": [FULL_LOAD, FULL_JOBS],
 }
+#: the point-set part of each suite (bench/points.py: EMST and HDBSCAN*, its own sizes), run last
+POINTS: dict[str, list[PointsSpec]] = {s: [PointsSpec("points", s)] for s in ("quick", "full")}
+Item = GraphSpec | ServiceSpec | LoadSpec | JobsSpec | PointsSpec
 
 
 def benchmark_names(suite: str) -> list[str]:
+    return [i.name for i in _items(suite)]
+
+
+def _items(suite: str) -> list[Item]:
     graphs, services = SUITES[suite]
-    return [g.name for g in graphs] + [s.name for s in services] + [x.name for x in LOADS[suite]]
+    return [*graphs, *services, *LOADS[suite], *POINTS[suite]]
 
 
-def select(suite: str, only: list[str] | None) -> list[GraphSpec | ServiceSpec | LoadSpec | JobsSpec]:
+def select(suite: str, only: list[str] | None) -> list[Item]:
     """The suite's benchmarks whose names match one of the ``only`` patterns (shell globs); all without."""
-    graphs, services = SUITES[suite]
-    items: list[GraphSpec | ServiceSpec | LoadSpec | JobsSpec] = [*graphs, *services, *LOADS[suite]]
+    items = _items(suite)
     if not only:
         return items
     unknown = [p for p in only if not any(fnmatch.fnmatchcase(i.name, p) for i in items)]

@@ -20,7 +20,7 @@ import numpy as np
 
 from ._graph import Backend
 from ._linkage import linkage_from_sorted_edges
-from ._points import check_min_samples, euclidean_mst, validate_points
+from ._points import _to_host, check_min_samples, euclidean_mst, validate_points
 from .errors import ClusteringParameterError
 
 Array = np.ndarray[Any, Any]
@@ -306,7 +306,7 @@ def hdbscan(
     """
     import time
 
-    coords = validate_points(points)
+    coords = validate_points(points, on_device=True)  # CuPy points stay on the device
     n = coords.shape[0]
     if (
         isinstance(min_cluster_size, bool)
@@ -329,13 +329,14 @@ def hdbscan(
             f"cluster_selection_epsilon must be a finite number >= 0; got {cluster_selection_epsilon!r}.",
             field="cluster_selection_epsilon",
         )
-    tree = euclidean_mst(points if backend != "cpu" else coords, min_samples=k, backend=backend)
+    tree = euclidean_mst(coords, min_samples=k, backend=backend)
     t0 = time.perf_counter()
     timings = dict(tree.timings_ms)
     if n == 1:
         labels, probabilities = np.full(1, -1, dtype=np.int64), np.zeros(1)
     else:
-        linkage = linkage_from_sorted_edges(n, tree.src, tree.dst, tree.weights)
+        src, dst, weights = (_to_host(a) for a in (tree.src, tree.dst, tree.weights))
+        linkage = linkage_from_sorted_edges(n, src, dst, weights)
         t1 = time.perf_counter()
         timings["linkage_ms"] = (t1 - t0) * 1e3
         labels, probabilities = labels_from_tree(

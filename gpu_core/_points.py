@@ -38,6 +38,8 @@ class EuclideanTree:
 
     ``src[i] < dst[i]`` are point indices and ``weights[i]`` the edge's weight (float64),
     in the order ``(weight², src, dst)``. ``core_distances`` is set when ``min_samples > 1``.
+    The arrays are NumPy arrays, or CuPy arrays when the GPU backend was given CuPy points
+    (the tree then stays on the device, like the points).
     ``timings_ms`` splits ``compute_ms`` into its parts (index build, core distances,
     Borůvka rounds, host work).
     """
@@ -59,19 +61,30 @@ class EuclideanTree:
         return int(self.src.shape[0])
 
 
+def _is_cupy(value: Any) -> bool:
+    return type(value).__module__.split(".")[0] == "cupy"
+
+
 def _to_host(value: Any) -> Any:
-    if type(value).__module__.split(".")[0] == "cupy":
-        return value.get()
-    return value
+    return value.get() if _is_cupy(value) else value
 
 
-def validate_points(points: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
-    """The points as a C-contiguous ``(n, d)`` float64 host array, or a typed error."""
-    host = _to_host(points)
-    try:
-        array = np.asarray(host)
-    except (TypeError, ValueError) as exc:
-        raise PointDtypeError(f"'points' cannot be read as an array: {exc}", field="points") from None
+def validate_points(points: Any, *, on_device: bool = False) -> Any:
+    """The points as a C-contiguous ``(n, d)`` float64 array, or a typed error.
+
+    A NumPy array (CuPy input is copied to the host), or with ``on_device`` and CuPy input a
+    CuPy array that never leaves the device (the checks run there, one synchronisation).
+    """
+    xp: Any = np
+    if _is_cupy(points) and on_device:
+        import cupy
+
+        xp, array = cupy, points
+    else:
+        try:
+            array = np.asarray(_to_host(points))
+        except (TypeError, ValueError) as exc:
+            raise PointDtypeError(f"'points' cannot be read as an array: {exc}", field="points") from None
     if array.dtype.kind not in "fiu":
         raise PointDtypeError(
             f"'points' has dtype {array.dtype}; coordinates must be float32, float64 or integers.",
@@ -90,10 +103,10 @@ def validate_points(points: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
         raise PointSetShapeError(
             f"points must have between 1 and {MAX_DIMENSIONS} coordinates; got d={d}.", field="points"
         )
-    coords = np.ascontiguousarray(array, dtype=np.float64)
-    finite = np.isfinite(coords).all(axis=1)
-    if not finite.all():
-        row = int(np.flatnonzero(~finite)[0])
+    coords = xp.ascontiguousarray(array, dtype=xp.float64)
+    finite = xp.isfinite(coords).all(axis=1)
+    if not bool(finite.all()):
+        row = int(xp.flatnonzero(~finite)[0])
         raise NonFiniteCoordinateError(
             f"point {row} has a NaN or infinite coordinate ({coords[row].tolist()}); "
             "all coordinates must be finite.",
@@ -172,7 +185,8 @@ def euclidean_mst(points: Any, *, min_samples: int = 1, backend: Backend = "auto
     With ``min_samples = k > 1`` the tree of HDBSCAN*'s mutual-reachability distances
     ``max(core_i, core_j, d(i, j))``, where a core distance is the distance to the k-th
     nearest point, the point itself counted. Ties are broken by ``(weight², min(i, j),
-    max(i, j))``, so the tree is unique and both backends return the same arrays.
+    max(i, j))``, so the tree is unique and both backends return the same arrays. CuPy
+    points on the GPU backend give a tree of CuPy arrays (nothing is copied to the host).
     """
     chosen = resolve_backend(backend)
     if chosen == "gpu":
@@ -190,7 +204,8 @@ def single_linkage(
     """Single-linkage dendrogram as a SciPy linkage matrix (``(n - 1) x 4``, float64).
 
     Takes points (then their Euclidean MST is computed on ``backend``) or an
-    :class:`EuclideanTree` (a mutual-reachability tree gives HDBSCAN*'s hierarchy).
+    :class:`EuclideanTree` (a mutual-reachability tree gives HDBSCAN*'s hierarchy). The merges
+    are computed on the host: a tree on the device is copied there first.
     Cluster ``n + i`` is formed by the i-th merge; merges follow the tree's order.
     """
     from ._linkage import linkage_from_sorted_edges
@@ -200,4 +215,5 @@ def single_linkage(
         if isinstance(points_or_tree, EuclideanTree)
         else euclidean_mst(points_or_tree, backend=backend)
     )
-    return linkage_from_sorted_edges(tree.n, tree.src, tree.dst, tree.weights)
+    src, dst, weights = (_to_host(a) for a in (tree.src, tree.dst, tree.weights))
+    return linkage_from_sorted_edges(tree.n, src, dst, weights)

@@ -11,19 +11,20 @@ per round (the number of components left). The tree's edges are sorted on the de
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
 
 import numpy as np
 
-from ._kernels import EMST_FILE, kernel
-from ._points import EuclideanTree, check_min_samples, finish_tree, validate_points
+from ._kernels import EMST_FILE, EMST_LEAF, kernel
+from ._points import EuclideanTree, _is_cupy, _to_host, check_min_samples, finish_tree, validate_points
 from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
 
 BLOCK = 256
 #: points per leaf of the hierarchy (kLeaf in kernels/emst.cu)
-LEAF = 4
+LEAF = EMST_LEAF
 #: the largest min_samples the device's k-nearest-neighbour search keeps in registers
 DEVICE_MAX_K = 64
 INT32_MAX = 2**31 - 1
@@ -41,13 +42,16 @@ def _grid(work: int) -> tuple[int]:
 class _Device:
     """The points on the device, sorted by Morton code, with the hierarchy over them."""
 
-    def __init__(self, cp: Any, coords: np.ndarray[Any, Any]) -> None:
+    def __init__(self, cp: Any, coords: Array) -> None:
         self.cp = cp
         n, d = coords.shape
         self.n, self.d = n, d
         x = cp.asarray(coords)
-        lo = x.min(axis=0)
-        span = x.max(axis=0) - lo
+        # per coordinate over a contiguous copy: a column reduction of (n, d) runs on d blocks only
+        columns = cp.ascontiguousarray(x.T)
+        lo = cp.stack([c.min() for c in columns])
+        span = cp.stack([c.max() for c in columns]) - lo
+        del columns
         scale = cp.where(span > 0, 1.0 / cp.where(span > 0, span, 1.0), 0.0)
         bits = max(1, min(32, 63 // d))
         codes = cp.empty(n, dtype=cp.uint64)
@@ -95,7 +99,7 @@ class _Device:
         cp = self.cp
         core2 = cp.empty(self.n, dtype=cp.float64)
         dims = self.d if self.d <= 3 else 0
-        kmax = 16 if k <= 16 else 64
+        kmax = next(size for size in (8, 16, 32, 64) if k <= size)
         _k(f"core_distances<{dims}, {kmax}>")(
             _grid(self.n), (BLOCK,),
             (self.pts, np.int32(self.n), np.int32(self.d), np.int32(self.num_leaves), self.lo, self.hi,
@@ -112,7 +116,8 @@ def gpu_euclidean_mst(points: Any, min_samples: int = 1) -> EuclideanTree:
     import cupy as cp
 
     started = time.perf_counter()
-    coords = validate_points(points)
+    on_device = _is_cupy(points)
+    coords = validate_points(points, on_device=True)
     n, d = coords.shape
     k = check_min_samples(min_samples, n)
     if n > INT32_MAX:
@@ -124,44 +129,75 @@ def gpu_euclidean_mst(points: Any, min_samples: int = 1) -> EuclideanTree:
     timings: dict[str, float] = {}
     if n == 1:
         empty = np.empty(0, dtype=np.int64)
-        return finish_tree(
+        tree = finish_tree(
             empty, empty, np.empty(0), n=n, d=d, min_samples=k, backend="gpu",
             core2=np.zeros(1) if k > 1 else None, started=started, timings_ms=timings,
         )  # fmt: skip
+        return _on_device(cp, tree) if on_device else tree
     try:
-        return _compute(cp, coords, k, started, timings)
+        return _compute(cp, coords, k, started, timings, on_device)
     except cp.cuda.memory.OutOfMemoryError as exc:
         raise DeviceMemoryError(f"the point set does not fit in free device memory: {exc}") from None
     except _device_errors(cp) as exc:
         raise DeviceError(f"CUDA failed while computing the tree: {exc}") from None
 
 
+def _on_device(cp: Any, tree: EuclideanTree) -> EuclideanTree:
+    core = None if tree.core_distances is None else cp.asarray(tree.core_distances)
+    return dataclasses.replace(
+        tree, src=cp.asarray(tree.src), dst=cp.asarray(tree.dst), weights=cp.asarray(tree.weights),
+        core_distances=core,
+    )  # fmt: skip
+
+
+class _Clock:
+    """Device time per phase from CUDA events (read once, at the end)."""
+
+    def __init__(self, cp: Any) -> None:
+        self.cp = cp
+        self.marks: list[tuple[str, Any, Any]] = []
+
+    def start(self) -> Any:
+        event = self.cp.cuda.Event()
+        event.record()
+        return event
+
+    def stop(self, name: str, begin: Any) -> None:
+        end = self.cp.cuda.Event()
+        end.record()
+        self.marks.append((name, begin, end))
+
+    def totals(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, begin, end in self.marks:
+            end.synchronize()
+            out[name] = out.get(name, 0.0) + self.cp.cuda.get_elapsed_time(begin, end)
+        return out
+
+
 def _compute(
-    cp: Any, coords: np.ndarray[Any, Any], k: int, started: float, timings: dict[str, float]
+    cp: Any, coords: Array, k: int, started: float, timings: dict[str, float], on_device: bool
 ) -> EuclideanTree:
     n, d = coords.shape
-    stream = cp.cuda.get_current_stream()
-    t0 = time.perf_counter()
+    clock = _Clock(cp)
+    t0 = clock.start()
     dev = _Device(cp, coords)
     dev.build(None)
-    stream.synchronize()
-    timings["index_ms"] = (time.perf_counter() - t0) * 1e3
+    clock.stop("index_ms", t0)
 
     core2: Array | None = None
     if k > 1:
-        t0 = time.perf_counter()
+        t0 = clock.start()
         if k <= DEVICE_MAX_K:
             core2 = dev.core_distances(k)
         else:  # beyond the registers of one thread: the exact host search, same values
             from ._points_cpu import _core_distances, _Search
 
-            host = _core_distances(_Search(coords, None), k)
+            host = _core_distances(_Search(_to_host(coords), None), k)
             core2 = cp.asarray(host)[dev.orig]
         dev.build(core2)
-        stream.synchronize()
-        timings["core_ms"] = (time.perf_counter() - t0) * 1e3
+        clock.stop("core_ms", t0)
 
-    t0 = time.perf_counter()
     grid = _grid(n)
     comp = cp.arange(n, dtype=cp.int32)
     parent = cp.arange(n, dtype=cp.int32)
@@ -180,39 +216,57 @@ def _compute(
         rounds += 1
         if rounds > 64:
             raise DeviceError(f"the Borůvka rounds stopped making progress ({roots} components left).")
+        t0 = clock.start()
         dev.components(comp)
         _k("reset_round")(grid, (BLOCK,), (np.int32(n), bound, pair))
         _k("seed_bounds")(grid, (BLOCK,), (dev.pts, core2, comp, np.int32(n), np.int32(d), bound))
+        t1 = clock.start()
         nearest(
             grid, (BLOCK,),
             (dev.pts, core2, np.int32(n), np.int32(d), np.int32(dev.num_leaves), dev.lo, dev.hi,
              dev.min_core2, dev.node_comp, comp, dev.orig, bound, best_w, best_pair),
         )  # fmt: skip
+        clock.stop("nearest_ms", t1)
         _k("offer_pairs")(grid, (BLOCK,), (np.int32(n), comp, best_w, best_pair, bound, pair))
         _k("link_components")(
             grid, (BLOCK,), (np.int32(n), comp, dev.pos, bound, pair, parent, num_edges, edges, edge_w2)
         )
         num_roots.fill(0)
         _k("compress")(grid, (BLOCK,), (np.int32(n), parent, comp, num_roots))
+        clock.stop("rounds_ms", t0)
         roots = int(num_roots.get()[0])
     count = int(num_edges.get()[0])
     if count != n - 1:
         raise DeviceError(f"the device tree has {count} edges instead of {n - 1}.")
-    timings["rounds_ms"] = (time.perf_counter() - t0) * 1e3
     timings["rounds"] = float(rounds)
 
-    t0 = time.perf_counter()
-    lo = (edges >> 32).astype(cp.int64)
-    hi = (edges & 0xFFFFFFFF).astype(cp.int64)
-    order = cp.lexsort(cp.stack([hi, lo, edge_w2]))
-    lo_h, hi_h, w2_h = lo[order].get(), hi[order].get(), edge_w2[order].get()
-    core_h = None
+    # the canonical order (w², min, max): two stable radix sorts, by the packed pair then by w²
+    t0 = clock.start()
+    by_pair = cp.argsort(edges)
+    order = by_pair[cp.argsort(edge_w2[by_pair])]
+    del by_pair
+    packed = edges[order]
+    src = (packed >> 32).astype(cp.int32)
+    dst = (packed & 0xFFFFFFFF).astype(cp.int32)
+    del packed, edges
+    weights = cp.sqrt(edge_w2[order])
+    core = None
     if core2 is not None:
-        core_orig = cp.empty(n, dtype=cp.float64)
-        core_orig[dev.orig] = core2
-        core_h = core_orig.get()
-    timings["device_sort_ms"] = (time.perf_counter() - t0) * 1e3
-    return finish_tree(
-        lo_h, hi_h, w2_h, n=n, d=d, min_samples=k, core2=core_h, backend="gpu", started=started,
-        timings_ms=timings, presorted=True,
+        core = cp.empty(n, dtype=cp.float64)
+        core[dev.orig] = cp.sqrt(core2)
+    clock.stop("sort_ms", t0)
+    timings.update(clock.totals())
+    t0_host = time.perf_counter()
+    result: tuple[Array, Array, Array, Array | None]
+    if on_device:
+        result = (src.astype(cp.int64), dst.astype(cp.int64), weights, core)
+    else:  # 4-byte indices cross the bus and are widened on the host
+        core_h = None if core is None else core.get()
+        result = (src.get().astype(np.int64), dst.get().astype(np.int64), weights.get(), core_h)
+    total = float(result[2].sum())
+    timings["host_ms"] = (time.perf_counter() - t0_host) * 1e3
+    return EuclideanTree(
+        src=result[0], dst=result[1], weights=result[2], total_weight=total, n=n, dimensions=d,
+        min_samples=k, backend="gpu", compute_ms=(time.perf_counter() - started) * 1e3,
+        core_distances=result[3], timings_ms=timings,
     )  # fmt: skip

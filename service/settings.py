@@ -11,6 +11,7 @@ than the heartbeat).
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -98,6 +99,23 @@ class Settings(BaseSettings):
     )
     worker_start_timeout_s: float = Field(
         default=300.0, gt=0, description="How long a new worker may take to import, warm up and answer."
+    )
+    worker_pool: Literal["local", "ray"] = Field(
+        default="local",
+        description="'local': worker processes on this host (one per GPU). 'ray': each worker is a Ray "
+        "actor (one GPU each) of the cluster at MST_RAY_ADDRESS, on any of its hosts; needs the "
+        "extra mst-service[ray] and MST_DATA_DIR on storage every host mounts at the same path.",
+    )
+    ray_address: str | None = Field(
+        default=None,
+        description="With MST_WORKER_POOL=ray: the cluster to join ('auto': the one started on this host "
+        "with `ray start`; 'ray://...' is not supported); unset: start a local Ray cluster.",
+    )
+    ray_workers: int = Field(
+        default=0,
+        ge=0,
+        description="With MST_WORKER_POOL=ray: how many worker actors; 0: one per GPU of the cluster "
+        "(MST_BACKEND=cpu, or none: one CPU actor).",
     )
     fast_lane: bool = Field(
         default=True,
@@ -207,6 +225,35 @@ class Settings(BaseSettings):
         if resolved == Path(resolved.anchor):
             raise ValueError("MST_DATA_DIR must not be the file-system root; pick a folder of its own.")
         return value.expanduser()
+
+    @field_validator("worker_pool")
+    @classmethod
+    def _check_worker_pool(cls, value: str) -> str:
+        if value == "ray" and importlib.util.find_spec("ray") is None:
+            raise ValueError(
+                "MST_WORKER_POOL=ray needs Ray, which is not installed: pip install 'mst-service[ray]'."
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_pool_settings(self) -> Settings:
+        if self.worker_pool == "ray" and self.gpus is not None:
+            raise ValueError(
+                "MST_GPUS picks this host's GPUs for local workers; with MST_WORKER_POOL=ray, Ray assigns "
+                "each actor its GPU: unset MST_GPUS (MST_RAY_WORKERS sets how many actors)."
+            )
+        if self.worker_pool == "ray" and "cpu_workers" in self.model_fields_set:
+            raise ValueError(
+                "MST_CPU_WORKERS counts this host's CPU worker processes; with MST_WORKER_POOL=ray, "
+                "MST_RAY_WORKERS sets how many actors: unset MST_CPU_WORKERS."
+            )
+        ray_only = {"ray_address", "ray_workers"} & self.model_fields_set
+        if self.worker_pool != "ray" and ray_only:
+            names = " and ".join(sorted(f"MST_{name.upper()}" for name in ray_only))
+            raise ValueError(
+                f"{names} set, but MST_WORKER_POOL is not ray: set MST_WORKER_POOL=ray or unset them."
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_heartbeat(self) -> Settings:

@@ -314,6 +314,30 @@ def test_multi_gpu_override_reserves_every_gpu() -> None:
     assert "devices: !override" in (ROOT / "docker" / "compose.multi-gpu.yml").read_text(encoding="utf-8")
 
 
+def test_ray_compose_runs_the_ray_pool_on_one_shared_data_dir() -> None:
+    path = ROOT / "docker" / "compose.ray.yml"
+    compose = _compose(path)
+    api, worker = compose["services"]["mst"], compose["services"]["ray-worker"]
+    for service in (api, worker):
+        build = service["build"]
+        assert (path.parent / build["context"] / build["dockerfile"]).is_file()
+        assert build["args"]["EXTRAS"].split() == ["ray"]
+        assert "ray" in _pyproject()["project"]["optional-dependencies"]
+        assert service["volumes"] == ["mst-data:/data"] and service["network_mode"] == "host"
+        assert service["environment"]["RAY_AUTH_MODE"] == "token"
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device == {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}
+    assert compose["volumes"]["mst-data"]["driver_opts"]["type"] == "nfs"  # storage every host sees
+    env = api["environment"]
+    assert (env["MST_WORKER_POOL"], env["MST_RAY_ADDRESS"], env["MST_DATA_DIR"]) == ("ray", "auto", "/data")
+    assert {"worker_pool", "ray_address"} <= _settings_fields()
+    (head,) = api["command"]
+    assert head.startswith("ray start --head --port=6379 ")
+    assert head.endswith("exec /app/docker/entrypoint.sh")
+    assert any(arg.startswith("--address=") and arg.endswith(":6379") for arg in worker["command"])
+    assert "ray-worker" in path.read_text(encoding="utf-8").split("# On every other GPU host")[1]
+
+
 # --- package data ------------------------------------------------------------------------------------
 
 

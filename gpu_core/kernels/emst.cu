@@ -21,9 +21,12 @@
 #define EMST_INF_BITS 0x7FF0000000000000ULL
 #define EMST_NO_PAIR 0xFFFFFFFFFFFFFFFFULL
 
-constexpr int kLeaf = 4;
+#ifndef EMST_LEAF
+#define EMST_LEAF 1
+#endif
+constexpr int kLeaf = EMST_LEAF;  // points per leaf (LEAF in _points_gpu.py)
 constexpr int kMaxDims = 32;
-constexpr int kStack = 64;
+constexpr int kStack = 64;  // > the tree's depth (at most 31 levels: 32-bit node numbers)
 constexpr int kEmpty = -2;  // component id of a node without points (matches every component)
 constexpr int kMixed = -1;  // component id of a node whose points lie in several components
 
@@ -143,6 +146,26 @@ extern "C" __global__ void level_components(int level, int* __restrict__ node_co
 
 // --- core distances: k-th smallest squared distance, the point itself counted ----------------
 
+// Traversal order (both searches): at an internal node both children's lower bounds are computed
+// once; the search descends into the nearer one that may still hold a better point and keeps the
+// other on a stack with its bound, which is checked again when popped (the limit only shrinks).
+// The stack holds at most one node per level, and bounds are stored rounded down to float
+// (__double2float_rd), so a stored bound never exceeds the exact one and pruning stays safe.
+
+// Insert w into the ascending list best[0..k) (dropping its last) when it is below the k-th:
+// b[q] = max(a[q-1], min(a[q], w)), unrolled with constant indices so the list stays in registers.
+template <int KMAX>
+__device__ __forceinline__ void knn_insert(double (&best)[KMAX], double& kth, int k, double w) {
+    if (!(w < kth)) return;
+#pragma unroll
+    for (int q = KMAX - 1; q > 0; --q)
+        if (q < k) best[q] = fmax(best[q - 1], fmin(best[q], w));
+    best[0] = fmin(best[0], w);
+#pragma unroll
+    for (int q = 0; q < KMAX; ++q)
+        if (q == k - 1) kth = best[q];
+}
+
 template <int D, int KMAX>
 __global__ void core_distances(const double* __restrict__ pts, int n, int dims, int num_leaves,
                                const double* __restrict__ lo, const double* __restrict__ hi, int k,
@@ -153,44 +176,49 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
         for (int q = 0; q < d; ++q) x[q] = pts[static_cast<long long>(i) * d + q];
         double best[KMAX];  // ascending; best[k-1] is the current k-th smallest
         const double inf = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
-        for (int q = 0; q < k; ++q) best[q] = inf;
+#pragma unroll
+        for (int q = 0; q < KMAX; ++q) best[q] = inf;
+        double kth = inf;  // best[k - 1], kept apart: a variable index would put the list in local memory
+        // a first list from the neighbours in Morton order (close in space, mostly): the search
+        // below starts with a tight k-th distance and skips these points
+        const int window_lo = max(0, i - k), window_hi = min(n - 1, i + k);
+        for (int p = window_lo; p <= window_hi; ++p)
+            knn_insert<KMAX>(best, kth, k, sq_dist(x, pts + static_cast<long long>(p) * d, d));
         int stack[kStack];
+        float stack_lb[kStack];
         int top = 0;
-        stack[top++] = 1;
-        while (top > 0) {
-            const int node = stack[--top];
-            if (box_dist(x, lo + static_cast<long long>(node) * d, hi + static_cast<long long>(node) * d, d) >
-                best[k - 1])
-                continue;
+        int node = 1;
+        while (node != 0) {
             if (node >= num_leaves) {
                 const int first = (node - num_leaves) * kLeaf;
                 const int last = min(first + kLeaf, n);
                 for (int p = first; p < last; ++p) {
-                    const double w = sq_dist(x, pts + static_cast<long long>(p) * d, d);
-                    if (w < best[k - 1]) {
-                        int q = k - 1;
-                        while (q > 0 && best[q - 1] > w) {
-                            best[q] = best[q - 1];
-                            --q;
-                        }
-                        best[q] = w;
-                    }
+                    if (p >= window_lo && p <= window_hi) continue;  // in the first list already
+                    knn_insert<KMAX>(best, kth, k, sq_dist(x, pts + static_cast<long long>(p) * d, d));
                 }
+                node = 0;
             } else {
-                const int l = 2 * node, r = 2 * node + 1;
+                // a box at the current k-th distance or farther cannot lower it: strict test
+                const int l = 2 * node, r = l + 1;
                 const double dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
                 const double dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
-                // the nearer child is searched first (pushed last)
-                if (dl <= dr) {
-                    stack[top++] = r;
-                    stack[top++] = l;
+                const bool gl = dl < kth, gr = dr < kth;
+                if (gl && gr) {
+                    const bool left = dl <= dr;
+                    stack[top] = left ? r : l;
+                    stack_lb[top] = __double2float_rd(left ? dr : dl);
+                    ++top;
+                    node = left ? l : r;
                 } else {
-                    stack[top++] = l;
-                    stack[top++] = r;
+                    node = gl ? l : (gr ? r : 0);
                 }
             }
+            while (node == 0 && top > 0) {
+                --top;
+                if (static_cast<double>(stack_lb[top]) < kth) node = stack[top];
+            }
         }
-        core2[i] = best[k - 1];
+        core2[i] = kth;
     }
 }
 
@@ -228,6 +256,9 @@ __device__ __forceinline__ bool key_less(double w, unsigned long long pair, doub
 }
 
 // Each point's lightest edge to another component (exact key), lowering its component's bound.
+// Nodes whose points all lie in the query's component, and nodes without points, are skipped;
+// a node is searched while its lower bound is at most min(own best, component bound): equal
+// bounds are searched, since an equal weight with a smaller pair wins the tie.
 template <int D, bool MR>
 __global__ void nearest_outside(const double* __restrict__ pts, const double* __restrict__ core2, int n, int dims,
                                 int num_leaves, const double* __restrict__ lo, const double* __restrict__ hi,
@@ -245,15 +276,10 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
         double bw = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
         unsigned long long bp = EMST_NO_PAIR;
         int stack[kStack];
+        float stack_lb[kStack];
         int top = 0;
-        stack[top++] = 1;
-        while (top > 0) {
-            const int node = stack[--top];
-            if (node_comp[node] == c) continue;  // every point below is in the query's component
-            double lb = box_dist(x, lo + static_cast<long long>(node) * d, hi + static_cast<long long>(node) * d, d);
-            if (MR) lb = fmax(lb, fmax(ci, min_core2[node]));
-            const double limit = fmin(bw, bits_to_double(*(volatile unsigned long long*)&bound[c]));
-            if (lb > limit) continue;
+        int node = (node_comp[1] == c || node_comp[1] == kEmpty) ? 0 : 1;
+        while (node != 0) {
             if (node >= num_leaves) {
                 const int first = (node - num_leaves) * kLeaf;
                 const int last = min(first + kLeaf, n);
@@ -269,17 +295,37 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
                         bp = pair;
                     }
                 }
+                node = 0;
             } else {
-                const int l = 2 * node, r = 2 * node + 1;
-                const double dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
-                const double dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
-                if (dl <= dr) {
-                    stack[top++] = r;
-                    stack[top++] = l;
-                } else {
-                    stack[top++] = l;
-                    stack[top++] = r;
+                const int l = 2 * node, r = l + 1;
+                const double limit = fmin(bw, bits_to_double(*(volatile unsigned long long*)&bound[c]));
+                const int cl = node_comp[l], cr = node_comp[r];
+                bool gl = cl != c && cl != kEmpty, gr = cr != c && cr != kEmpty;
+                double dl = 0.0, dr = 0.0;
+                if (gl) {
+                    dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
+                    if (MR) dl = fmax(dl, fmax(ci, min_core2[l]));
+                    gl = dl <= limit;
                 }
+                if (gr) {
+                    dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
+                    if (MR) dr = fmax(dr, fmax(ci, min_core2[r]));
+                    gr = dr <= limit;
+                }
+                if (gl && gr) {
+                    const bool left = dl <= dr;
+                    stack[top] = left ? r : l;
+                    stack_lb[top] = __double2float_rd(left ? dr : dl);
+                    ++top;
+                    node = left ? l : r;
+                } else {
+                    node = gl ? l : (gr ? r : 0);
+                }
+            }
+            while (node == 0 && top > 0) {
+                --top;
+                const double limit = fmin(bw, bits_to_double(*(volatile unsigned long long*)&bound[c]));
+                if (static_cast<double>(stack_lb[top]) <= limit) node = stack[top];
             }
         }
         best_w[i] = bw;
@@ -361,7 +407,11 @@ extern "C" __global__ void compress(int n, int* parent, int* __restrict__ comp, 
     template __global__ void nearest_outside<D, true>(                                                   \
         const double*, const double*, int, int, int, const double*, const double*, const double*,       \
         const int*, const int*, const int*, unsigned long long*, double*, unsigned long long*);          \
+    template __global__ void core_distances<D, 8>(const double*, int, int, int, const double*,           \
+                                                  const double*, int, double*);                         \
     template __global__ void core_distances<D, 16>(const double*, int, int, int, const double*,          \
+                                                   const double*, int, double*);                        \
+    template __global__ void core_distances<D, 32>(const double*, int, int, int, const double*,          \
                                                    const double*, int, double*);                        \
     template __global__ void core_distances<D, 64>(const double*, int, int, int, const double*,          \
                                                    const double*, int, double*);

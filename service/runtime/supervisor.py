@@ -25,6 +25,10 @@ after it waits for it. A handed job is ``running`` (no longer cancellable);
 if the worker dies, every handed task fails with :class:`WorkerLostError`.
 Depth 1 is the old dispatch: one task at a time.
 
+With ``MST_WORKER_POOL=ray`` each handle is a :class:`~.ray_pool.RayWorkerHandle` instead: the
+same handle over Ray actor calls, the worker a Ray actor on any host of a Ray cluster; placement,
+eviction, reloads, queues and restarts below are the same.
+
 Placement: a new graph goes to the worker with the most free device memory
 (as the worker last reported it, less what is being loaded); a job goes to
 the worker that holds its graph. A sharded graph (see
@@ -741,25 +745,30 @@ def _cuda_token(ordinal: int) -> str:
     return str(ordinal)
 
 
+def plan_config(settings: Settings, index: int, backend: str, device: str | None) -> WorkerConfig:
+    """The config of worker ``index`` (on ``backend``, CUDA_VISIBLE_DEVICES ``device``)."""
+    return WorkerConfig(
+        index=index,
+        backend=backend,
+        cuda_device=device,
+        tmp_dir=str(settings.spool_dir / "tmp"),
+        max_edges=settings.max_edges,
+        memory_bytes=settings.worker_memory_bytes,
+        heartbeat_interval_s=settings.heartbeat_interval_s,
+        spin_s=settings.worker_spin_ms / 1e3,
+        max_vertices=settings.max_vertices,
+        max_inflated_bytes=settings.max_inflated_bytes,
+        max_compression_ratio=settings.max_compression_ratio,
+        coalesce=settings.coalesce_jobs,
+        oneshot_batch_edges=settings.oneshot_batch_edges,
+    )
+
+
 def plan_workers(settings: Settings) -> list[WorkerConfig]:
     """One worker config per GPU to use, or ``MST_CPU_WORKERS`` CPU workers."""
 
     def config(index: int, backend: str, device: str | None) -> WorkerConfig:
-        return WorkerConfig(
-            index=index,
-            backend=backend,
-            cuda_device=device,
-            tmp_dir=str(settings.spool_dir / "tmp"),
-            max_edges=settings.max_edges,
-            memory_bytes=settings.worker_memory_bytes,
-            heartbeat_interval_s=settings.heartbeat_interval_s,
-            spin_s=settings.worker_spin_ms / 1e3,
-            max_vertices=settings.max_vertices,
-            max_inflated_bytes=settings.max_inflated_bytes,
-            max_compression_ratio=settings.max_compression_ratio,
-            coalesce=settings.coalesce_jobs,
-            oneshot_batch_edges=settings.oneshot_batch_edges,
-        )
+        return plan_config(settings, index, backend, device)
 
     cpu = [config(i, "cpu", None) for i in range(settings.cpu_workers)]
     if settings.backend == "cpu":
@@ -803,8 +812,16 @@ class Supervisor:
         self.sharded: dict[str, int] = {}
 
     async def start(self) -> None:
-        configs = await asyncio.to_thread(plan_workers, self.settings)
-        self.workers = [WorkerHandle(c, self.settings, self._sources) for c in configs]
+        if self.settings.worker_pool == "ray":  # each worker a Ray actor (service/runtime/ray_pool.py)
+            from . import ray_pool
+
+            self.workers = [
+                ray_pool.RayWorkerHandle(c, self.settings, self._sources, options)
+                for c, options in ray_pool.plan(self.settings)
+            ]
+        else:
+            configs = await asyncio.to_thread(plan_workers, self.settings)
+            self.workers = [WorkerHandle(c, self.settings, self._sources) for c in configs]
         for handle in self.workers:
             await handle.start()
         self._monitor = asyncio.create_task(self._watch(), name="heartbeat-monitor")
@@ -815,6 +832,10 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._monitor
         await asyncio.gather(*(w.stop() for w in self.workers))
+        if self.settings.worker_pool == "ray":
+            from . import ray_pool
+
+            await asyncio.to_thread(ray_pool.shutdown)
 
     async def _watch(self) -> None:
         interval = self.settings.heartbeat_interval_s

@@ -26,6 +26,10 @@ format ``npz[lo:hi]`` (:func:`shard_format`: edges ``lo..hi-1`` of the spool's n
 mapped file); ``DESCRIBE`` sizes an upload before it is sharded (writing text formats as npz);
 ``MERGE`` runs a job's task on the union of its shards' forests.
 
+The ops themselves (:meth:`_Worker.handle`) do not know the pipe: the Ray worker pool
+(:mod:`service.runtime.ray_pool`) runs a :class:`_Worker` inside a Ray actor and calls the same
+method for each request.
+
 Between requests the worker polls its pipe for ``MST_WORKER_SPIN_MS`` before
 it blocks: a job that follows soon (a client's next request) then finds it
 awake, without the wake-up of a sleeping process and with warm caches.
@@ -53,7 +57,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -305,6 +309,16 @@ class _Worker:
         self.points: dict[str, ResidentPoints] = {}
         self.backend: Literal["gpu", "cpu"] = "cpu"
         self.tmp_dir = Path(config.tmp_dir)
+        self._handlers: dict[str, Callable[..., dict[str, Any] | Reply]] = {
+            LOAD: self.load,
+            MST: self.mst,
+            WEIGHTS: self.weights,
+            ONESHOT: self.oneshot,
+            DROP: self.drop,
+            PING: self.ping,
+            DESCRIBE: self.describe,
+            MERGE: self.merge,
+        }
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -403,18 +417,6 @@ class _Worker:
     # -- requests -----------------------------------------------------------------------------
 
     def serve(self, conn: Connection) -> None:
-        from gpu_core.errors import DeviceError, DeviceMemoryError
-
-        handlers: dict[str, Callable[..., dict[str, Any] | Reply]] = {
-            LOAD: self.load,
-            MST: self.mst,
-            WEIGHTS: self.weights,
-            ONESHOT: self.oneshot,
-            DROP: self.drop,
-            PING: self.ping,
-            DESCRIBE: self.describe,
-            MERGE: self.merge,
-        }
         backlog: deque[Any] = deque()  # requests read ahead from the pipe (see _same_jobs)
         while True:
             try:
@@ -432,10 +434,13 @@ class _Worker:
                 except (EOFError, OSError):
                     return
                 if more:
+                    replies, fatal = self.oneshots([(req_id, args), *more])
                     try:
-                        for answered in self.oneshots([(req_id, args), *more]):
+                        for answered in replies:
                             conn.send(answered)
                     except (OSError, ValueError):
+                        return
+                    if fatal:
                         return
                     continue
             if op == MST and self.config.coalesce:
@@ -447,25 +452,9 @@ class _Worker:
                     if not self._serve_same(conn, req_id, args, same):
                         return
                     continue
-            after: Callable[[], None] | None = None
+            ok, payload, after, fatal = self.handle(op, args)
             try:
-                answer = handlers[op](*args)
-            except BaseException as exc:
-                # out of device memory is not sticky: answer, free the pool's cache, carry on
-                fatal = not isinstance(exc, Exception) or (
-                    isinstance(exc, DeviceError) and not isinstance(exc, DeviceMemoryError)
-                )
-                if isinstance(exc, DeviceMemoryError):
-                    self._release_cached()
-                reply: tuple[Any, ...] = (req_id, False, _portable(exc))
-            else:
-                fatal = False
-                if isinstance(answer, Reply):
-                    after = answer.after
-                    answer = answer.payload
-                reply = (req_id, True, answer)
-            try:
-                conn.send(reply)
+                conn.send((req_id, ok, payload))
                 if after is not None:
                     conn.send((STORED, req_id, self._after(after)))
             except (OSError, ValueError):
@@ -478,35 +467,43 @@ class _Worker:
     ) -> bool:
         """Answer an MST request and ``same`` (req id, result path) identical ones queued right behind
         it with one computation: each gets the summary, then its own result file (a hard link of
-        the first, or a copy). False when the API process is gone."""
-        from gpu_core.errors import DeviceError, DeviceMemoryError
-
+        the first, or a copy). False when the worker must stop (the API process is gone, or the
+        device failed)."""
+        ok, payload, after, fatal = self.handle(MST, args)
+        first = args[1]
         try:
-            answer = self.mst(*args)
+            for rid in [req_id, *(r for r, _ in same)]:
+                conn.send((rid, ok, dict(payload) if ok else payload))
+            if after is not None:
+                stored = self._after(after)
+                conn.send((STORED, req_id, stored))
+                for rid, path in same:
+                    conn.send(
+                        (STORED, rid, stored if stored is not None else self._after(_linker(first, path)))
+                    )
+        except (OSError, ValueError):
+            return False
+        return not fatal
+
+    def handle(self, op: str, args: Sequence[Any]) -> tuple[bool, Any, Callable[[], None] | None, bool]:
+        """Run one request: (ok, the answer or the portable error, work to do once the answer is
+        sent or None, whether this worker must end now). Shared by :meth:`serve` (the pipe) and the
+        Ray actor (:mod:`service.runtime.ray_pool`)."""
+        try:
+            answer = self._handlers[op](*args)
         except BaseException as exc:
+            from gpu_core.errors import DeviceError, DeviceMemoryError
+
+            # out of device memory is not sticky: answer, free the pool's cache, carry on
             fatal = not isinstance(exc, Exception) or (
                 isinstance(exc, DeviceError) and not isinstance(exc, DeviceMemoryError)
             )
             if isinstance(exc, DeviceMemoryError):
                 self._release_cached()
-            error = _portable(exc)
-            try:
-                for rid in [req_id, *(r for r, _ in same)]:
-                    conn.send((rid, False, error))
-            except (OSError, ValueError):
-                return False
-            return not fatal
-        first = args[1]
-        try:
-            for rid in [req_id, *(r for r, _ in same)]:
-                conn.send((rid, True, dict(answer.payload)))
-            stored = self._after(answer.after)
-            conn.send((STORED, req_id, stored))
-            for rid, path in same:
-                conn.send((STORED, rid, stored if stored is not None else self._after(_linker(first, path))))
-        except (OSError, ValueError):
-            return False
-        return True
+            return False, _portable(exc), None, fatal
+        if isinstance(answer, Reply):
+            return True, answer.payload, answer.after, False
+        return True, answer, None, False
 
     def _release_cached(self) -> None:
         """Give the memory pool's cached blocks back to the device (after an out-of-memory error)."""
@@ -760,8 +757,9 @@ class _Worker:
         self._write_result(forest, result_path)
         return self._forest_summary(forest)
 
-    def oneshots(self, requests: list[tuple[int, list[Any]]]) -> list[tuple[int, bool, Any]]:
-        """Several one-shot requests ``(req id, args)`` waiting together: their replies.
+    def oneshots(self, requests: list[tuple[int, list[Any]]]) -> tuple[list[tuple[int, bool, Any]], bool]:
+        """Several one-shot requests ``(req id, args)`` waiting together: their replies, and whether
+        this worker must end now (the device failed).
 
         Those that parse within the limits and share the first one's weight dtype are computed as
         one disjoint-union graph (see :mod:`service.runtime.batching`), in chunks of at most
@@ -818,12 +816,13 @@ class _Worker:
                     replies.append((req_id, False, _portable(exc)))
                 else:
                     replies.append((req_id, True, self._forest_summary(forest)))
+        fatal = False
         for req_id, args in alone:
-            try:
-                replies.append((req_id, True, self.oneshot(*args)))
-            except Exception as exc:
-                replies.append((req_id, False, _portable(exc)))
-        return replies
+            if fatal:  # the device failed: the rest end worker_lost when this worker exits
+                break
+            ok, payload, _, fatal = self.handle(ONESHOT, args)
+            replies.append((req_id, ok, payload))
+        return replies, fatal
 
     def describe(self, path: str, fmt: str, canonical: str | None, max_shards: int) -> dict[str, Any]:
         """Sizes of an upload to be sharded, without building it; with ``canonical``, written there as npz.

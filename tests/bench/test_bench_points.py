@@ -9,7 +9,14 @@ from bench import points
 
 
 def test_quick_points_suite(tmp_path: Path, monkeypatch) -> None:
-    small = {"sizes": [800], "dims": [2], "min_samples": [5], "peer_max": 800}
+    small = {
+        "sizes": [800],
+        "dims": [2],
+        "min_samples": [5],
+        "peer_max": 800,
+        "repeats": 1,
+        "peers": ("sklearn",),
+    }
     monkeypatch.setitem(points.SUITES, "quick", small)
     out = tmp_path / "points.json"
     assert points.main(["--suite", "quick", "--backend", "cpu", "--out", str(out)]) == 0
@@ -17,4 +24,23 @@ def test_quick_points_suite(tmp_path: Path, monkeypatch) -> None:
     assert {r["task"] for r in records} == {"emst", "hdbscan"}
     for r in records:
         assert r["mfeatures_per_s"] > 0 and r["backend"] == "cpu" and "rounds_ms" in r["split_ms"]
-    assert all("sklearn" in r["peers"] for r in records if r["task"] == "hdbscan")
+    for r in (r for r in records if r["task"] == "hdbscan"):
+        peer = r["peers"]["sklearn"]
+        assert peer["status"] == "ok" and peer["seconds"] > 0 and peer["speedup"] > 0
+        assert 0.5 < peer["ari"] <= 1.0
+    table = points.table({"records": records})
+    assert table.count("| uniform |") == 2 and "sklearn" in table  # an EMST row and a peer row
+
+
+def test_points_part_of_python_m_bench(tmp_path: Path, monkeypatch) -> None:
+    from bench.__main__ import main
+
+    small = {"sizes": [600], "dims": [3], "min_samples": [2], "peer_max": 0, "repeats": 1, "peers": ()}
+    monkeypatch.setitem(points.SUITES, "quick", small)
+    assert main(["--suite", "quick", "--only", "points", "--out", str(tmp_path), "--no-plot"]) == 0
+    record = json.loads((tmp_path / "results.json").read_text())["benchmarks"]["points"]
+    assert record["type"] == "points" and record["status"] == "ok"
+    got = [(r["task"], r["points"]) for r in record["records"]]
+    assert got == [("emst", "uniform"), ("hdbscan", "uniform"), ("emst", "blobs"), ("hdbscan", "blobs")]
+    md = (tmp_path / "results.md").read_text()
+    assert "## Point sets (EMST and HDBSCAN*)" in md and "| blobs | 6e+02 | 3 |" in md

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import gpu_core
+from gpu_core._graph import Backend
 
 from ..utils.backends import BACKENDS
 from ..utils.graphs import DTYPES, EdgeGraph, empty_graph, random_graph, rmat_graph
@@ -54,7 +55,7 @@ def test_edge_ranges_cover_the_edges_contiguously() -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("objective", ["min", "max"])
-def test_sharded_forest_is_the_whole_forest(backend: str, dtype: np.dtype[Any], objective: str) -> None:
+def test_sharded_forest_is_the_whole_forest(backend: Backend, dtype: np.dtype[Any], objective: str) -> None:
     rng = np.random.default_rng(11)
     for graph in _graphs(dtype):
         m = graph.weight.shape[0]
@@ -78,7 +79,7 @@ def test_sharded_forest_is_the_whole_forest(backend: str, dtype: np.dtype[Any], 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_union_graph_answers_queries_as_the_whole_graph(backend: str, dtype: np.dtype[Any]) -> None:
+def test_union_graph_answers_queries_as_the_whole_graph(backend: Backend, dtype: np.dtype[Any]) -> None:
     for graph in _graphs(dtype):
         n, m = graph.num_vertices, graph.weight.shape[0]
         whole = gpu_core.Graph(graph.src, graph.dst, graph.weight, n, backend=backend)
@@ -98,7 +99,7 @@ def test_union_graph_answers_queries_as_the_whole_graph(backend: str, dtype: np.
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_edge_cases(backend: str) -> None:
+def test_edge_cases(backend: Backend) -> None:
     empty = empty_graph(4, np.int32)
     got = gpu_core.sharded_spanning_forest(empty.src, empty.dst, empty.weight, 4, 3, backend=backend)
     assert got.edge_ids.tolist() == [] and got.num_components == 4 and got.weights.dtype == np.int32

@@ -104,7 +104,11 @@ def test_sharded_answers_are_the_unsharded_answers(server_factory: ServerFactory
     for seed, dtype in enumerate(("int32", "int64", "float32", "float64")):
         graph = random_graph(seed, 150, 1200, dtype=dtype, num_weights=4, components=2, isolated=3)
         connected = random_graph(seed + 10, 60, 500, dtype=dtype, num_weights=3)
-        for g, extra in ((graph, []), (connected, [("dendrogram", {})])):
+        cases: list[tuple[Any, list[tuple[str, dict[str, Any]]]]] = [
+            (graph, []),
+            (connected, [("dendrogram", {})]),
+        ]
+        for g, extra in cases:
             whole = upload(server, g, shards=1)
             assert whole["shards"] == 1 and whole["shard_residency"] is None
             expected = {i: run(server, whole["id"], t, p) for i, (t, p) in enumerate(tasks(g) + extra)}
@@ -356,7 +360,12 @@ def test_two_gpus_hold_a_graph_larger_than_one_and_answer_exactly(server_factory
     assert len({p["worker"] for p in record["shard_residency"]}) == 2
     reference = gpu_core.Graph(graph.src, graph.dst, graph.weight, n, backend="cpu")
     exclude = list(range(0, m, 1000))
-    for task, params in [("mst", {}), ("mst", {"objective": "max"}), ("components", {"exclude": exclude})]:
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("mst", {}),
+        ("mst", {"objective": "max"}),
+        ("components", {"exclude": exclude}),
+    ]
+    for task, params in steps:
         started = time.perf_counter()
         job, arrays = run(server, record["id"], task, params)
         print(

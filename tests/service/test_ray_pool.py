@@ -1,0 +1,349 @@
+"""The Ray worker pool (``MST_WORKER_POOL=ray``) over HTTP: a live server whose two workers are Ray
+actors (CPU) of a local Ray cluster the server starts.
+
+* forests computed by the actors equal the engine's, Kruskal's and SciPy's; new graphs are placed by
+  free memory (the first on actor 0, the second on actor 1); the one-shot route works too;
+* point sets and weight updates take the same path (EMST equal to the engine's; a partial weight
+  update, then forests on the new weights, also after every reload below);
+* a graph uploaded with ``?shards=2`` has one shard on each actor and answers the forest of the
+  whole graph (and again after the kill, the stuck actor and the restart below);
+* an actor SIGKILLed while it runs a job (stopped first, so the job is surely in its hands): the
+  job ends ``failed`` with ``worker_lost``, a new actor replaces it (one restart), the graphs placed
+  on it are loaded again from the spool and answer exactly; the other actor is untouched;
+* an actor stopped (SIGSTOP) is killed once its heartbeat is older than MST_HEARTBEAT_TIMEOUT_S
+  and replaced, its graphs reloaded;
+* a restart of the server (SIGTERM, the Ray cluster stops with it, no actor process left) keeps
+  every graph, resident again on the new actors;
+* on a GPU host (marked ``gpu``): one actor per GPU, every GPU holds a graph, forests exact, an
+  actor killed is replaced on its GPU and its graphs answer again;
+* without Ray installed, ``MST_WORKER_POOL=ray`` is refused at start-up naming the extra, and the
+  default pool never imports Ray.
+
+One server (one Ray cluster start, a few seconds) serves the whole module, in order.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+import gpu_core
+from service.settings import Settings
+from tests.utils.graphs import EdgeGraph, random_graph
+
+from .conftest import SHARED_ENV, ServerFactory
+from .live import OCTET, REPO, LiveServer, npz_body
+from .oracle import check_forest
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install 'mst-service[ray]')"
+)
+
+RAY_ENV = {
+    **SHARED_ENV,
+    "MST_WORKER_POOL": "ray",
+    "MST_RAY_WORKERS": "2",
+    # a cap per actor, so that free memory (and placement) follows what each holds, not the host's
+    "MST_WORKER_MEMORY_BYTES": str(256 << 20),
+    # a stuck actor is found in seconds (its heartbeat is an actor call answered beside the job)
+    "MST_HEARTBEAT_INTERVAL_S": "0.2",
+    "MST_HEARTBEAT_TIMEOUT_S": "3",
+}
+#: uvicorn re-raises SIGTERM once it has shut down gracefully: the process then ends by the signal
+CLEAN_EXIT = (0, -signal.SIGTERM)
+GRAPHS = {seed: random_graph(seed, 400 + 100 * seed, 3000, dtype=np.int32) for seed in range(3)}
+
+
+@pytest.fixture(scope="module")
+def ray_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    root = tmp_path_factory.mktemp("ray")
+    server = LiveServer(root / "data", dict(RAY_ENV), root / "server.log").start(timeout=120)
+    yield server
+    server.stop()
+
+
+#: graph id -> its graph (its weights now), shared by the module's tests in order
+uploaded: dict[str, EdgeGraph] = {}
+#: point set id -> its points
+point_sets: dict[str, np.ndarray] = {}
+#: graph id -> its number of shards, for graphs sharded across the actors
+sharded: dict[str, int] = {}
+
+
+def workers(server: LiveServer) -> list[dict[str, Any]]:
+    body: list[dict[str, Any]] = server.client.get("/readyz").json()["workers"]
+    return body
+
+
+def all_ready(server: LiveServer, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """/readyz says 200 once one worker is up: wait for every one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pool = workers(server)
+        if all(w["state"] == "ready" for w in pool):
+            return pool
+        assert time.monotonic() < deadline, f"not every actor is ready after {timeout} s: {pool}"
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def gone(pids: list[int], timeout: float = 15.0) -> bool:
+    """Whether every one of ``pids`` ends within ``timeout`` s (Ray's raylet stops its workers
+    just after the server's exit)."""
+    deadline = time.monotonic() + timeout
+    while any(alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def upload(server: LiveServer, graph: EdgeGraph) -> dict[str, Any]:
+    record = server.upload_npz(graph.src, graph.dst, graph.weight, graph.num_vertices)
+    uploaded[record["id"]] = graph
+    return record
+
+
+def check_job(server: LiveServer, graph_id: str) -> None:
+    job = server.submit(graph_id, wait=60).json()
+    assert job["status"] == "succeeded", job
+    edge_ids, weights, _ = server.result_npz(job["id"])
+    result = job["result"]
+    check_forest(edge_ids, weights, result["total_weight"], result["num_components"], uploaded[graph_id])
+
+
+def test_two_actors_place_by_free_memory_and_compute_exact_forests(ray_server: LiveServer) -> None:
+    pool = all_ready(ray_server)
+    assert len(pool) == 2, pool
+    assert {w["backend"] for w in pool} == {"cpu"}
+    assert all(w["device"] == f"cpu on {socket.gethostname()}" for w in pool), pool
+    pids = [w["pid"] for w in pool]
+    assert len(set(pids)) == 2 and ray_server.proc is not None and ray_server.proc.pid not in pids
+    for pid in pids:  # Ray's worker processes, not children of the API
+        assert b"MSTWorker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    first, second = upload(ray_server, GRAPHS[0]), upload(ray_server, GRAPHS[1])
+    assert (first["residency"]["worker"], second["residency"]["worker"]) == (0, 1)
+    assert first["residency"]["status"] == second["residency"]["status"] == "resident"
+    for graph_id in uploaded:
+        check_job(ray_server, graph_id)
+    graph = GRAPHS[2]  # the one-shot route: not stored, computed on an actor
+    body = {"src": graph.src.tolist(), "dst": graph.dst.tolist(), "weight": graph.weight.tolist()}
+    response = ray_server.client.post("/v1/mst", json={**body, "num_vertices": graph.num_vertices})
+    assert response.status_code == 200, response.text
+    got = response.json()
+    check_forest(got["edge_ids"], got["weights"], got["total_weight"], got["num_components"], graph)
+
+
+def check_emst(server: LiveServer, points_id: str) -> None:
+    response = server.client.post(f"/v1/points/{points_id}/jobs", json={"task": "emst"}, params={"wait": 60})
+    assert response.status_code == 200 and response.json()["status"] == "succeeded", response.text
+    result = server.client.get(f"/v1/jobs/{response.json()['id']}/result").json()
+    tree = gpu_core.euclidean_mst(point_sets[points_id], backend="cpu")
+    assert (result["src"], result["dst"]) == (tree.src.tolist(), tree.dst.tolist())
+    assert result["weights"] == tree.weights.tolist()
+
+
+def resident_count() -> int:
+    """What the actors hold together: every graph and point set, a sharded graph once per shard."""
+    return len(uploaded) + len(point_sets) + sum(k - 1 for k in sharded.values())
+
+
+def test_point_sets_and_new_weights_go_through_the_actors(ray_server: LiveServer) -> None:
+    points = np.random.default_rng(4).normal(0.0, 10.0, (300, 3))
+    response = ray_server.client.post("/v1/points", json={"points": points.tolist()})
+    assert response.status_code == 201, response.text
+    point_sets[response.json()["id"]] = points
+    check_emst(ray_server, response.json()["id"])
+    graph_id, graph = next(iter(uploaded.items()))  # new weights for some edges of the first graph
+    rng = np.random.default_rng(5)
+    edge_ids = np.unique(rng.integers(0, graph.num_edges, 200))
+    values = rng.integers(-50, 50, edge_ids.size).astype(graph.weight.dtype)
+    response = ray_server.client.patch(
+        f"/v1/graphs/{graph_id}/weights", json={"edge_ids": edge_ids.tolist(), "weights": values.tolist()}
+    )
+    assert response.status_code == 200, response.text
+    weight = graph.weight.copy()
+    weight[edge_ids] = values
+    uploaded[graph_id] = graph.with_weight(weight)
+    check_job(ray_server, graph_id)  # the new weights, here and after every reload below
+    assert sum(w["resident_graphs"] for w in workers(ray_server)) == resident_count()
+
+
+def test_a_graph_sharded_across_the_actors_answers_the_same_forest(ray_server: LiveServer) -> None:
+    graph = random_graph(9, 2_000, 20_000, dtype=np.int32)
+    response = ray_server.client.post(
+        "/v1/graphs",
+        params={"shards": 2},
+        content=npz_body(graph.src, graph.dst, graph.weight, graph.num_vertices),
+        headers={"content-type": OCTET},
+    )
+    assert response.status_code == 201, response.text
+    record = response.json()
+    assert record["shards"] == 2 and {p["worker"] for p in record["shard_residency"]} == {0, 1}, record
+    uploaded[record["id"]] = graph
+    sharded[record["id"]] = 2
+    check_job(ray_server, record["id"])  # the union of the shard forests, merged: the whole forest
+    assert sum(w["resident_graphs"] for w in workers(ray_server)) == resident_count()
+
+
+def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray_server: LiveServer) -> None:
+    third = upload(ray_server, GRAPHS[2])
+    victim = third["residency"]["worker"]
+    before = workers(ray_server)
+    pid, other = before[victim]["pid"], before[1 - victim]
+    os.kill(pid, signal.SIGSTOP)  # the job is handed to the actor but never answered
+    try:
+        job_id = ray_server.submit(third["id"]).json()["id"]
+        assert ray_server.poll(job_id, until=("running", "succeeded", "failed"))["status"] == "running"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    job = ray_server.poll(job_id)
+    assert job["status"] == "failed" and job["error"]["type"] == "worker_lost", job
+    assert "was lost" in job["error"]["message"], job
+
+    now = wait_replaced(ray_server, victim, pid)
+    assert now["restarts"] == 1 and "Ray actor died" in now["last_error"], now
+    assert gone([pid])
+    untouched = workers(ray_server)[1 - victim]
+    assert (untouched["pid"], untouched["restarts"]) == (other["pid"], 0), untouched
+    for graph_id in uploaded:  # the victim's graphs are back on it; every graph answers exactly
+        residency = ray_server.client.get(f"/v1/graphs/{graph_id}").json()["residency"]
+        assert residency["status"] == "resident", residency
+        check_job(ray_server, graph_id)
+    for points_id in point_sets:
+        check_emst(ray_server, points_id)
+    assert sum(w["resident_graphs"] for w in workers(ray_server)) == resident_count() == 6
+
+
+def wait_replaced(server: LiveServer, index: int, pid: int, timeout: float = 60.0) -> dict[str, Any]:
+    """Worker ``index``'s record once an actor other than ``pid`` is ready in its place."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = workers(server)[index]
+        if now["state"] == "ready" and now["pid"] not in (None, pid):
+            return now
+        assert time.monotonic() < deadline, f"no new actor within {timeout} s:\n{server.log()}"
+        time.sleep(0.05)
+
+
+def test_a_stuck_actor_is_killed_for_its_heartbeat_and_replaced(ray_server: LiveServer) -> None:
+    before = workers(ray_server)
+    pid, restarts = before[0]["pid"], before[0]["restarts"]
+    os.kill(pid, signal.SIGSTOP)  # alive to Ray, silent to the API
+    try:
+        now = wait_replaced(ray_server, 0, pid)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert now["restarts"] == restarts + 1 and "no heartbeat" in now["last_error"], now
+    assert gone([pid])
+    for graph_id in uploaded:
+        check_job(ray_server, graph_id)
+    for points_id in point_sets:
+        check_emst(ray_server, points_id)
+
+
+def test_a_restart_keeps_every_graph_and_leaves_no_actor_behind(ray_server: LiveServer) -> None:
+    pids = [w["pid"] for w in workers(ray_server)]
+    assert ray_server.stop() in CLEAN_EXIT, ray_server.log()
+    assert gone(pids), "an actor process outlived the server"
+    again = LiveServer(ray_server.data_dir, dict(RAY_ENV), ray_server.log_path).start(timeout=120)
+    try:
+        listed = {g["id"] for g in again.client.get("/v1/graphs").json()["graphs"]}
+        assert listed == set(uploaded)
+        all_ready(again)
+        for graph_id in uploaded:
+            check_job(again, graph_id)
+        for points_id in point_sets:
+            check_emst(again, points_id)
+        assert sum(w["resident_graphs"] for w in workers(again)) == resident_count()
+    finally:
+        assert again.stop() in CLEAN_EXIT, again.log()
+
+
+def test_without_ray_the_ray_pool_is_refused_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "ray" else real(n, *a))
+    with pytest.raises(ValidationError, match=r"pip install 'mst-service\[ray\]'"):
+        Settings(worker_pool="ray")
+    assert Settings().worker_pool == "local"
+
+
+def visible_gpus() -> int:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+@pytest.mark.gpu
+def test_gpu_actors_one_per_gpu_exact_and_one_killed_is_replaced(server_factory: ServerFactory) -> None:
+    server = server_factory(
+        MST_WORKER_POOL="ray",
+        MST_BACKEND="gpu",
+        MST_MAX_UPLOAD_BYTES=str(64 << 20),
+        MST_WORKER_MEMORY_BYTES=str(4 << 30),  # the same free memory on every GPU: placement in order
+    )
+    pool = all_ready(server, timeout=300)
+    gpus = visible_gpus()
+    assert len(pool) == gpus >= 1 and {w["backend"] for w in pool} == {"gpu"}, pool
+    assert len({w["device"] for w in pool}) == gpus, pool  # each names its CUDA_VISIBLE_DEVICES
+    graphs = {}
+    for seed in range(gpus + 1):
+        graph = random_graph(100 + seed, 5_000, 40_000, dtype=np.float32)
+        record = server.upload_npz(graph.src, graph.dst, graph.weight, graph.num_vertices)
+        assert record["residency"]["backend"] == "gpu", record
+        graphs[record["id"]] = graph
+        uploaded[record["id"]] = graph
+    placed = {server.client.get(f"/v1/graphs/{g}").json()["residency"]["worker"] for g in graphs}
+    assert placed == set(range(gpus)), placed  # most free memory first: every GPU holds one
+    for graph_id in graphs:
+        check_job(server, graph_id)
+    pid = pool[0]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    now = wait_replaced(server, 0, pid, timeout=300)
+    assert now["restarts"] == 1 and now["backend"] == "gpu", now
+    for graph_id in graphs:
+        residency = server.client.get(f"/v1/graphs/{graph_id}").json()["residency"]
+        assert residency["status"] == "resident", residency
+        check_job(server, graph_id)
+
+
+def test_settings_of_one_pool_are_refused_with_the_other() -> None:
+    with pytest.raises(ValidationError, match="unset MST_GPUS"):
+        Settings(worker_pool="ray", gpus=[0])
+    with pytest.raises(ValidationError, match="unset MST_CPU_WORKERS"):
+        Settings(worker_pool="ray", cpu_workers=2)
+    with pytest.raises(ValidationError, match="MST_RAY_ADDRESS and MST_RAY_WORKERS set, but MST_WORKER_POOL"):
+        Settings(ray_address="auto", ray_workers=2)
+    assert Settings(worker_pool="ray", ray_address="auto", ray_workers=0).ray_workers == 0
+
+
+def test_the_default_pool_never_imports_ray() -> None:
+    code = "import sys, service.app, service.runtime.supervisor; print(json.dumps('ray' in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", f"import json; {code}"], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout) is False
