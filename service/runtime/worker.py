@@ -21,6 +21,12 @@ Protocol over one duplex :class:`multiprocessing.connection.Connection`:
   client's next request (for the result) would otherwise wait for; the API
   holds that request until the note arrives.
 
+Several requests in the pipe at once (the supervisor pipelines them, ``MST_DISPATCH_DEPTH``):
+identical MST requests queued back to back (same dataset, task, parameters, nothing in between)
+are answered by one computation, each with its own reply, result file (a hard link of the
+first) and STORED note (``MST_COALESCE_JOBS``); one-shot requests waiting together are computed
+as one disjoint-union graph (:mod:`service.runtime.batching`, ``MST_ONESHOT_BATCH_EDGES``).
+
 Sharded graphs (see :mod:`service.runtime.sharding`): a shard is LOADed like a graph, with the
 format ``npz[lo:hi]`` (:func:`shard_format`: edges ``lo..hi-1`` of the spool's npz, a view of the
 mapped file); ``DESCRIBE`` sizes an upload before it is sharded (writing text formats as npz);
