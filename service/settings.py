@@ -170,8 +170,8 @@ class Settings(BaseSettings):
     max_queued_jobs: int = Field(
         default=10_000,
         gt=0,
-        description="Most jobs (one-shot computations included) queued on all workers together; "
-        "503 with Retry-After above.",
+        description="Most jobs (one-shot computations included) queued on all workers together, not "
+        "counting those handed to a worker (MST_DISPATCH_DEPTH each); 503 with Retry-After above.",
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="info", description="Log level of uvicorn and the service."
