@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ._forest import filter_threshold, weight_bound
 from ._kernels import kernel
+from ._layout import MAX_GPU_EDGES, csr_pieces, slot_layout
 from ._order import Objective, edge_order
 from ._validate import validate_edges
 from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
@@ -50,6 +50,27 @@ def _device_errors() -> tuple[type[BaseException], ...]:
     return (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError)
 
 
+def _narrow_ids(cp: Any, ids: Any) -> Any:
+    """Validated vertex ids as int32 or int64, as given where they already are (no copy)."""
+    if ids.dtype in (cp.int32, cp.int64):
+        return ids
+    return ids.astype(cp.int32 if ids.dtype.itemsize <= 4 else cp.int64)  # in [0, n): exact
+
+
+def _id_type(ids: Any) -> str:
+    """The kernels' template argument for an int32 or int64 id array."""
+    return "int" if ids.dtype.itemsize == 4 else "long long"
+
+
+def _weight_bound(weight: Any) -> int | None:
+    """The largest weight magnitude (None for floats), for exact forest totals."""
+    if weight.dtype.kind not in "iu":
+        return None
+    if not weight.shape[0]:
+        return 0
+    return max(abs(int(weight.min())), abs(int(weight.max())))
+
+
 class GpuGraph:
     """A graph resident on the current CUDA device, ready for ECL-MST."""
 
@@ -59,6 +80,8 @@ class GpuGraph:
         cp = _cupy()
         self.device_id = int(cp.cuda.Device().id)
         self._stream = cp.cuda.Stream(non_blocking=True)
+        sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        self._max_blocks = sms * BLOCKS_PER_SM
         try:
             self._after_caller()  # device arrays given may still be being written on the caller's stream
             with self._stream:
@@ -80,7 +103,14 @@ class GpuGraph:
 
     # -- building -----------------------------------------------------------------------
     def _build(self, cp: Any, src: Any, dst: Any, weight: Any, num_vertices: int | None) -> None:
-        edges = validate_edges(cp, src, dst, weight, num_vertices)
+        """Validate, rank and build the CSR, holding little more than the finished graph at any time.
+
+        The order of the steps is the memory plan: the ranking sort runs before anything of the
+        graph's size but the weights exists; the endpoints by rank replace the input ids; the CSR
+        is filled one chunk of rows at a time (its scratch is one chunk's keys); the worklists,
+        the largest part of the workspace, are allocated last, once every temporary is gone.
+        """
+        edges = validate_edges(cp, src, dst, weight, num_vertices, widen=False)
         n = edges.num_vertices
         m = int(edges.weight.shape[0])
         if n > INT32_MAX:
@@ -89,59 +119,54 @@ class GpuGraph:
                 limit=INT32_MAX,
                 actual=n,
             )
-        if m > INT32_MAX:
+        if m > MAX_GPU_EDGES:
             raise GraphTooLargeError(
-                f"the GPU backend supports at most {INT32_MAX} edges, got {m}.", limit=INT32_MAX, actual=m
+                f"the GPU backend ranks edges with 32 bits: at most {MAX_GPU_EDGES} edges, got {m}.",
+                limit=MAX_GPU_EDGES,
+                actual=m,
             )
         self.num_vertices = n
         self.num_edges = m
         # Input order, for the forest's weights; a copy, so the caller may reuse its own array.
         self.weight = edges.weight.copy() if edges.weight is weight else edges.weight
+        src_ids, dst_ids = _narrow_ids(cp, edges.src), _narrow_ids(cp, edges.dst)
+        del edges  # device copies of host input go as soon as the endpoints by rank exist
 
-        # Rank edges by (weight, edge_id): CuPy's argsort is stable, so ties keep id order.
-        order = edge_order(cp, edges.weight, "min")
-        self.weight_bound = weight_bound(edges.weight, order)
-        src_r = edges.src[order]
-        dst_r = edges.dst[order]
-        loop_free = src_r != dst_r
-        self.rank_to_id = order[loop_free].astype(cp.int32)
-        u = src_r[loop_free].astype(cp.int32)
-        v = dst_r[loop_free].astype(cp.int32)
-        del order, src_r, dst_r, loop_free
-        k = int(u.shape[0])
-        if 2 * k > INT32_MAX:
-            limit = INT32_MAX // 2
-            raise GraphTooLargeError(
-                f"the GPU backend stores both directions of every edge with 32-bit slots: at most "
-                f"{limit} edges that are not self-loops, got {k}.",
-                limit=limit,
-                actual=k,
-            )
+        # Rank edges by (weight, edge_id), self-loops left out: rank_to_id (uint32).
+        self.rank_to_id = self._rank(cp, src_ids, dst_ids)
+        self.weight_bound = _weight_bound(self.weight)
+        k = int(self.rank_to_id.shape[0])
         self.num_loop_free = k
+        self.layout = slot_layout(n, k)
+        self.threshold = self.layout.threshold
+        slot_dtype = cp.int64 if self.layout.wide else cp.int32
 
-        # CSR of both directions. Slot 2r and 2r+1 are the two directions of rank r, so a
-        # stable sort by row keeps every row in ascending rank order.
-        rows = cp.stack([u, v], axis=1).ravel()
-        cols = cp.stack([v, u], axis=1).ravel()
-        by_row = cp.argsort(rows)
+        # Endpoints by rank; the input ids are not needed after this.
+        u = self._gather_ids(cp, src_ids, k)
+        v = self._gather_ids(cp, dst_ids, k)
+        del src_ids, dst_ids
+
+        # Rows: degrees and light-slot counts (rank < threshold) -> row_ptr and split.
+        degree = cp.zeros(max(n, 1), dtype=cp.uint32)
+        light = cp.zeros(max(n, 1), dtype=cp.uint32)
+        if k:
+            kernel("count_rows")(
+                self._grid(k), (BLOCK,), (u, v, np.int64(k), np.uint32(self.threshold), degree, light)
+            )
+        self.row_ptr = cp.zeros(n + 1, dtype=slot_dtype)
+        cp.cumsum(degree[:n], dtype=slot_dtype, out=self.row_ptr[1:])
+        del degree
+        self.split = self.row_ptr[:-1] + light[:n].astype(slot_dtype)
+        del light
+
+        # CSR of both directions, rows in ascending rank order, one chunk of rows at a time.
         self.adj = cp.empty((2 * k, 2), dtype=cp.int32)
-        self.adj[:, 0] = cols[by_row]
-        self.adj[:, 1] = (by_row // 2).astype(cp.int32)
-        # Row starts by binary search in the sorted rows, not by cp.bincount: CuPy 14's bincount
-        # takes about 3 KB of scratch per bin (3.2 GB for a graph of 10^6 vertices).
-        sorted_rows = rows[by_row]
-        del rows, cols, by_row, u, v
-        vertices = cp.arange(n + 1, dtype=cp.int64)
-        self.row_ptr = cp.searchsorted(sorted_rows, vertices).astype(cp.int32)
-        self.threshold = filter_threshold(n, k)
-        # split[v]: where the slots of row v with rank >= threshold start (the filter's second phase).
-        light_rows = sorted_rows[self.adj[:, 1] < self.threshold]  # sorted too
-        self.split = self.row_ptr[:-1] + cp.diff(cp.searchsorted(light_rows, vertices)).astype(cp.int32)
-        del sorted_rows, light_rows, vertices
-        self.heavy_chunks = self._heavy_chunks(cp)
+        self._fill_rows(cp, u, v, k)
+        del u, v
+        self.heavy_chunks = self._heavy_chunks(cp, slot_dtype)
 
         # Workspace, kept with the graph so a computation allocates nothing.
-        capacity = max(self.threshold, k - self.threshold, 1)
+        capacity = self.layout.capacity
         self._items_a = cp.empty(3 * capacity, dtype=cp.int32)
         self._items_b = cp.empty(3 * capacity, dtype=cp.int32)
         self._lightest0 = cp.empty(max(n, 1), dtype=cp.uint32)
@@ -151,28 +176,100 @@ class GpuGraph:
         self._tile_counts = cp.empty(max(math.ceil(self._in_forest.size / TILE_WORDS), 1), dtype=cp.int32)
         self._forest = cp.empty(max(n, 1), dtype=cp.int64)  # written as the API's int64 edge ids
         self._forest_weights = cp.empty(max(n, 1), dtype=self.weight.dtype)
-        self._counters = cp.zeros(NUM_COUNTERS, dtype=cp.int32)
+        self._counters = cp.zeros(NUM_COUNTERS, dtype=cp.uint32)
         self._counters_host = cp.cuda.alloc_pinned_memory(4 * NUM_COUNTERS)
         self._events = (cp.cuda.Event(), cp.cuda.Event())  # around each computation
-
-        sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
-        self._max_blocks = sms * BLOCKS_PER_SM
         self._capacity = capacity
 
-    def _heavy_chunks(self, cp: Any) -> Any:
+    def _rank(self, cp: Any, src: Any, dst: Any) -> Any:
+        """Edge ids of the loop-free edges in ``(weight, edge_id)`` order, as uint32.
+
+        4-byte weights: one sort of 64-bit keys {order bits of the weight : edge id} (8 bytes
+        per edge, sorted in place), self-loops keyed last. 8-byte weights do not fit such a
+        key: a stable argsort of the weights, then the self-loops filtered out.
+        """
+        m = self.num_edges
+        weight = self.weight
+        loops = int(cp.count_nonzero(src == dst)) if m else 0
+        k = m - loops
+        if weight.dtype.itemsize == 4:
+            keys = cp.empty(m, dtype=cp.uint64)
+            if m:
+                name = f"rank_keys<{'float' if weight.dtype.kind == 'f' else 'int'}, {_id_type(src)}>"
+                kernel(name)(self._grid(m), (BLOCK,), (weight, src, dst, np.int64(m), keys))
+                keys.sort()
+            rank_to_id = cp.empty(k, dtype=cp.uint32)
+            if k:
+                kernel("key_ids")(self._grid(k), (BLOCK,), (keys, np.int64(k), rank_to_id))
+            del keys
+            return rank_to_id
+        order = edge_order(cp, weight, "min")
+        if loops:
+            order = order[(src != dst)[order]]
+        return order.astype(cp.uint32)
+
+    def _gather_ids(self, cp: Any, ids: Any, k: int) -> Any:
+        """``ids[rank_to_id]`` as int32: one endpoint of every rank."""
+        out = cp.empty(k, dtype=cp.int32)
+        if k:
+            kernel(f"gather_ids<{_id_type(ids)}>")(
+                self._grid(k), (BLOCK,), (ids, self.rank_to_id, np.int64(k), out)
+            )
+        return out
+
+    def _fill_rows(self, cp: Any, u: Any, v: Any, k: int) -> None:
+        """``adj`` row by row: the slots of each of ``csr_pieces`` chunks of whole rows are
+        bucketed as keys {row : rank}, sorted, and written with their neighbours."""
+        if not k:
+            return
+        n = self.num_vertices
+        pieces = csr_pieces(2 * k)
+        slots = 2 * k
+        targets = cp.arange(1, pieces, dtype=cp.int64) * (slots // pieces)
+        cuts = cp.searchsorted(self.row_ptr, targets.astype(self.row_ptr.dtype), side="left").astype(cp.int64)
+        bounds = [0, *(int(c) for c in cuts.get()), n]
+        bounds = sorted(set(bounds))
+        starts = self.row_ptr[cp.asarray(bounds, dtype=cp.int64)].get().astype(np.int64)
+        largest = int(np.diff(starts).max())
+        keys = cp.empty(max(largest, 1), dtype=cp.uint64)
+        count = cp.zeros(1, dtype=cp.uint64)
+        slot = np.int64 if self.layout.wide else np.int32
+        for lo, hi, first, last in zip(bounds[:-1], bounds[1:], starts[:-1], starts[1:], strict=True):
+            size = int(last - first)
+            if not size:
+                continue
+            count.fill(0)
+            kernel("bucket_slots")(
+                (self._max_blocks,), (BLOCK,),
+                (u, v, np.int64(k), np.int32(lo), np.int32(hi), keys, count),
+            )  # fmt: skip
+            chunk = keys[:size]
+            chunk.sort()
+            kernel(f"write_slots<{self.layout.slot}>")(
+                self._grid(size), (BLOCK,),
+                (chunk, slot(size), slot(first), np.int32(lo), u, v, self.adj),
+            )  # fmt: skip
+        del keys, count
+
+    def _heavy_chunks(self, cp: Any, slot_dtype: Any) -> Any:
         """{row, first slot} of every CHUNK_SLOTS-slot chunk of the rows with at least CHUNK_SLOTS slots."""
         degree = cp.diff(self.row_ptr)
-        heavy = cp.flatnonzero(degree >= CHUNK_SLOTS).astype(cp.int32)
+        heavy = cp.flatnonzero(degree >= CHUNK_SLOTS).astype(slot_dtype)
         per_row = (degree[heavy] + CHUNK_SLOTS - 1) // CHUNK_SLOTS
         ends = cp.cumsum(per_row)
         total = int(ends[-1]) if heavy.size else 0
-        chunks = cp.empty((total, 2), dtype=cp.int32)
+        chunks = cp.empty((total, 2), dtype=slot_dtype)
         if total:
-            task = cp.arange(total, dtype=cp.int32)
+            task = cp.arange(total, dtype=slot_dtype)
             which = cp.searchsorted(ends, task, side="right")
             chunks[:, 0] = heavy[which]
             chunks[:, 1] = self.row_ptr[heavy[which]] + (task - (ends[which] - per_row[which])) * CHUNK_SLOTS
         return chunks
+
+    @property
+    def wide(self) -> bool:
+        """Whether this graph indexes its slots with 64 bits (``_layout``)."""
+        return self.layout.wide
 
     @property
     def nbytes(self) -> int:
@@ -206,7 +303,7 @@ class GpuGraph:
             kernel("prepare_second_phase")(
                 self._grid(n), (BLOCK,), (np.int32(n), self._parent, self._lightest0, self._lightest1)
             )
-        name = "init_worklist<true>" if second_phase else "init_worklist<false>"
+        name = f"init_worklist<{'true' if second_phase else 'false'}, {self.layout.slot}>"
         kernel(name)(
             self._grid(n), (BLOCK,),
             (self.row_ptr, self.split, self.adj, np.int32(n), np.int32(CHUNK_SLOTS), self.heavy_chunks,
@@ -217,7 +314,8 @@ class GpuGraph:
     def _launch_pair(self) -> None:
         """Two iterations of Algorithm 2's loop: worklist A -> B, then B -> A."""
         grid = self._grid(self._capacity)
-        select, link = kernel("select_lightest"), kernel("link_lightest")
+        slot = self.layout.slot
+        select, link = kernel(f"select_lightest<{slot}>"), kernel(f"link_lightest<{slot}>")
         size_a, size_b = self._counter(SIZE_A), self._counter(SIZE_B)
         for items, size, next_items, next_size, lightest, lightest_next in (
             (self._items_a, size_a, self._items_b, size_b, self._lightest0, self._lightest1),
@@ -247,8 +345,8 @@ class GpuGraph:
              self._forest_weights.view(view)),
         )  # fmt: skip
 
-    def _read_counters(self) -> np.ndarray[Any, np.dtype[np.int32]]:
-        host = np.frombuffer(self._counters_host, dtype=np.int32, count=NUM_COUNTERS)
+    def _read_counters(self) -> np.ndarray[Any, np.dtype[np.uint32]]:
+        host = np.frombuffer(self._counters_host, dtype=np.uint32, count=NUM_COUNTERS)
         self._counters.get(stream=self._stream, out=host)
         return host
 
@@ -267,20 +365,23 @@ class GpuGraph:
             return
         order = cp.ascontiguousarray(order, dtype=cp.int64)
         nonloop = cp.zeros(m, dtype=cp.bool_)
-        nonloop[self.rank_to_id] = True
-        upto = cp.cumsum(nonloop[order], dtype=cp.int32)  # non-loop edges up to each position
-        rank_of_id = cp.empty(m, dtype=cp.int32)
-        new_rank_to_id = cp.empty(k, dtype=cp.int32)
-        kernel("assign_ranks")(
-            self._grid(m), (BLOCK,), (order, upto, nonloop, np.int32(m), rank_of_id, new_rank_to_id)
-        )
+        nonloop[self.rank_to_id.astype(cp.int64)] = True
+        upto = cp.cumsum(nonloop[order], dtype=cp.uint32)  # non-loop edges up to each position
+        rank_of_id = cp.empty(m, dtype=cp.uint32)
+        new_rank_to_id = cp.empty(k, dtype=cp.uint32)
+        slot = self.layout.slot
+        kernel(f"assign_ranks<{slot}>")(
+            self._grid(m), (BLOCK,),
+            (order, upto, nonloop, np.int64(m) if self.wide else np.int32(m), rank_of_id, new_rank_to_id),
+        )  # fmt: skip
         del order, upto, nonloop
-        slot_rank = rank_of_id[self.rank_to_id[self.adj[:, 1]]]  # every slot's new rank, one gather pass
-        del rank_of_id
+        old_rank = self.adj.view(cp.uint32)[:, 1].astype(cp.int64)
+        slot_rank = rank_of_id[self.rank_to_id[old_rank].astype(cp.int64)]  # every slot's new rank
+        del rank_of_id, old_rank
         moved = cp.empty_like(self.adj)
-        kernel("partition_rows")(
+        kernel(f"partition_rows<{slot}>")(
             self._grid(n), (BLOCK,),
-            (self.row_ptr, self.adj, slot_rank, np.int32(self.threshold), np.int32(n), moved, self.split),
+            (self.row_ptr, self.adj, slot_rank, np.uint32(self.threshold), np.int32(n), moved, self.split),
         )  # fmt: skip
         del slot_rank
         self.rank_to_id[...] = new_rank_to_id
@@ -318,9 +419,8 @@ class GpuGraph:
                     self._forest_weights = cp.empty(max(self.num_vertices, 1), dtype=self.weight.dtype)
                 self._pairs.clear()
                 self._graph_exec.clear()  # plans and captured runs belong to the old weights
-                order = edge_order(cp, self.weight, "min")
-                self.weight_bound = weight_bound(self.weight, order)
-                self._rerank(order)
+                self.weight_bound = _weight_bound(self.weight)
+                self._rerank(edge_order(cp, self.weight, "min"))
                 self._objective = "min"
             self._stream.synchronize()
         except cp.cuda.memory.OutOfMemoryError as exc:
@@ -334,11 +434,12 @@ class GpuGraph:
         self._after_caller()
         with cp.cuda.Device(self.device_id), self._stream:
             slots = 2 * self.num_loop_free
-            slot = cp.arange(slots, dtype=cp.int32)
+            slot = cp.arange(slots, dtype=self.row_ptr.dtype)
             row = cp.searchsorted(self.row_ptr[1:], slot, side="right").astype(cp.int32)
             col = self.adj[:, 0]
             once = row < col
-            ids = self.rank_to_id[self.adj[:, 1][once]]
+            ranks = self.adj.view(cp.uint32)[:, 1][once].astype(cp.int64)
+            ids = self.rank_to_id[ranks].astype(cp.int64)
             src = cp.zeros(self.num_edges, dtype=cp.int32)
             dst = cp.zeros(self.num_edges, dtype=cp.int32)
             src[ids] = row[once]
@@ -388,7 +489,7 @@ class GpuGraph:
             graph = stream.end_capture()
         return graph
 
-    def _run_device(self, stop: Any, skip: Any) -> np.ndarray[Any, np.dtype[np.int32]]:
+    def _run_device(self, stop: Any, skip: Any) -> np.ndarray[Any, np.dtype[np.uint32]]:
         """Run ECL-MST and the extraction of the forest on the stream, record ``stop`` after them,
         and read the counters back (the one synchronization of a planned run).
 
@@ -432,7 +533,7 @@ class GpuGraph:
         k = self.num_loop_free
         gone = cp.zeros(self.num_edges, dtype=cp.bool_)
         gone[cp.asarray(exclude)] = True
-        by_rank = gone[self.rank_to_id]
+        by_rank = gone[self.rank_to_id.astype(cp.int64)]
         padded = cp.zeros(-(-k // 32) * 32, dtype=cp.bool_)
         padded[:k] = by_rank
         bits = cp.packbits(padded.reshape(-1, 8)[:, ::-1].ravel())  # little-endian bits in each byte
