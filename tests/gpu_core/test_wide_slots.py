@@ -176,7 +176,7 @@ def test_build_peak_and_resident_bytes(
     if wide_layout:
         monkeypatch.setattr(_layout, "WIDE_SLOTS_FROM", 0)
     gpu_core.warm_up("gpu")
-    n, m = 1 << 20, 16 << 20
+    n, m = 1 << 18, 1 << 22
     rng = cp.random.default_rng(5)
     src = rng.integers(0, n, m, dtype=cp.int32)
     dst = rng.integers(0, n, m, dtype=cp.int32)
