@@ -62,6 +62,16 @@ def _id_type(ids: Any) -> str:
     return "int" if ids.dtype.itemsize == 4 else "long long"
 
 
+def _take_by_u32(cp: Any, table: Any, index: Any) -> Any:
+    """``table[index]`` for a uint32 index (bool or uint32 table), without an int64 copy of the index."""
+    out = cp.empty(index.shape[0], dtype=table.dtype)
+    if out.size:
+        word = "unsigned char" if table.dtype.itemsize == 1 else "unsigned"
+        grid = (max(1, min(-(-out.size // BLOCK), 65535)),)
+        kernel(f"take_by_u32<{word}>")(grid, (BLOCK,), (table, index, np.int64(out.size), out))
+    return out
+
+
 def _weight_bound(weight: Any) -> int | None:
     """The largest weight magnitude (None for floats), for exact forest totals."""
     if weight.dtype.kind not in "iu":
@@ -365,7 +375,7 @@ class GpuGraph:
             return
         order = cp.ascontiguousarray(order, dtype=cp.int64)
         nonloop = cp.zeros(m, dtype=cp.bool_)
-        nonloop[self.rank_to_id.astype(cp.int64)] = True
+        kernel("mark_ids")(self._grid(k), (BLOCK,), (self.rank_to_id, np.int64(k), nonloop))
         upto = cp.cumsum(nonloop[order], dtype=cp.uint32)  # non-loop edges up to each position
         rank_of_id = cp.empty(m, dtype=cp.uint32)
         new_rank_to_id = cp.empty(k, dtype=cp.uint32)
@@ -375,9 +385,11 @@ class GpuGraph:
             (order, upto, nonloop, np.int64(m) if self.wide else np.int32(m), rank_of_id, new_rank_to_id),
         )  # fmt: skip
         del order, upto, nonloop
-        old_rank = self.adj.view(cp.uint32)[:, 1].astype(cp.int64)
-        slot_rank = rank_of_id[self.rank_to_id[old_rank].astype(cp.int64)]  # every slot's new rank
-        del rank_of_id, old_rank
+        slot_rank = cp.empty(2 * k, dtype=cp.uint32)  # every slot's new rank, one pass
+        kernel("slot_ranks")(
+            self._grid(2 * k), (BLOCK,), (self.adj, np.int64(2 * k), self.rank_to_id, rank_of_id, slot_rank)
+        )
+        del rank_of_id
         moved = cp.empty_like(self.adj)
         kernel(f"partition_rows<{slot}>")(
             self._grid(n), (BLOCK,),
@@ -438,8 +450,8 @@ class GpuGraph:
             row = cp.searchsorted(self.row_ptr[1:], slot, side="right").astype(cp.int32)
             col = self.adj[:, 0]
             once = row < col
-            ranks = self.adj.view(cp.uint32)[:, 1][once].astype(cp.int64)
-            ids = self.rank_to_id[ranks].astype(cp.int64)
+            ranks = cp.ascontiguousarray(self.adj.view(cp.uint32)[:, 1][once])
+            ids = _take_by_u32(cp, self.rank_to_id, ranks).astype(cp.int64)
             src = cp.zeros(self.num_edges, dtype=cp.int32)
             dst = cp.zeros(self.num_edges, dtype=cp.int32)
             src[ids] = row[once]
@@ -533,7 +545,7 @@ class GpuGraph:
         k = self.num_loop_free
         gone = cp.zeros(self.num_edges, dtype=cp.bool_)
         gone[cp.asarray(exclude)] = True
-        by_rank = gone[self.rank_to_id.astype(cp.int64)]
+        by_rank = _take_by_u32(cp, gone, self.rank_to_id)
         padded = cp.zeros(-(-k // 32) * 32, dtype=cp.bool_)
         padded[:k] = by_rank
         bits = cp.packbits(padded.reshape(-1, 8)[:, ::-1].ravel())  # little-endian bits in each byte

@@ -19,6 +19,8 @@ NAME_EXPRESSIONS: tuple[str, ...] = (
     ),
     *(f"rank_keys<{weight}, {ids}>" for weight in ("float", "int") for ids in SLOT_TYPES),
     *(f"gather_ids<{ids}>" for ids in SLOT_TYPES),
+    "take_by_u32<unsigned char>",
+    "take_by_u32<unsigned>",
     "gather_weights<unsigned>",
     "gather_weights<unsigned long long>",
 )

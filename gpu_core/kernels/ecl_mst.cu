@@ -313,6 +313,33 @@ __global__ void assign_ranks(const long long* __restrict__ order, const unsigned
   }
 }
 
+// nonloop[rank_to_id[r]] = true for every rank r (the ids of the loop-free edges).
+extern "C" __global__ void mark_ids(const unsigned* __restrict__ rank_to_id, long long k, bool* __restrict__ nonloop) {
+  for (long long r = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; r < k; r += grid_stride()) {
+    nonloop[rank_to_id[r]] = true;
+  }
+}
+
+// Every slot's new rank: rank_of_id[rank_to_id[old rank]], one pass over the slots.
+extern "C" __global__ void slot_ranks(const int2* __restrict__ adj, long long slots,
+                                      const unsigned* __restrict__ rank_to_id,
+                                      const unsigned* __restrict__ rank_of_id, unsigned* __restrict__ out) {
+  for (long long s = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; s < slots;
+       s += grid_stride()) {
+    out[s] = rank_of_id[rank_to_id[static_cast<unsigned>(adj[s].y)]];
+  }
+}
+
+// out[i] = table[index[i]] with a uint32 index (a bit-set byte per rank, say).
+template <typename T>
+__global__ void take_by_u32(const T* __restrict__ table, const unsigned* __restrict__ index, long long count,
+                            T* __restrict__ out) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < count;
+       i += grid_stride()) {
+    out[i] = table[index[i]];
+  }
+}
+
 // Slot s of row v holds {neighbour, old rank}; slot_rank[s] is its edge's new rank. Each row is
 // written to `out` with its light slots (new rank < threshold) first, in slot order, then the
 // rest; split[v] = where the rest start. Rows under a warp's width go to their own lane, longer
@@ -622,6 +649,9 @@ template __global__ void gather_ids<long long>(const long long*, const unsigned*
 template __global__ void write_slots<int>(const unsigned long long*, int, int, int, const int*, const int*, int2*);
 template __global__ void write_slots<long long>(const unsigned long long*, long long, long long, int, const int*,
                                                 const int*, int2*);
+template __global__ void take_by_u32<unsigned char>(const unsigned char*, const unsigned*, long long,
+                                                    unsigned char*);
+template __global__ void take_by_u32<unsigned>(const unsigned*, const unsigned*, long long, unsigned*);
 template __global__ void gather_weights<unsigned>(const long long*, const unsigned*, const unsigned*, unsigned*);
 template __global__ void gather_weights<unsigned long long>(const long long*, const unsigned*,
                                                            const unsigned long long*, unsigned long long*);
