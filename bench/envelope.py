@@ -58,6 +58,31 @@ def uniform_device_graph(num_vertices: int, num_edges: int, seed: int) -> tuple[
     return src, dst, weight
 
 
+def _timed_steps() -> dict[str, float]:
+    """Wrap the build's steps (``GpuGraph`` methods) so each one's seconds are recorded, synchronized."""
+    cp = _cupy()
+    from gpu_core import _gpu
+
+    seconds: dict[str, float] = {}
+    for name in ("_rank", "_gather_ids", "_fill_rows", "_heavy_chunks"):
+        original = getattr(_gpu.GpuGraph, name, None)
+        if original is None:
+            continue
+        original = getattr(original, "__wrapped__", original)
+
+        def timed(self: Any, *args: Any, _original: Any = original, _name: str = name) -> Any:
+            cp.cuda.get_current_stream().synchronize()
+            start = time.perf_counter()
+            result = _original(self, *args)
+            cp.cuda.get_current_stream().synchronize()
+            seconds[_name] = seconds.get(_name, 0.0) + time.perf_counter() - start
+            return result
+
+        timed.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(_gpu.GpuGraph, name, timed)
+    return seconds
+
+
 def build_measured(
     src: Any, dst: Any, weight: Any, num_vertices: int
 ) -> tuple[gpu_core.Graph, dict[str, Any]]:
@@ -74,6 +99,7 @@ def build_measured(
         high[0] = max(high[0], pool.used_bytes())
         return block
 
+    steps = _timed_steps()
     cp.cuda.set_allocator(counting)
     start = time.perf_counter()
     try:
@@ -99,6 +125,7 @@ def build_measured(
         "absolute_peak_gb": high[0] / 1e9,
         "estimate": _estimate(num_vertices, m, graph.weight_dtype),
         "build_s": build_s,
+        "build_steps_s": steps,  # the rest: validation, rows, workspace
     }
 
 

@@ -106,7 +106,8 @@ class GpuGraph:
         #: the order the CSR's ranks follow now ("min": (weight, id); "max": (-weight, id))
         self._objective: Objective = "min"
         #: per order: iteration pairs of phase 1 and phase 2, learned by the first run
-        self._pairs: dict[str, tuple[int, int]] = {}
+        #: per order: iteration pairs of phase 1 and of each round of phase 2, learned by the first run
+        self._pairs: dict[str, tuple[int, ...]] = {}
         #: per order: the captured whole-run CUDA graph, once its plan is known
         self._graph_exec: dict[str, Any] = {}
         self._can_capture = True
@@ -306,8 +307,9 @@ class GpuGraph:
              np.int32(self._in_forest.size), self._counters, np.int32(NUM_COUNTERS)),
         )  # fmt: skip
 
-    def _launch_init(self, second_phase: bool, skip: Any = None) -> None:
-        """Fill worklist A from the CSR; ``skip``: a bit set by rank of edges to leave out (what-if)."""
+    def _launch_init(self, second_phase: bool, skip: Any = None, rank_end: int = 0) -> None:
+        """Fill worklist A from the CSR; ``skip``: a bit set by rank of edges to leave out (what-if);
+        ``rank_end``: the second phase takes the ranks below it (a round, ``SlotLayout.phase_ends``)."""
         n = self.num_vertices
         if second_phase:
             kernel("prepare_second_phase")(
@@ -318,7 +320,7 @@ class GpuGraph:
             self._grid(n), (BLOCK,),
             (self.row_ptr, self.split, self.adj, np.int32(n), np.int32(CHUNK_SLOTS), self.heavy_chunks,
              np.int32(self.heavy_chunks.shape[0]), self._parent, self._items_a, self._counter(SIZE_A),
-             NO_SKIP if skip is None else skip),
+             NO_SKIP if skip is None else skip, np.uint32(rank_end)),
         )  # fmt: skip
 
     def _launch_pair(self) -> None:
@@ -462,8 +464,8 @@ class GpuGraph:
         return ends
 
     # -- running ------------------------------------------------------------------------
-    def _run_phase_stepwise(self, second_phase: bool, skip: Any) -> int:
-        self._launch_init(second_phase, skip)
+    def _run_phase_stepwise(self, second_phase: bool, skip: Any, rank_end: int = 0) -> int:
+        self._launch_init(second_phase, skip, rank_end)
         pairs = 0
         while True:
             self._launch_pair()
@@ -472,30 +474,36 @@ class GpuGraph:
             if counters[SIZE_A] == 0 and counters[SIZE_B] == 0:
                 return pairs
 
-    def _run_stepwise(self, skip: Any = None) -> tuple[int, int]:
-        """Run with a read-back every two iterations; the iteration pairs of both phases."""
+    def _run_stepwise(self, skip: Any = None) -> tuple[int, ...]:
+        """Run with a read-back every two iterations; the iteration pairs of phase 1 and of each
+        round of phase 2."""
         self._launch_reset()
-        pairs1 = self._run_phase_stepwise(False, skip)
-        pairs2 = 0
-        if self.threshold < self.num_loop_free:
-            pairs2 = self._run_phase_stepwise(True, skip)
+        pairs = [self._run_phase_stepwise(False, skip)]
+        for end in self.layout.phase_ends:
+            pairs.append(self._run_phase_stepwise(True, skip, end))
         self._launch_extract()
-        return pairs1, pairs2
+        return tuple(pairs)
 
-    def _capture(self, pairs1: int, pairs2: int) -> Any:
+    def _capture(self, plan: tuple[int, ...]) -> Any:
         stream = self._stream
+        ends = self.layout.phase_ends
         stream.begin_capture()
         try:
             self._launch_reset()
             self._launch_init(second_phase=False)
-            for _ in range(pairs1):
+            for _ in range(plan[0]):
                 self._launch_pair()
             # Remember what phase 1 left, so the run can confirm it ended where it was planned to.
             self._counter(PHASE1_LEFT).data.copy_from_device_async(self._counter(SIZE_A).data, 4, stream)
-            if self.threshold < self.num_loop_free:
-                self._launch_init(second_phase=True)
-                for _ in range(pairs2):
+            for round_, (end, pairs) in enumerate(zip(ends, plan[1:], strict=True)):
+                self._launch_init(second_phase=True, rank_end=end)
+                for _ in range(pairs):
                     self._launch_pair()
+                if round_ < len(ends) - 1:  # and what each round but the last left
+                    kernel("note_leftover")(
+                        (1,), (1,),
+                        (self._counters, np.int32(SIZE_A), np.int32(SIZE_B), np.int32(PHASE1_LEFT)),
+                    )  # fmt: skip
             self._launch_extract()
         finally:
             graph = stream.end_capture()
@@ -535,7 +543,7 @@ class GpuGraph:
             cp = _cupy()
             with cp.cuda.Device(self.device_id), self._stream:
                 try:
-                    self._graph_exec[key] = self._capture(*self._pairs[key])
+                    self._graph_exec[key] = self._capture(self._pairs[key])
                 except _device_errors():
                     self._can_capture = False
 

@@ -8,9 +8,10 @@ index type (``kernels/ecl_mst.cu``), picked per graph when it is built.
 
 The worklists hold ``max(threshold, k - threshold)`` items of 12 bytes, twice: 24 bytes per
 edge when the first phase takes only the ``n`` lightest edges. A 64-bit graph is a giant one,
-where memory is what limits: its first phase takes half the edges (``k / 2``), which halves
-the worklists (12 bytes per edge less) for a slower first phase. The forest is the same
-under any threshold (the order is total).
+where memory is what limits: its worklists hold half the edges (12 bytes per edge less), and
+its second phase runs in rounds of at most that many ranks each (``phase_ends``): a round
+takes the ranks below its end, the earlier rounds' edges being inside one set by then. The
+forest is the same whatever the rounds (the order is total).
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ CSR_MIN_PIECES = 8
 
 @dataclass(frozen=True)
 class SlotLayout:
-    """The index type of a graph's slots and the filter threshold its worklists are sized by."""
+    """The index type of a graph's slots, its filter threshold and worklist capacity, and the
+    rank ends of the second phase's rounds."""
 
     wide: bool
     threshold: int
     capacity: int
+    phase_ends: tuple[int, ...]
 
     @property
     def slot(self) -> str:
@@ -57,10 +60,15 @@ def slot_layout(num_vertices: int, num_loop_free: int, wide_from: int | None = N
     k = num_loop_free
     wide = 2 * k >= (WIDE_SLOTS_FROM if wide_from is None else wide_from)
     threshold = filter_threshold(num_vertices, k)
-    if wide:
-        threshold = max(threshold, (k + 1) // 2) if threshold < k else (k + 1) // 2
-    capacity = max(threshold, k - threshold, 1)
-    return SlotLayout(wide=wide, threshold=threshold, capacity=capacity)
+    if not wide:
+        ends: tuple[int, ...] = (k,) if threshold < k else ()
+        return SlotLayout(False, threshold, max(threshold, k - threshold, 1), ends)
+    capacity = max(-(-k // 2), 1)
+    threshold = min(threshold, capacity)
+    ends = tuple(min(k, end) for end in range(threshold + capacity, k + capacity, capacity))
+    if threshold >= k:
+        ends = ()
+    return SlotLayout(True, threshold, capacity, ends)
 
 
 def csr_pieces(num_slots: int) -> int:

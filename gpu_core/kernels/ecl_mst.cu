@@ -141,11 +141,15 @@ extern "C" __global__ void prepare_second_phase(int n, int* parent, unsigned* __
 // Each undirected edge is taken once, from its smaller endpoint. In the second phase
 // both endpoints are replaced by their sets and edges inside one set are filtered out.
 // `skip` (null in ordinary runs): a bit set by rank of edges left out of this run (a what-if).
+// The second phase may run in several rounds of rank ranges (64-bit graphs, whose worklists
+// hold half the edges): a round takes the ranks below `rank_end`; those of earlier rounds lie
+// inside one set by then and are filtered out like any other.
 template <bool kSecondPhase>
 __device__ __forceinline__ bool take_slot(int v, int set_v, int2 e, const int* __restrict__ parent,
-                                          const unsigned* __restrict__ skip, Item& item) {
+                                          const unsigned* __restrict__ skip, unsigned rank_end, Item& item) {
   if (v >= e.x) return false;  // only process in one direction
   const unsigned rank = static_cast<unsigned>(e.y);
+  if (kSecondPhase && rank >= rank_end) return false;
   if (skip != nullptr && ((skip[rank >> 5] >> (rank & 31)) & 1u)) return false;
   if (!kSecondPhase) {
     item = Item{v, e.x, rank};
@@ -160,11 +164,12 @@ __device__ __forceinline__ bool take_slot(int v, int set_v, int2 e, const int* _
 template <bool kSecondPhase, typename Slot>
 __device__ __forceinline__ void warp_scan(int v, int set_v, Slot beg, Slot end, const int2* __restrict__ adj,
                                           const int* __restrict__ parent, const unsigned* __restrict__ skip,
-                                          Item* __restrict__ worklist, unsigned* __restrict__ worklist_size) {
+                                          unsigned rank_end, Item* __restrict__ worklist,
+                                          unsigned* __restrict__ worklist_size) {
   for (Slot chunk = beg; chunk < end; chunk += kWarpSize) {
     const Slot s = chunk + lane_id();
     Item item{};
-    const bool push = s < end && take_slot<kSecondPhase>(v, set_v, adj[s], parent, skip, item);
+    const bool push = s < end && take_slot<kSecondPhase>(v, set_v, adj[s], parent, skip, rank_end, item);
     warp_push(push, item, worklist, worklist_size);
   }
 }
@@ -189,7 +194,8 @@ __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __re
                               const int2* __restrict__ adj, int n, int chunk,
                               const Slot* __restrict__ heavy_chunks, int num_heavy_chunks,
                               const int* __restrict__ parent, Item* __restrict__ worklist,
-                              unsigned* __restrict__ worklist_size, const unsigned* __restrict__ skip) {
+                              unsigned* __restrict__ worklist_size, const unsigned* __restrict__ skip,
+                              unsigned rank_end) {
   const int lane = lane_id();
   for (int first = warp_start(); first < n; first += grid_stride()) {
     const int v = first + lane;
@@ -206,7 +212,8 @@ __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __re
     for (int j = 0; j < kWarpDegree - 1; ++j) {
       Item item{};
       const bool push =
-          by_thread && beg + j < end && take_slot<kSecondPhase>(v, set_v, adj[beg + j], parent, skip, item);
+          by_thread && beg + j < end &&
+          take_slot<kSecondPhase>(v, set_v, adj[beg + j], parent, skip, rank_end, item);
       warp_push(push, item, worklist, worklist_size);
     }
 
@@ -217,7 +224,7 @@ __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __re
       pending &= pending - 1;
       warp_scan<kSecondPhase, Slot>(__shfl_sync(FULL_MASK, v, owner), __shfl_sync(FULL_MASK, set_v, owner),
                                     __shfl_sync(FULL_MASK, beg, owner), __shfl_sync(FULL_MASK, end, owner),
-                                    adj, parent, skip, worklist, worklist_size);
+                                    adj, parent, skip, rank_end, worklist, worklist_size);
     }
   }
 
@@ -233,8 +240,14 @@ __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __re
     const Slot end = min(first_slot + chunk, hi);
     if (beg >= end) continue;  // uniform across the warp
     const int set_v = kSecondPhase ? parent[v] : v;
-    warp_scan<kSecondPhase, Slot>(v, set_v, beg, end, adj, parent, skip, worklist, worklist_size);
+    warp_scan<kSecondPhase, Slot>(v, set_v, beg, end, adj, parent, skip, rank_end, worklist, worklist_size);
   }
+}
+
+// After a phase (or a round of the second): what its worklists still hold, added up. A planned
+// (replayed) run is confirmed only when this stays zero.
+extern "C" __global__ void note_leftover(unsigned* counters, int size_a, int size_b, int left) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) counters[left] += counters[size_a] + counters[size_b];
 }
 
 // Algorithm 2, lines 13-23. Slot: the index type of worklist positions.
@@ -508,9 +521,10 @@ namespace {
 
 // Bits of a 4-byte weight whose unsigned order is the weight's order (-0.0 and 0.0 equal,
 // as the sorts of both backends compare them).
+// Bits only, no float comparison: a flush-to-zero compare would tie subnormals with zero.
 __device__ __forceinline__ unsigned order_bits(float w) {
-  if (w == 0.0f) return 0x80000000u;
   const unsigned bits = __float_as_uint(w);
+  if ((bits & 0x7fffffffu) == 0u) return 0x80000000u;
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 __device__ __forceinline__ unsigned order_bits(int w) { return static_cast<unsigned>(w) ^ 0x80000000u; }
@@ -616,15 +630,15 @@ __global__ void write_slots(const unsigned long long* __restrict__ keys, Slot co
 
 // Explicit instantiations, so nvcc compile checks cover the templates too.
 template __global__ void init_worklist<false, int>(const int*, const int*, const int2*, int, int, const int*, int,
-                                                   const int*, Item*, unsigned*, const unsigned*);
+                                                   const int*, Item*, unsigned*, const unsigned*, unsigned);
 template __global__ void init_worklist<true, int>(const int*, const int*, const int2*, int, int, const int*, int,
-                                                  const int*, Item*, unsigned*, const unsigned*);
+                                                  const int*, Item*, unsigned*, const unsigned*, unsigned);
 template __global__ void init_worklist<false, long long>(const long long*, const long long*, const int2*, int, int,
                                                          const long long*, int, const int*, Item*, unsigned*,
-                                                         const unsigned*);
+                                                         const unsigned*, unsigned);
 template __global__ void init_worklist<true, long long>(const long long*, const long long*, const int2*, int, int,
                                                         const long long*, int, const int*, Item*, unsigned*,
-                                                        const unsigned*);
+                                                        const unsigned*, unsigned);
 template __global__ void select_lightest<int>(const Item*, const unsigned*, Item*, unsigned*, const int*, unsigned*);
 template __global__ void select_lightest<long long>(const Item*, const unsigned*, Item*, unsigned*, const int*,
                                                     unsigned*);

@@ -32,20 +32,28 @@ def test_small_graphs_keep_32_bit_slots_and_the_paper_threshold() -> None:
     assert not layout.wide and layout.slot == "int" and layout.slot_bytes == 4
     assert layout.threshold == 2**22  # FILTER_EDGES_PER_VERTEX * n
     assert layout.capacity == 33_500_000 - 2**22
+    assert layout.phase_ends == (33_500_000,)  # one second phase
+    assert slot_layout(1000, 1500).phase_ends == ()  # sparse: no filtering
     assert not slot_layout(10, WIDE_SLOTS_FROM // 2 - 1).wide
     assert slot_layout(10, WIDE_SLOTS_FROM // 2).wide  # 2^31 slots
 
 
-def test_wide_graphs_halve_the_worklists() -> None:
+def test_wide_graphs_halve_the_worklists_and_run_phase_two_in_rounds() -> None:
     for n, k in [(2**27, 2_200_000_000), (2**26, 1_100_000_000), (2**31 - 1, 2**31), (3, MAX_GPU_EDGES)]:
         layout = slot_layout(n, k)
         assert layout.wide and layout.slot == "long long"
-        assert layout.threshold >= (k + 1) // 2
-        assert layout.capacity == max(layout.threshold, k - layout.threshold)
-        assert layout.capacity <= 2**31  # worklist positions fit 32 bits (unsigned counters)
-    # forced on a small graph: the same rule
-    small = slot_layout(100, 1000, wide_from=0)
-    assert small.wide and small.threshold == 500 and small.capacity == 500
+        assert layout.capacity == -(-k // 2) <= 2**31  # worklist positions fit 32 bits (unsigned counters)
+        assert layout.threshold <= layout.capacity
+        starts = (layout.threshold, *layout.phase_ends[:-1])
+        assert layout.phase_ends[-1] == k
+        assert all(
+            0 < end - start <= layout.capacity for start, end in zip(starts, layout.phase_ends, strict=True)
+        )
+    assert slot_layout(2**27, 2_200_000_000).threshold == 2**27  # the paper's first phase
+    # forced on small graphs: the same rules
+    assert slot_layout(100, 1000, wide_from=0).phase_ends == (600, 1000)
+    sparse = slot_layout(100, 150, wide_from=0)  # no filtering in 32 bits; two halves here
+    assert (sparse.threshold, sparse.capacity, sparse.phase_ends) == (75, 75, (150,))
     assert slot_layout(0, 0, wide_from=0).capacity == 1
 
 
