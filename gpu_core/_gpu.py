@@ -31,6 +31,10 @@ BLOCK = 256
 BLOCKS_PER_SM = 8
 #: rows with at least this many slots are cut into chunks of this many, one warp each
 CHUNK_SLOTS = 256
+#: graphs of at least this many edges hand the pool's cached blocks back between build steps:
+#: a freed sort buffer split to serve a smaller array can no longer serve the worklists (seen
+#: as an out-of-memory error with 2.7B edges on an H200 while 14 GB were cached in pieces)
+RELEASE_FROM_EDGES = 1 << 26
 #: words of the forest bit set one thread of the compaction kernels reads (kernels/ecl_mst.cu)
 TILE_WORDS = 256 * 8
 #: counters on the device: worklist A size, worklist B size, forest size, phase-1 leftover
@@ -153,6 +157,7 @@ class GpuGraph:
         slot_dtype = cp.int64 if self.layout.wide else cp.int32
 
         # Endpoints by rank; the input ids are not needed after this.
+        self._release(cp)
         u = self._gather_ids(cp, src_ids, k)
         v = self._gather_ids(cp, dst_ids, k)
         del src_ids, dst_ids
@@ -171,10 +176,13 @@ class GpuGraph:
         del light
 
         # CSR of both directions, rows in ascending rank order, one chunk of rows at a time.
+        self._release(cp)
         self.adj = cp.empty((2 * k, 2), dtype=cp.int32)
         self._fill_rows(cp, u, v, k)
         del u, v
+        self._release(cp)
         self.heavy_chunks = self._heavy_chunks(cp, slot_dtype)
+        self._release(cp)
 
         # Workspace, kept with the graph so a computation allocates nothing.
         capacity = self.layout.capacity
@@ -209,6 +217,7 @@ class GpuGraph:
                 name = f"rank_keys<{'float' if weight.dtype.kind == 'f' else 'int'}, {_id_type(src)}>"
                 kernel(name)(self._grid(m), (BLOCK,), (weight, src, dst, np.int64(m), keys))
                 keys.sort()
+            self._release(cp)  # the sort's scratch, before anything is carved out of it
             rank_to_id = cp.empty(k, dtype=cp.uint32)
             if k:
                 kernel("key_ids")(self._grid(k), (BLOCK,), (keys, np.int64(k), rank_to_id))
@@ -218,6 +227,13 @@ class GpuGraph:
         if loops:
             order = order[(src != dst)[order]]
         return order.astype(cp.uint32)
+
+    def _release(self, cp: Any) -> None:
+        """Hand the pool's wholly free blocks back to the device (giant graphs only, see
+        ``RELEASE_FROM_EDGES``), once the stream's work that used them is done."""
+        if self.num_edges >= RELEASE_FROM_EDGES:
+            self._stream.synchronize()
+            cp.get_default_memory_pool().free_all_blocks()
 
     def _gather_ids(self, cp: Any, ids: Any, k: int) -> Any:
         """``ids[rank_to_id]`` as int32: one endpoint of every rank."""
@@ -260,6 +276,7 @@ class GpuGraph:
                 self._grid(size), (BLOCK,),
                 (chunk, slot(size), slot(first), np.int32(lo), u, v, self.adj),
             )  # fmt: skip
+            del chunk
         del keys, count
 
     def _heavy_chunks(self, cp: Any, slot_dtype: Any) -> Any:
