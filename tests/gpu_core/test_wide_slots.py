@@ -87,7 +87,12 @@ def wide(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def chunked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CSR sorted in chunks, and the pool's free blocks handed back between build steps
+    (what giant graphs do) even for small graphs."""
+    from gpu_core import _gpu
+
     monkeypatch.setattr(_layout, "CSR_SPLIT_FROM", 0)
+    monkeypatch.setattr(_gpu, "RELEASE_FROM_EDGES", 0)
 
 
 def _gpu(g: EdgeGraph, *, wide: bool) -> gpu_core.Graph:
