@@ -4,16 +4,21 @@ Counted from what the backends allocate (``_gpu.GpuGraph._build``, ``_cpu.CpuGra
 with ``k = m`` (no self-loops: an upper bound). Two numbers:
 
 * ``resident``: what the prepared graph holds while it stays loaded (``Graph.nbytes``);
-* ``peak``: the most the build holds at once, the input copies and the sorts' scratch
-  included. A build needs ``peak`` free bytes; afterwards it keeps ``resident``.
+* ``peak``: the most the build holds at once, the input's device copies (int64 ids at
+  worst, as a host upload makes them), the sorts' scratch included. A build needs
+  ``peak`` free bytes; afterwards it keeps ``resident``.
 
-Measured (``tests/gpu_core/test_estimate.py``): on an H100 with CuPy 14.2, the live
-bytes of CuPy's pool peaked at 104 + 2w bytes per edge (``w`` the weight's itemsize;
-the vertices' share is small) during the edge ranking, while the input ids, their int64
-copies, the sort's scratch and the permuted ids are all alive; ``peak`` allows 112 + 2w.
-``resident`` matched ``Graph.nbytes`` within 0.2 % for graphs without self-loops. On
-the CPU backend (NumPy, traced with ``tracemalloc``) the build peaked at about 49 + w
-bytes per edge with 32-bit ids given (37 + w with int64 ids); ``peak`` allows 60 + w.
+GPU layouts (``_layout``): graphs of fewer than 2^31 slots index them with 32 bits; larger
+ones with 64 bits and worklists half the size (``slot_layout``). The build's phases, in
+bytes per edge (``w`` the weight's itemsize, ``I`` the input's device copies, 16 + w):
+ranking (4-byte weights) ``I + w + 16`` (the 64-bit keys and the sort's scratch),
+(8-byte weights) ``I + w + 2w + 16`` (CuPy's argsort: a copy of the keys, int64 ids and
+the sort's pairs); endpoints by rank ``I + w + 12``; the CSR ``w + 28`` plus the sorted
+chunk's keys and scratch (16 bytes per slot of one of ``csr_pieces`` chunks); and then the
+resident graph. ``peak`` is the largest of them. Measured on the GPU by
+``tests/gpu_core/test_estimate.py`` (CuPy's pool, a counting allocator); the CPU backend
+(NumPy, traced with ``tracemalloc``) peaks at about 49 + w bytes per edge with 32-bit ids
+given (37 + w with int64 ids); ``peak`` allows 60 + w there.
 Both are upper bounds for the graph given: self-loops only shrink a graph.
 """
 
@@ -24,16 +29,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._forest import filter_threshold
+from ._layout import SlotLayout, csr_pieces, slot_layout
 
-#: bytes a build adds whatever its size (pool rounding, counters, the pinned read-back block)
+#: bytes a build adds whatever its size (pool rounding, counters, the pinned read-back block, sort scratch)
 GPU_OVERHEAD = 1 << 20
-#: peak bytes per edge of the GPU build besides the weights' share (see the module's docstring)
-GPU_PEAK_PER_EDGE = 112
-#: peak bytes per edge per byte of the weight's itemsize on the GPU (the weights and the sort's copy)
-GPU_PEAK_PER_WEIGHT_BYTE = 2
-#: peak bytes per vertex of the GPU build (the row searches' int64 vertex range and results)
-GPU_PEAK_PER_VERTEX = 24
+#: device bytes per edge of the input's copies at worst: int64 ids (a host upload), besides the weights
+GPU_INPUT_IDS_PER_EDGE = 16
 #: peak bytes per edge of the CPU build besides the weights: int64 ids, the order (int64 and
 #: int32), the permuted ids, the loop mask, the gathers
 CPU_PEAK_PER_EDGE = 60
@@ -73,26 +74,36 @@ def estimate_device_bytes(
         resident = m * (w + 5 * index)
         peak = m * (CPU_PEAK_PER_EDGE + w) + CPU_OVERHEAD
         return MemoryEstimate(resident=resident, peak=peak)
+    return _gpu_bytes(n, m, w, slot_layout(n, m))
+
+
+def _gpu_bytes(n: int, m: int, w: int, layout: SlotLayout) -> MemoryEstimate:
+    """The GPU backend's bytes for a graph of ``m`` loop-free edges in ``layout``."""
     k = m
-    threshold = filter_threshold(n, k)
-    capacity = max(threshold, k - threshold, 1)
+    s = layout.slot_bytes
     nv = max(n, 1)
     resident = (
         m * w  # weights in input order
         + 4 * k  # rank -> edge id
         + 16 * k  # adjacency: (column, rank) of both directions
-        + 8 * (n + 1)  # row_ptr and split
-        + 8 * (2 * k // 256 + 1)  # heavy-row chunks (at most one per 256 slots)
-        + 2 * 12 * capacity  # the two worklists
+        + s * (2 * n + 1)  # row_ptr and split
+        + 2 * s * (2 * k // 256 + 1)  # heavy-row chunks (at most one per 256 slots)
+        + 2 * 12 * layout.capacity  # the two worklists
         + nv * (4 + 4 + 4 + 8 + w)  # lightest x2, parent, forest ids, forest weights
         + 4 * max((m + 31) // 32, 1)  # forest bit set
         + 4 * _tiles(m)  # per-tile forest counts
         + 16  # counters
     )
-    build = m * (GPU_PEAK_PER_EDGE + GPU_PEAK_PER_WEIGHT_BYTE * w) + GPU_PEAK_PER_VERTEX * nv
-    # the validated int64 ids live until the build returns, next to the finished graph
-    finish = resident + 16 * m
-    return MemoryEstimate(resident=resident, peak=max(build, finish) + GPU_OVERHEAD)
+    inputs = (GPU_INPUT_IDS_PER_EDGE + w) * m
+    # 4-byte weights: the 64-bit keys and the sort's scratch; 8-byte: argsort's key copy, ids, pairs' scratch
+    sort_scratch = 16 * m if w == 4 else (2 * w + 24) * m
+    ranking = inputs + w * m + sort_scratch
+    endpoints = inputs + w * m + 12 * k  # rank -> id and both endpoints by rank
+    slots = 2 * k
+    chunk = -(-slots // csr_pieces(slots)) if slots else 0
+    rows = 2 * s * (n + 1) + 8 * nv  # row_ptr, split and the row counts
+    csr = w * m + 28 * k + rows + 16 * chunk  # + one chunk's keys and their sort's scratch
+    return MemoryEstimate(resident=resident, peak=max(ranking, endpoints, csr, resident) + GPU_OVERHEAD)
 
 
 def _tiles(num_edges: int) -> int:

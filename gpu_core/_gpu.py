@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ._forest import filter_threshold, weight_bound
 from ._kernels import kernel
+from ._layout import MAX_GPU_EDGES, csr_pieces, slot_layout
 from ._order import Objective, edge_order
 from ._validate import validate_edges
 from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
@@ -31,6 +31,10 @@ BLOCK = 256
 BLOCKS_PER_SM = 8
 #: rows with at least this many slots are cut into chunks of this many, one warp each
 CHUNK_SLOTS = 256
+#: graphs of at least this many edges hand the pool's cached blocks back between build steps:
+#: a freed sort buffer split to serve a smaller array can no longer serve the worklists (seen
+#: as an out-of-memory error with 2.7B edges on an H200 while 14 GB were cached in pieces)
+RELEASE_FROM_EDGES = 1 << 26
 #: words of the forest bit set one thread of the compaction kernels reads (kernels/ecl_mst.cu)
 TILE_WORDS = 256 * 8
 #: counters on the device: worklist A size, worklist B size, forest size, phase-1 leftover
@@ -50,6 +54,37 @@ def _device_errors() -> tuple[type[BaseException], ...]:
     return (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError)
 
 
+def _narrow_ids(cp: Any, ids: Any) -> Any:
+    """Validated vertex ids as int32 or int64, as given where they already are (no copy)."""
+    if ids.dtype in (cp.int32, cp.int64):
+        return ids
+    return ids.astype(cp.int32 if ids.dtype.itemsize <= 4 else cp.int64)  # in [0, n): exact
+
+
+def _id_type(ids: Any) -> str:
+    """The kernels' template argument for an int32 or int64 id array."""
+    return "int" if ids.dtype.itemsize == 4 else "long long"
+
+
+def _take_by_u32(cp: Any, table: Any, index: Any) -> Any:
+    """``table[index]`` for a uint32 index (bool or uint32 table), without an int64 copy of the index."""
+    out = cp.empty(index.shape[0], dtype=table.dtype)
+    if out.size:
+        word = "unsigned char" if table.dtype.itemsize == 1 else "unsigned"
+        grid = (max(1, min(-(-out.size // BLOCK), 65535)),)
+        kernel(f"take_by_u32<{word}>")(grid, (BLOCK,), (table, index, np.int64(out.size), out))
+    return out
+
+
+def _weight_bound(weight: Any) -> int | None:
+    """The largest weight magnitude (None for floats), for exact forest totals."""
+    if weight.dtype.kind not in "iu":
+        return None
+    if not weight.shape[0]:
+        return 0
+    return max(abs(int(weight.min())), abs(int(weight.max())))
+
+
 class GpuGraph:
     """A graph resident on the current CUDA device, ready for ECL-MST."""
 
@@ -59,6 +94,8 @@ class GpuGraph:
         cp = _cupy()
         self.device_id = int(cp.cuda.Device().id)
         self._stream = cp.cuda.Stream(non_blocking=True)
+        sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        self._max_blocks = sms * BLOCKS_PER_SM
         try:
             self._after_caller()  # device arrays given may still be being written on the caller's stream
             with self._stream:
@@ -73,14 +110,22 @@ class GpuGraph:
         #: the order the CSR's ranks follow now ("min": (weight, id); "max": (-weight, id))
         self._objective: Objective = "min"
         #: per order: iteration pairs of phase 1 and phase 2, learned by the first run
-        self._pairs: dict[str, tuple[int, int]] = {}
+        #: per order: iteration pairs of phase 1 and of each round of phase 2, learned by the first run
+        self._pairs: dict[str, tuple[int, ...]] = {}
         #: per order: the captured whole-run CUDA graph, once its plan is known
         self._graph_exec: dict[str, Any] = {}
         self._can_capture = True
 
     # -- building -----------------------------------------------------------------------
     def _build(self, cp: Any, src: Any, dst: Any, weight: Any, num_vertices: int | None) -> None:
-        edges = validate_edges(cp, src, dst, weight, num_vertices)
+        """Validate, rank and build the CSR, holding little more than the finished graph at any time.
+
+        The order of the steps is the memory plan: the ranking sort runs before anything of the
+        graph's size but the weights exists; the endpoints by rank replace the input ids; the CSR
+        is filled one chunk of rows at a time (its scratch is one chunk's keys); the worklists,
+        the largest part of the workspace, are allocated last, once every temporary is gone.
+        """
+        edges = validate_edges(cp, src, dst, weight, num_vertices, widen=False)
         n = edges.num_vertices
         m = int(edges.weight.shape[0])
         if n > INT32_MAX:
@@ -89,59 +134,58 @@ class GpuGraph:
                 limit=INT32_MAX,
                 actual=n,
             )
-        if m > INT32_MAX:
+        if m > MAX_GPU_EDGES:
             raise GraphTooLargeError(
-                f"the GPU backend supports at most {INT32_MAX} edges, got {m}.", limit=INT32_MAX, actual=m
+                f"the GPU backend ranks edges with 32 bits: at most {MAX_GPU_EDGES} edges, got {m}.",
+                limit=MAX_GPU_EDGES,
+                actual=m,
             )
         self.num_vertices = n
         self.num_edges = m
         # Input order, for the forest's weights; a copy, so the caller may reuse its own array.
         self.weight = edges.weight.copy() if edges.weight is weight else edges.weight
+        src_ids, dst_ids = _narrow_ids(cp, edges.src), _narrow_ids(cp, edges.dst)
+        del edges  # device copies of host input go as soon as the endpoints by rank exist
 
-        # Rank edges by (weight, edge_id): CuPy's argsort is stable, so ties keep id order.
-        order = edge_order(cp, edges.weight, "min")
-        self.weight_bound = weight_bound(edges.weight, order)
-        src_r = edges.src[order]
-        dst_r = edges.dst[order]
-        loop_free = src_r != dst_r
-        self.rank_to_id = order[loop_free].astype(cp.int32)
-        u = src_r[loop_free].astype(cp.int32)
-        v = dst_r[loop_free].astype(cp.int32)
-        del order, src_r, dst_r, loop_free
-        k = int(u.shape[0])
-        if 2 * k > INT32_MAX:
-            limit = INT32_MAX // 2
-            raise GraphTooLargeError(
-                f"the GPU backend stores both directions of every edge with 32-bit slots: at most "
-                f"{limit} edges that are not self-loops, got {k}.",
-                limit=limit,
-                actual=k,
-            )
+        # Rank edges by (weight, edge_id), self-loops left out: rank_to_id (uint32).
+        self.rank_to_id = self._rank(cp, src_ids, dst_ids)
+        self.weight_bound = _weight_bound(self.weight)
+        k = int(self.rank_to_id.shape[0])
         self.num_loop_free = k
+        self.layout = slot_layout(n, k)
+        self.threshold = self.layout.threshold
+        slot_dtype = cp.int64 if self.layout.wide else cp.int32
 
-        # CSR of both directions. Slot 2r and 2r+1 are the two directions of rank r, so a
-        # stable sort by row keeps every row in ascending rank order.
-        rows = cp.stack([u, v], axis=1).ravel()
-        cols = cp.stack([v, u], axis=1).ravel()
-        by_row = cp.argsort(rows)
+        # Endpoints by rank; the input ids are not needed after this.
+        self._release(cp)
+        u = self._gather_ids(cp, src_ids, k)
+        v = self._gather_ids(cp, dst_ids, k)
+        del src_ids, dst_ids
+
+        # Rows: degrees and light-slot counts (rank < threshold) -> row_ptr and split.
+        degree = cp.zeros(max(n, 1), dtype=cp.uint32)
+        light = cp.zeros(max(n, 1), dtype=cp.uint32)
+        if k:
+            kernel("count_rows")(
+                self._grid(k), (BLOCK,), (u, v, np.int64(k), np.uint32(self.threshold), degree, light)
+            )
+        self.row_ptr = cp.zeros(n + 1, dtype=slot_dtype)
+        cp.cumsum(degree[:n], dtype=slot_dtype, out=self.row_ptr[1:])
+        del degree
+        self.split = self.row_ptr[:-1] + light[:n].astype(slot_dtype)
+        del light
+
+        # CSR of both directions, rows in ascending rank order, one chunk of rows at a time.
+        self._release(cp)
         self.adj = cp.empty((2 * k, 2), dtype=cp.int32)
-        self.adj[:, 0] = cols[by_row]
-        self.adj[:, 1] = (by_row // 2).astype(cp.int32)
-        # Row starts by binary search in the sorted rows, not by cp.bincount: CuPy 14's bincount
-        # takes about 3 KB of scratch per bin (3.2 GB for a graph of 10^6 vertices).
-        sorted_rows = rows[by_row]
-        del rows, cols, by_row, u, v
-        vertices = cp.arange(n + 1, dtype=cp.int64)
-        self.row_ptr = cp.searchsorted(sorted_rows, vertices).astype(cp.int32)
-        self.threshold = filter_threshold(n, k)
-        # split[v]: where the slots of row v with rank >= threshold start (the filter's second phase).
-        light_rows = sorted_rows[self.adj[:, 1] < self.threshold]  # sorted too
-        self.split = self.row_ptr[:-1] + cp.diff(cp.searchsorted(light_rows, vertices)).astype(cp.int32)
-        del sorted_rows, light_rows, vertices
-        self.heavy_chunks = self._heavy_chunks(cp)
+        self._fill_rows(cp, u, v, k)
+        del u, v
+        self._release(cp)
+        self.heavy_chunks = self._heavy_chunks(cp, slot_dtype)
+        self._release(cp)
 
         # Workspace, kept with the graph so a computation allocates nothing.
-        capacity = max(self.threshold, k - self.threshold, 1)
+        capacity = self.layout.capacity
         self._items_a = cp.empty(3 * capacity, dtype=cp.int32)
         self._items_b = cp.empty(3 * capacity, dtype=cp.int32)
         self._lightest0 = cp.empty(max(n, 1), dtype=cp.uint32)
@@ -151,28 +195,109 @@ class GpuGraph:
         self._tile_counts = cp.empty(max(math.ceil(self._in_forest.size / TILE_WORDS), 1), dtype=cp.int32)
         self._forest = cp.empty(max(n, 1), dtype=cp.int64)  # written as the API's int64 edge ids
         self._forest_weights = cp.empty(max(n, 1), dtype=self.weight.dtype)
-        self._counters = cp.zeros(NUM_COUNTERS, dtype=cp.int32)
+        self._counters = cp.zeros(NUM_COUNTERS, dtype=cp.uint32)
         self._counters_host = cp.cuda.alloc_pinned_memory(4 * NUM_COUNTERS)
         self._events = (cp.cuda.Event(), cp.cuda.Event())  # around each computation
-
-        sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
-        self._max_blocks = sms * BLOCKS_PER_SM
         self._capacity = capacity
 
-    def _heavy_chunks(self, cp: Any) -> Any:
+    def _rank(self, cp: Any, src: Any, dst: Any) -> Any:
+        """Edge ids of the loop-free edges in ``(weight, edge_id)`` order, as uint32.
+
+        4-byte weights: one sort of 64-bit keys {order bits of the weight : edge id} (8 bytes
+        per edge, sorted in place), self-loops keyed last. 8-byte weights do not fit such a
+        key: a stable argsort of the weights, then the self-loops filtered out.
+        """
+        m = self.num_edges
+        weight = self.weight
+        loops = int(cp.count_nonzero(src == dst)) if m else 0
+        k = m - loops
+        if weight.dtype.itemsize == 4:
+            keys = cp.empty(m, dtype=cp.uint64)
+            if m:
+                name = f"rank_keys<{'float' if weight.dtype.kind == 'f' else 'int'}, {_id_type(src)}>"
+                kernel(name)(self._grid(m), (BLOCK,), (weight, src, dst, np.int64(m), keys))
+                keys.sort()
+            self._release(cp)  # the sort's scratch, before anything is carved out of it
+            rank_to_id = cp.empty(k, dtype=cp.uint32)
+            if k:
+                kernel("key_ids")(self._grid(k), (BLOCK,), (keys, np.int64(k), rank_to_id))
+            del keys
+            return rank_to_id
+        order = edge_order(cp, weight, "min")
+        if loops:
+            order = order[(src != dst)[order]]
+        return order.astype(cp.uint32)
+
+    def _release(self, cp: Any) -> None:
+        """Hand the pool's wholly free blocks back to the device (giant graphs only, see
+        ``RELEASE_FROM_EDGES``), once the stream's work that used them is done."""
+        if self.num_edges >= RELEASE_FROM_EDGES:
+            self._stream.synchronize()
+            cp.get_default_memory_pool().free_all_blocks()
+
+    def _gather_ids(self, cp: Any, ids: Any, k: int) -> Any:
+        """``ids[rank_to_id]`` as int32: one endpoint of every rank."""
+        out = cp.empty(k, dtype=cp.int32)
+        if k:
+            kernel(f"gather_ids<{_id_type(ids)}>")(
+                self._grid(k), (BLOCK,), (ids, self.rank_to_id, np.int64(k), out)
+            )
+        return out
+
+    def _fill_rows(self, cp: Any, u: Any, v: Any, k: int) -> None:
+        """``adj`` row by row: the slots of each of ``csr_pieces`` chunks of whole rows are
+        bucketed as keys {row : rank}, sorted, and written with their neighbours."""
+        if not k:
+            return
+        n = self.num_vertices
+        pieces = csr_pieces(2 * k)
+        slots = 2 * k
+        targets = cp.arange(1, pieces, dtype=cp.int64) * (slots // pieces)
+        cuts = cp.searchsorted(self.row_ptr, targets.astype(self.row_ptr.dtype), side="left").astype(cp.int64)
+        bounds = [0, *(int(c) for c in cuts.get()), n]
+        bounds = sorted(set(bounds))
+        starts = self.row_ptr[cp.asarray(bounds, dtype=cp.int64)].get().astype(np.int64)
+        largest = int(np.diff(starts).max())
+        keys = cp.empty(max(largest, 1), dtype=cp.uint64)
+        count = cp.zeros(1, dtype=cp.uint64)
+        slot = np.int64 if self.layout.wide else np.int32
+        for lo, hi, first, last in zip(bounds[:-1], bounds[1:], starts[:-1], starts[1:], strict=True):
+            size = int(last - first)
+            if not size:
+                continue
+            count.fill(0)
+            kernel("bucket_slots")(
+                (self._max_blocks,), (BLOCK,),
+                (u, v, np.int64(k), np.int32(lo), np.int32(hi), keys, count),
+            )  # fmt: skip
+            chunk = keys[:size]
+            chunk.sort()
+            kernel(f"write_slots<{self.layout.slot}>")(
+                self._grid(size), (BLOCK,),
+                (chunk, slot(size), slot(first), np.int32(lo), u, v, self.adj),
+            )  # fmt: skip
+            del chunk
+        del keys, count
+
+    def _heavy_chunks(self, cp: Any, slot_dtype: Any) -> Any:
         """{row, first slot} of every CHUNK_SLOTS-slot chunk of the rows with at least CHUNK_SLOTS slots."""
         degree = cp.diff(self.row_ptr)
-        heavy = cp.flatnonzero(degree >= CHUNK_SLOTS).astype(cp.int32)
+        heavy = cp.flatnonzero(degree >= CHUNK_SLOTS).astype(slot_dtype)
         per_row = (degree[heavy] + CHUNK_SLOTS - 1) // CHUNK_SLOTS
         ends = cp.cumsum(per_row)
         total = int(ends[-1]) if heavy.size else 0
-        chunks = cp.empty((total, 2), dtype=cp.int32)
+        chunks = cp.empty((total, 2), dtype=slot_dtype)
         if total:
-            task = cp.arange(total, dtype=cp.int32)
+            task = cp.arange(total, dtype=slot_dtype)
             which = cp.searchsorted(ends, task, side="right")
             chunks[:, 0] = heavy[which]
             chunks[:, 1] = self.row_ptr[heavy[which]] + (task - (ends[which] - per_row[which])) * CHUNK_SLOTS
         return chunks
+
+    @property
+    def wide(self) -> bool:
+        """Whether this graph indexes its slots with 64 bits (``_layout``)."""
+        return self.layout.wide
 
     @property
     def nbytes(self) -> int:
@@ -199,25 +324,27 @@ class GpuGraph:
              np.int32(self._in_forest.size), self._counters, np.int32(NUM_COUNTERS)),
         )  # fmt: skip
 
-    def _launch_init(self, second_phase: bool, skip: Any = None) -> None:
-        """Fill worklist A from the CSR; ``skip``: a bit set by rank of edges to leave out (what-if)."""
+    def _launch_init(self, second_phase: bool, skip: Any = None, rank_end: int = 0) -> None:
+        """Fill worklist A from the CSR; ``skip``: a bit set by rank of edges to leave out (what-if);
+        ``rank_end``: the second phase takes the ranks below it (a round, ``SlotLayout.phase_ends``)."""
         n = self.num_vertices
         if second_phase:
             kernel("prepare_second_phase")(
                 self._grid(n), (BLOCK,), (np.int32(n), self._parent, self._lightest0, self._lightest1)
             )
-        name = "init_worklist<true>" if second_phase else "init_worklist<false>"
+        name = f"init_worklist<{'true' if second_phase else 'false'}, {self.layout.slot}>"
         kernel(name)(
             self._grid(n), (BLOCK,),
             (self.row_ptr, self.split, self.adj, np.int32(n), np.int32(CHUNK_SLOTS), self.heavy_chunks,
              np.int32(self.heavy_chunks.shape[0]), self._parent, self._items_a, self._counter(SIZE_A),
-             NO_SKIP if skip is None else skip),
+             NO_SKIP if skip is None else skip, np.uint32(rank_end)),
         )  # fmt: skip
 
     def _launch_pair(self) -> None:
         """Two iterations of Algorithm 2's loop: worklist A -> B, then B -> A."""
         grid = self._grid(self._capacity)
-        select, link = kernel("select_lightest"), kernel("link_lightest")
+        slot = self.layout.slot
+        select, link = kernel(f"select_lightest<{slot}>"), kernel(f"link_lightest<{slot}>")
         size_a, size_b = self._counter(SIZE_A), self._counter(SIZE_B)
         for items, size, next_items, next_size, lightest, lightest_next in (
             (self._items_a, size_a, self._items_b, size_b, self._lightest0, self._lightest1),
@@ -247,8 +374,8 @@ class GpuGraph:
              self._forest_weights.view(view)),
         )  # fmt: skip
 
-    def _read_counters(self) -> np.ndarray[Any, np.dtype[np.int32]]:
-        host = np.frombuffer(self._counters_host, dtype=np.int32, count=NUM_COUNTERS)
+    def _read_counters(self) -> np.ndarray[Any, np.dtype[np.uint32]]:
+        host = np.frombuffer(self._counters_host, dtype=np.uint32, count=NUM_COUNTERS)
         self._counters.get(stream=self._stream, out=host)
         return host
 
@@ -267,20 +394,25 @@ class GpuGraph:
             return
         order = cp.ascontiguousarray(order, dtype=cp.int64)
         nonloop = cp.zeros(m, dtype=cp.bool_)
-        nonloop[self.rank_to_id] = True
-        upto = cp.cumsum(nonloop[order], dtype=cp.int32)  # non-loop edges up to each position
-        rank_of_id = cp.empty(m, dtype=cp.int32)
-        new_rank_to_id = cp.empty(k, dtype=cp.int32)
-        kernel("assign_ranks")(
-            self._grid(m), (BLOCK,), (order, upto, nonloop, np.int32(m), rank_of_id, new_rank_to_id)
-        )
+        kernel("mark_ids")(self._grid(k), (BLOCK,), (self.rank_to_id, np.int64(k), nonloop))
+        upto = cp.cumsum(nonloop[order], dtype=cp.uint32)  # non-loop edges up to each position
+        rank_of_id = cp.empty(m, dtype=cp.uint32)
+        new_rank_to_id = cp.empty(k, dtype=cp.uint32)
+        slot = self.layout.slot
+        kernel(f"assign_ranks<{slot}>")(
+            self._grid(m), (BLOCK,),
+            (order, upto, nonloop, np.int64(m) if self.wide else np.int32(m), rank_of_id, new_rank_to_id),
+        )  # fmt: skip
         del order, upto, nonloop
-        slot_rank = rank_of_id[self.rank_to_id[self.adj[:, 1]]]  # every slot's new rank, one gather pass
+        slot_rank = cp.empty(2 * k, dtype=cp.uint32)  # every slot's new rank, one pass
+        kernel("slot_ranks")(
+            self._grid(2 * k), (BLOCK,), (self.adj, np.int64(2 * k), self.rank_to_id, rank_of_id, slot_rank)
+        )
         del rank_of_id
         moved = cp.empty_like(self.adj)
-        kernel("partition_rows")(
+        kernel(f"partition_rows<{slot}>")(
             self._grid(n), (BLOCK,),
-            (self.row_ptr, self.adj, slot_rank, np.int32(self.threshold), np.int32(n), moved, self.split),
+            (self.row_ptr, self.adj, slot_rank, np.uint32(self.threshold), np.int32(n), moved, self.split),
         )  # fmt: skip
         del slot_rank
         self.rank_to_id[...] = new_rank_to_id
@@ -318,9 +450,8 @@ class GpuGraph:
                     self._forest_weights = cp.empty(max(self.num_vertices, 1), dtype=self.weight.dtype)
                 self._pairs.clear()
                 self._graph_exec.clear()  # plans and captured runs belong to the old weights
-                order = edge_order(cp, self.weight, "min")
-                self.weight_bound = weight_bound(self.weight, order)
-                self._rerank(order)
+                self.weight_bound = _weight_bound(self.weight)
+                self._rerank(edge_order(cp, self.weight, "min"))
                 self._objective = "min"
             self._stream.synchronize()
         except cp.cuda.memory.OutOfMemoryError as exc:
@@ -334,11 +465,12 @@ class GpuGraph:
         self._after_caller()
         with cp.cuda.Device(self.device_id), self._stream:
             slots = 2 * self.num_loop_free
-            slot = cp.arange(slots, dtype=cp.int32)
+            slot = cp.arange(slots, dtype=self.row_ptr.dtype)
             row = cp.searchsorted(self.row_ptr[1:], slot, side="right").astype(cp.int32)
             col = self.adj[:, 0]
             once = row < col
-            ids = self.rank_to_id[self.adj[:, 1][once]]
+            ranks = cp.ascontiguousarray(self.adj.view(cp.uint32)[:, 1][once])
+            ids = _take_by_u32(cp, self.rank_to_id, ranks).astype(cp.int64)
             src = cp.zeros(self.num_edges, dtype=cp.int32)
             dst = cp.zeros(self.num_edges, dtype=cp.int32)
             src[ids] = row[once]
@@ -349,8 +481,8 @@ class GpuGraph:
         return ends
 
     # -- running ------------------------------------------------------------------------
-    def _run_phase_stepwise(self, second_phase: bool, skip: Any) -> int:
-        self._launch_init(second_phase, skip)
+    def _run_phase_stepwise(self, second_phase: bool, skip: Any, rank_end: int = 0) -> int:
+        self._launch_init(second_phase, skip, rank_end)
         pairs = 0
         while True:
             self._launch_pair()
@@ -359,36 +491,42 @@ class GpuGraph:
             if counters[SIZE_A] == 0 and counters[SIZE_B] == 0:
                 return pairs
 
-    def _run_stepwise(self, skip: Any = None) -> tuple[int, int]:
-        """Run with a read-back every two iterations; the iteration pairs of both phases."""
+    def _run_stepwise(self, skip: Any = None) -> tuple[int, ...]:
+        """Run with a read-back every two iterations; the iteration pairs of phase 1 and of each
+        round of phase 2."""
         self._launch_reset()
-        pairs1 = self._run_phase_stepwise(False, skip)
-        pairs2 = 0
-        if self.threshold < self.num_loop_free:
-            pairs2 = self._run_phase_stepwise(True, skip)
+        pairs = [self._run_phase_stepwise(False, skip)]
+        for end in self.layout.phase_ends:
+            pairs.append(self._run_phase_stepwise(True, skip, end))
         self._launch_extract()
-        return pairs1, pairs2
+        return tuple(pairs)
 
-    def _capture(self, pairs1: int, pairs2: int) -> Any:
+    def _capture(self, plan: tuple[int, ...]) -> Any:
         stream = self._stream
+        ends = self.layout.phase_ends
         stream.begin_capture()
         try:
             self._launch_reset()
             self._launch_init(second_phase=False)
-            for _ in range(pairs1):
+            for _ in range(plan[0]):
                 self._launch_pair()
             # Remember what phase 1 left, so the run can confirm it ended where it was planned to.
             self._counter(PHASE1_LEFT).data.copy_from_device_async(self._counter(SIZE_A).data, 4, stream)
-            if self.threshold < self.num_loop_free:
-                self._launch_init(second_phase=True)
-                for _ in range(pairs2):
+            for round_, (end, pairs) in enumerate(zip(ends, plan[1:], strict=True)):
+                self._launch_init(second_phase=True, rank_end=end)
+                for _ in range(pairs):
                     self._launch_pair()
+                if round_ < len(ends) - 1:  # and what each round but the last left
+                    kernel("note_leftover")(
+                        (1,), (1,),
+                        (self._counters, np.int32(SIZE_A), np.int32(SIZE_B), np.int32(PHASE1_LEFT)),
+                    )  # fmt: skip
             self._launch_extract()
         finally:
             graph = stream.end_capture()
         return graph
 
-    def _run_device(self, stop: Any, skip: Any) -> np.ndarray[Any, np.dtype[np.int32]]:
+    def _run_device(self, stop: Any, skip: Any) -> np.ndarray[Any, np.dtype[np.uint32]]:
         """Run ECL-MST and the extraction of the forest on the stream, record ``stop`` after them,
         and read the counters back (the one synchronization of a planned run).
 
@@ -422,7 +560,7 @@ class GpuGraph:
             cp = _cupy()
             with cp.cuda.Device(self.device_id), self._stream:
                 try:
-                    self._graph_exec[key] = self._capture(*self._pairs[key])
+                    self._graph_exec[key] = self._capture(self._pairs[key])
                 except _device_errors():
                     self._can_capture = False
 
@@ -432,7 +570,7 @@ class GpuGraph:
         k = self.num_loop_free
         gone = cp.zeros(self.num_edges, dtype=cp.bool_)
         gone[cp.asarray(exclude)] = True
-        by_rank = gone[self.rank_to_id]
+        by_rank = _take_by_u32(cp, gone, self.rank_to_id)
         padded = cp.zeros(-(-k // 32) * 32, dtype=cp.bool_)
         padded[:k] = by_rank
         bits = cp.packbits(padded.reshape(-1, 8)[:, ::-1].ravel())  # little-endian bits in each byte

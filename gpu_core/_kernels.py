@@ -8,9 +8,19 @@ from typing import Any
 
 KERNEL_FILE = "ecl_mst.cu"
 #: templated kernels, instantiated through NVRTC name expressions
+#: the slot index types (``_layout.SlotLayout.slot``): 32-bit graphs and 64-bit ones
+SLOT_TYPES: tuple[str, ...] = ("int", "long long")
 NAME_EXPRESSIONS: tuple[str, ...] = (
-    "init_worklist<false>",
-    "init_worklist<true>",
+    *(f"init_worklist<{phase}, {slot}>" for phase in ("false", "true") for slot in SLOT_TYPES),
+    *(
+        f"{name}<{slot}>"
+        for name in ("select_lightest", "link_lightest", "assign_ranks", "partition_rows", "write_slots")
+        for slot in SLOT_TYPES
+    ),
+    *(f"rank_keys<{weight}, {ids}>" for weight in ("float", "int") for ids in SLOT_TYPES),
+    *(f"gather_ids<{ids}>" for ids in SLOT_TYPES),
+    "take_by_u32<unsigned char>",
+    "take_by_u32<unsigned>",
     "gather_weights<unsigned>",
     "gather_weights<unsigned long long>",
 )

@@ -38,7 +38,8 @@ WEIGHT_DTYPES: tuple[np.dtype[Any], ...] = (
 
 @dataclass(frozen=True)
 class EdgeList:
-    """A validated edge list: ids are int64, weights one of :data:`WEIGHT_DTYPES`."""
+    """A validated edge list: ids are int64 (or as given, see ``validate_edges``), weights one of
+    :data:`WEIGHT_DTYPES`."""
 
     src: Any
     dst: Any
@@ -82,7 +83,7 @@ def _as_array(xp: ModuleType, value: Any, field: str) -> Any:
     return arr
 
 
-def _check_ids(xp: ModuleType, ids: Any, field: str) -> Any:
+def _check_ids(xp: ModuleType, ids: Any, field: str, widen: bool = True) -> Any:
     if ids.dtype.kind not in "iu":
         if ids.size == 0:  # an empty list has no integers to check ([] parses as float64)
             return ids.astype(np.int64)
@@ -94,11 +95,14 @@ def _check_ids(xp: ModuleType, ids: Any, field: str) -> Any:
         raise VertexIdError(
             f"'{field}[{index}]' = {int(ids[index])} is not a valid vertex id.", field=field, index=index
         )
-    return ids.astype(np.int64, copy=False)
+    return ids.astype(np.int64, copy=False) if widen else ids
 
 
-def validate_edges(xp: ModuleType, src: Any, dst: Any, weight: Any, num_vertices: int | None) -> EdgeList:
-    """Check an edge list and return it with int64 ids.
+def validate_edges(
+    xp: ModuleType, src: Any, dst: Any, weight: Any, num_vertices: int | None, *, widen: bool = True
+) -> EdgeList:
+    """Check an edge list and return it with int64 ids (``widen=False``: ids of any integer dtype
+    as given, checked to lie in ``[0, n)``; the GPU build narrows them itself, without a copy).
 
     Raises a :class:`GraphValidationError` that names the first problem (field and edge index).
     """
@@ -116,8 +120,8 @@ def validate_edges(xp: ModuleType, src: Any, dst: Any, weight: Any, num_vertices
         w = w.astype(np.float64)
     if w.dtype not in WEIGHT_DTYPES:
         raise _weight_dtype_error(w.dtype)
-    src_a = _check_ids(xp, src_a, "src")
-    dst_a = _check_ids(xp, dst_a, "dst")
+    src_a = _check_ids(xp, src_a, "src", widen)
+    dst_a = _check_ids(xp, dst_a, "dst", widen)
 
     if w.dtype.kind == "f" and m:
         finite = xp.isfinite(w)

@@ -68,7 +68,11 @@ class Settings(BaseSettings):
         description="Largest text upload (edgelist, mtx, dimacs; 413 above): parsing text takes tens of "
         "times its size in memory; npz and egr uploads have no such cost.",
     )
-    max_edges: int = Field(default=1 << 31, gt=0, description="Most edges one graph may have (413 above).")
+    max_edges: int = Field(
+        default=(1 << 32) - 1,
+        gt=0,
+        description="Most edges one graph may have (413 above); the GPU engine's limit is 2^32 - 1.",
+    )
     worker_memory_bytes: int = Field(
         default=0,
         ge=0,

@@ -10,6 +10,11 @@
 // the slots of every row in ascending rank order (so the edges under a rank
 // threshold are a prefix of each row).
 //
+// Slot indices. A graph of 2 * k < 2^31 slots indexes them (row_ptr, split, worklist
+// positions) with `int`; a larger one with `long long` (the kernels that touch slots are
+// templates on the index type `Slot`, picked per graph when it is built). Ranks and edge
+// ids are `unsigned` in both: at most 2^32 - 1 edges.
+//
 // Worklists. Items are 3-tuples {u, v, rank} stored as one struct (the paper's
 // "tuples" optimization), u and v being set representatives (its "implicit path
 // compression"). Two worklists alternate; their sizes live on the device, so the
@@ -33,7 +38,7 @@
 struct Item {
   int u;
   int v;
-  int rank;
+  unsigned rank;
 };
 
 namespace {
@@ -84,13 +89,13 @@ __device__ void link_sets(int* parent, int a, int b) {
 // Warp-aggregated append: one atomicAdd per warp. Every lane of the warp must call it.
 template <typename T>
 __device__ __forceinline__ void warp_push(bool active, const T& value, T* __restrict__ list,
-                                          int* __restrict__ count) {
+                                          unsigned* __restrict__ count) {
   const unsigned mask = __ballot_sync(FULL_MASK, active);
   if (mask == 0) return;
   const int lane = lane_id();
   const int leader = __ffs(mask) - 1;
-  int base = 0;
-  if (lane == leader) base = atomicAdd(count, __popc(mask));
+  unsigned base = 0;
+  if (lane == leader) base = atomicAdd(count, static_cast<unsigned>(__popc(mask)));
   base = __shfl_sync(FULL_MASK, base, leader);
   if (active) list[base + __popc(mask & ((1u << lane) - 1u))] = value;
 }
@@ -106,7 +111,7 @@ __device__ __forceinline__ int grid_stride() { return gridDim.x * blockDim.x; }
 // Also: no edge in the forest yet (one bit per edge id).
 extern "C" __global__ void reset_state(int n, int* __restrict__ parent, unsigned* __restrict__ lightest0,
                                        unsigned* __restrict__ lightest1, unsigned* __restrict__ in_forest,
-                                       int num_words, int* __restrict__ counters, int num_counters) {
+                                       int num_words, unsigned* __restrict__ counters, int num_counters) {
   const int tid = blockIdx.x * blockDim.x + threadIdx.x;
   for (int v = tid; v < n; v += grid_stride()) {
     parent[v] = v;
@@ -114,7 +119,7 @@ extern "C" __global__ void reset_state(int n, int* __restrict__ parent, unsigned
     lightest1[v] = kNoEdge;
   }
   for (int w = tid; w < num_words; w += grid_stride()) in_forest[w] = 0u;
-  if (tid < num_counters) counters[tid] = 0;
+  if (tid < num_counters) counters[tid] = 0u;
 }
 
 // Between the two filtering phases: both copies of `lightest` empty again, and every
@@ -136,29 +141,35 @@ extern "C" __global__ void prepare_second_phase(int n, int* parent, unsigned* __
 // Each undirected edge is taken once, from its smaller endpoint. In the second phase
 // both endpoints are replaced by their sets and edges inside one set are filtered out.
 // `skip` (null in ordinary runs): a bit set by rank of edges left out of this run (a what-if).
+// The second phase may run in several rounds of rank ranges (64-bit graphs, whose worklists
+// hold half the edges): a round takes the ranks below `rank_end`; those of earlier rounds lie
+// inside one set by then and are filtered out like any other.
 template <bool kSecondPhase>
 __device__ __forceinline__ bool take_slot(int v, int set_v, int2 e, const int* __restrict__ parent,
-                                          const unsigned* __restrict__ skip, Item& item) {
+                                          const unsigned* __restrict__ skip, unsigned rank_end, Item& item) {
   if (v >= e.x) return false;  // only process in one direction
-  if (skip != nullptr && ((skip[e.y >> 5] >> (e.y & 31)) & 1u)) return false;
+  const unsigned rank = static_cast<unsigned>(e.y);
+  if (kSecondPhase && rank >= rank_end) return false;
+  if (skip != nullptr && ((skip[rank >> 5] >> (rank & 31)) & 1u)) return false;
   if (!kSecondPhase) {
-    item = Item{v, e.x, e.y};
+    item = Item{v, e.x, rank};
     return true;
   }
   const int set_n = parent[e.x];  // prepare_second_phase left every vertex pointing at its root
-  item = Item{set_v, set_n, e.y};
+  item = Item{set_v, set_n, rank};
   return set_v != set_n;
 }
 
 // The whole warp scans slots [beg, end) of vertex v, 32 at a time.
-template <bool kSecondPhase>
-__device__ __forceinline__ void warp_scan(int v, int set_v, int beg, int end, const int2* __restrict__ adj,
+template <bool kSecondPhase, typename Slot>
+__device__ __forceinline__ void warp_scan(int v, int set_v, Slot beg, Slot end, const int2* __restrict__ adj,
                                           const int* __restrict__ parent, const unsigned* __restrict__ skip,
-                                          Item* __restrict__ worklist, int* __restrict__ worklist_size) {
-  for (int chunk = beg; chunk < end; chunk += kWarpSize) {
-    const int s = chunk + lane_id();
+                                          unsigned rank_end, Item* __restrict__ worklist,
+                                          unsigned* __restrict__ worklist_size) {
+  for (Slot chunk = beg; chunk < end; chunk += kWarpSize) {
+    const Slot s = chunk + lane_id();
     Item item{};
-    const bool push = s < end && take_slot<kSecondPhase>(v, set_v, adj[s], parent, skip, item);
+    const bool push = s < end && take_slot<kSecondPhase>(v, set_v, adj[s], parent, skip, rank_end, item);
     warp_push(push, item, worklist, worklist_size);
   }
 }
@@ -177,17 +188,19 @@ __device__ __forceinline__ void warp_scan(int v, int set_v, int beg, int end, co
 // Rows of `chunk` or more slots (the hubs of skewed graphs) would leave one warp
 // working long after the rest have finished, so they are cut into chunks of `chunk`
 // slots, listed once per graph in heavy_chunks = {row, first slot}, one warp a chunk.
-template <bool kSecondPhase>
-__global__ void init_worklist(const int* __restrict__ row_ptr, const int* __restrict__ split,
+// heavy_chunks holds {row, first slot} pairs as two Slot values each.
+template <bool kSecondPhase, typename Slot>
+__global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __restrict__ split,
                               const int2* __restrict__ adj, int n, int chunk,
-                              const int2* __restrict__ heavy_chunks, int num_heavy_chunks,
+                              const Slot* __restrict__ heavy_chunks, int num_heavy_chunks,
                               const int* __restrict__ parent, Item* __restrict__ worklist,
-                              int* __restrict__ worklist_size, const unsigned* __restrict__ skip) {
+                              unsigned* __restrict__ worklist_size, const unsigned* __restrict__ skip,
+                              unsigned rank_end) {
   const int lane = lane_id();
   for (int first = warp_start(); first < n; first += grid_stride()) {
     const int v = first + lane;
-    int beg = 0;
-    int end = 0;
+    Slot beg = 0;
+    Slot end = 0;
     if (v < n && row_ptr[v + 1] - row_ptr[v] < chunk) {
       beg = kSecondPhase ? split[v] : row_ptr[v];
       end = kSecondPhase ? row_ptr[v + 1] : split[v];
@@ -199,7 +212,8 @@ __global__ void init_worklist(const int* __restrict__ row_ptr, const int* __rest
     for (int j = 0; j < kWarpDegree - 1; ++j) {
       Item item{};
       const bool push =
-          by_thread && beg + j < end && take_slot<kSecondPhase>(v, set_v, adj[beg + j], parent, skip, item);
+          by_thread && beg + j < end &&
+          take_slot<kSecondPhase>(v, set_v, adj[beg + j], parent, skip, rank_end, item);
       warp_push(push, item, worklist, worklist_size);
     }
 
@@ -208,9 +222,9 @@ __global__ void init_worklist(const int* __restrict__ row_ptr, const int* __rest
     while (pending) {
       const int owner = __ffs(pending) - 1;
       pending &= pending - 1;
-      warp_scan<kSecondPhase>(__shfl_sync(FULL_MASK, v, owner), __shfl_sync(FULL_MASK, set_v, owner),
-                              __shfl_sync(FULL_MASK, beg, owner), __shfl_sync(FULL_MASK, end, owner), adj,
-                              parent, skip, worklist, worklist_size);
+      warp_scan<kSecondPhase, Slot>(__shfl_sync(FULL_MASK, v, owner), __shfl_sync(FULL_MASK, set_v, owner),
+                                    __shfl_sync(FULL_MASK, beg, owner), __shfl_sync(FULL_MASK, end, owner),
+                                    adj, parent, skip, rank_end, worklist, worklist_size);
     }
   }
 
@@ -218,25 +232,32 @@ __global__ void init_worklist(const int* __restrict__ row_ptr, const int* __rest
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / kWarpSize;
   const int num_warps = grid_stride() / kWarpSize;
   for (int t = warp; t < num_heavy_chunks; t += num_warps) {
-    const int2 task = heavy_chunks[t];
-    const int v = task.x;
-    const int lo = kSecondPhase ? split[v] : row_ptr[v];
-    const int hi = kSecondPhase ? row_ptr[v + 1] : split[v];
-    const int beg = max(task.y, lo);
-    const int end = min(task.y + chunk, hi);
+    const int v = static_cast<int>(heavy_chunks[2 * t]);
+    const Slot first_slot = heavy_chunks[2 * t + 1];
+    const Slot lo = kSecondPhase ? split[v] : row_ptr[v];
+    const Slot hi = kSecondPhase ? row_ptr[v + 1] : split[v];
+    const Slot beg = max(first_slot, lo);
+    const Slot end = min(first_slot + chunk, hi);
     if (beg >= end) continue;  // uniform across the warp
     const int set_v = kSecondPhase ? parent[v] : v;
-    warp_scan<kSecondPhase>(v, set_v, beg, end, adj, parent, skip, worklist, worklist_size);
+    warp_scan<kSecondPhase, Slot>(v, set_v, beg, end, adj, parent, skip, rank_end, worklist, worklist_size);
   }
 }
 
-// Algorithm 2, lines 13-23.
-extern "C" __global__ void select_lightest(const Item* __restrict__ items, const int* __restrict__ num_items,
-                                           Item* __restrict__ next_items, int* __restrict__ num_next,
-                                           const int* __restrict__ parent, unsigned* lightest) {
-  const int size = *num_items;
-  for (int first = warp_start(); first < size; first += grid_stride()) {
-    const int i = first + lane_id();
+// After a phase (or a round of the second): what its worklists still hold, added up. A planned
+// (replayed) run is confirmed only when this stays zero.
+extern "C" __global__ void note_leftover(unsigned* counters, int size_a, int size_b, int left) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) counters[left] += counters[size_a] + counters[size_b];
+}
+
+// Algorithm 2, lines 13-23. Slot: the index type of worklist positions.
+template <typename Slot>
+__global__ void select_lightest(const Item* __restrict__ items, const unsigned* __restrict__ num_items,
+                                Item* __restrict__ next_items, unsigned* __restrict__ num_next,
+                                const int* __restrict__ parent, unsigned* lightest) {
+  const Slot size = static_cast<Slot>(*num_items);
+  for (Slot first = warp_start(); first < size; first += grid_stride()) {
+    const Slot i = first + lane_id();
     bool push = false;
     Item item{};
     if (i < size) {
@@ -246,7 +267,7 @@ extern "C" __global__ void select_lightest(const Item* __restrict__ items, const
       if (p != q) {
         push = true;
         item = Item{p, q, e.rank};
-        const unsigned r = static_cast<unsigned>(e.rank);
+        const unsigned r = e.rank;
         // Atomic guards: a plain load first; a stale value is only ever too large.
         if (lightest[p] > r) atomicMin(&lightest[p], r);
         if (lightest[q] > r) atomicMin(&lightest[q], r);
@@ -258,21 +279,21 @@ extern "C" __global__ void select_lightest(const Item* __restrict__ items, const
 
 // Algorithm 2, lines 26-33, plus the clearing of the other `lightest` copy and of the
 // size of the worklist the next iteration fills.
-extern "C" __global__ void link_lightest(const Item* __restrict__ items, const int* __restrict__ num_items,
-                                         int* parent, const unsigned* __restrict__ lightest,
-                                         unsigned* lightest_next, int* __restrict__ num_refill,
-                                         const int* __restrict__ rank_to_id,
-                                         unsigned* __restrict__ in_forest) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) *num_refill = 0;
-  const int size = *num_items;
-  for (int first = warp_start(); first < size; first += grid_stride()) {
-    const int i = first + lane_id();
+template <typename Slot>
+__global__ void link_lightest(const Item* __restrict__ items, const unsigned* __restrict__ num_items,
+                              int* parent, const unsigned* __restrict__ lightest, unsigned* lightest_next,
+                              unsigned* __restrict__ num_refill, const unsigned* __restrict__ rank_to_id,
+                              unsigned* __restrict__ in_forest) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *num_refill = 0u;
+  const Slot size = static_cast<Slot>(*num_items);
+  for (Slot first = warp_start(); first < size; first += grid_stride()) {
+    const Slot i = first + lane_id();
     if (i < size) {
       const Item e = items[i];
-      const unsigned r = static_cast<unsigned>(e.rank);
+      const unsigned r = e.rank;
       if (lightest[e.u] == r || lightest[e.v] == r) {
         link_sets(parent, e.u, e.v);
-        const int edge_id = rank_to_id[e.rank];
+        const unsigned edge_id = rank_to_id[r];
         atomicOr(&in_forest[edge_id >> 5], 1u << (edge_id & 31));
       }
       // Clear the next iteration's copy; many items share an endpoint, so look before writing.
@@ -291,16 +312,44 @@ extern "C" __global__ void link_lightest(const Item* __restrict__ items, const i
 // order[i] is the edge id of the i-th edge in the new order; upto[i] counts the non-loop edges
 // among order[0..i] (an inclusive prefix sum of nonloop[order]). Writes the rank of every
 // non-loop edge id and the rank -> edge id map.
-extern "C" __global__ void assign_ranks(const long long* __restrict__ order, const int* __restrict__ upto,
-                                        const bool* __restrict__ nonloop, int m, int* __restrict__ rank_of_id,
-                                        int* __restrict__ rank_to_id) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < m; i += grid_stride()) {
-    const int id = static_cast<int>(order[i]);
+template <typename Slot>
+__global__ void assign_ranks(const long long* __restrict__ order, const unsigned* __restrict__ upto,
+                             const bool* __restrict__ nonloop, Slot m, unsigned* __restrict__ rank_of_id,
+                             unsigned* __restrict__ rank_to_id) {
+  for (Slot i = blockIdx.x * blockDim.x + threadIdx.x; i < m; i += grid_stride()) {
+    const long long id = order[i];
     if (nonloop[id]) {
-      const int r = upto[i] - 1;
+      const unsigned r = upto[i] - 1u;
       rank_of_id[id] = r;
-      rank_to_id[r] = id;
+      rank_to_id[r] = static_cast<unsigned>(id);
     }
+  }
+}
+
+// nonloop[rank_to_id[r]] = true for every rank r (the ids of the loop-free edges).
+extern "C" __global__ void mark_ids(const unsigned* __restrict__ rank_to_id, long long k, bool* __restrict__ nonloop) {
+  for (long long r = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; r < k; r += grid_stride()) {
+    nonloop[rank_to_id[r]] = true;
+  }
+}
+
+// Every slot's new rank: rank_of_id[rank_to_id[old rank]], one pass over the slots.
+extern "C" __global__ void slot_ranks(const int2* __restrict__ adj, long long slots,
+                                      const unsigned* __restrict__ rank_to_id,
+                                      const unsigned* __restrict__ rank_of_id, unsigned* __restrict__ out) {
+  for (long long s = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; s < slots;
+       s += grid_stride()) {
+    out[s] = rank_of_id[rank_to_id[static_cast<unsigned>(adj[s].y)]];
+  }
+}
+
+// out[i] = table[index[i]] with a uint32 index (a bit-set byte per rank, say).
+template <typename T>
+__global__ void take_by_u32(const T* __restrict__ table, const unsigned* __restrict__ index, long long count,
+                            T* __restrict__ out) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < count;
+       i += grid_stride()) {
+    out[i] = table[index[i]];
   }
 }
 
@@ -308,24 +357,25 @@ extern "C" __global__ void assign_ranks(const long long* __restrict__ order, con
 // written to `out` with its light slots (new rank < threshold) first, in slot order, then the
 // rest; split[v] = where the rest start. Rows under a warp's width go to their own lane, longer
 // rows to the whole warp, 32 slots at a time (ballots give the positions).
-extern "C" __global__ void partition_rows(const int* __restrict__ row_ptr, const int2* __restrict__ adj,
-                                          const int* __restrict__ slot_rank, int threshold, int n,
-                                          int2* __restrict__ out, int* __restrict__ split) {
+template <typename Slot>
+__global__ void partition_rows(const Slot* __restrict__ row_ptr, const int2* __restrict__ adj,
+                               const unsigned* __restrict__ slot_rank, unsigned threshold, int n,
+                               int2* __restrict__ out, Slot* __restrict__ split) {
   const int lane = lane_id();
   const unsigned below_lane = (1u << lane) - 1u;
   for (int first = warp_start(); first < n; first += grid_stride()) {
     const int v = first + lane;
-    const int beg = v < n ? row_ptr[v] : 0;
-    const int end = v < n ? row_ptr[v + 1] : 0;
+    const Slot beg = v < n ? row_ptr[v] : 0;
+    const Slot end = v < n ? row_ptr[v + 1] : 0;
     const bool by_lane = end - beg < kWarpSize;
     if (v < n && by_lane) {
       int light = 0;
-      for (int s = beg; s < end; ++s) light += slot_rank[s] < threshold;
-      int lo = beg;
-      int hi = beg + light;
-      for (int s = beg; s < end; ++s) {
-        const int r = slot_rank[s];
-        out[r < threshold ? lo++ : hi++] = make_int2(adj[s].x, r);
+      for (Slot s = beg; s < end; ++s) light += slot_rank[s] < threshold;
+      Slot lo = beg;
+      Slot hi = beg + light;
+      for (Slot s = beg; s < end; ++s) {
+        const unsigned r = slot_rank[s];
+        out[r < threshold ? lo++ : hi++] = make_int2(adj[s].x, static_cast<int>(r));
       }
       split[v] = beg + light;
     }
@@ -333,24 +383,24 @@ extern "C" __global__ void partition_rows(const int* __restrict__ row_ptr, const
     while (pending) {
       const int owner = __ffs(pending) - 1;
       pending &= pending - 1;
-      const int row_beg = __shfl_sync(FULL_MASK, beg, owner);
-      const int row_end = __shfl_sync(FULL_MASK, end, owner);
-      int light = 0;
-      for (int chunk = row_beg; chunk < row_end; chunk += kWarpSize) {
-        const int s = chunk + lane;
+      const Slot row_beg = __shfl_sync(FULL_MASK, beg, owner);
+      const Slot row_end = __shfl_sync(FULL_MASK, end, owner);
+      Slot light = 0;
+      for (Slot chunk = row_beg; chunk < row_end; chunk += kWarpSize) {
+        const Slot s = chunk + lane;
         light += __popc(__ballot_sync(FULL_MASK, s < row_end && slot_rank[s] < threshold));
       }
-      int lo = row_beg;
-      int hi = row_beg + light;
-      for (int chunk = row_beg; chunk < row_end; chunk += kWarpSize) {
-        const int s = chunk + lane;
-        const int r = s < row_end ? slot_rank[s] : 0;
+      Slot lo = row_beg;
+      Slot hi = row_beg + light;
+      for (Slot chunk = row_beg; chunk < row_end; chunk += kWarpSize) {
+        const Slot s = chunk + lane;
+        const unsigned r = s < row_end ? slot_rank[s] : 0u;
         const bool is_light = s < row_end && r < threshold;
         const unsigned light_mask = __ballot_sync(FULL_MASK, is_light);
         const unsigned heavy_mask = __ballot_sync(FULL_MASK, s < row_end && !is_light);
         if (s < row_end) {
-          const int at = is_light ? lo + __popc(light_mask & below_lane) : hi + __popc(heavy_mask & below_lane);
-          out[at] = make_int2(adj[s].x, r);
+          const Slot at = is_light ? lo + __popc(light_mask & below_lane) : hi + __popc(heavy_mask & below_lane);
+          out[at] = make_int2(adj[s].x, static_cast<int>(r));
         }
         lo += __popc(light_mask);
         hi += __popc(heavy_mask);
@@ -420,7 +470,7 @@ extern "C" __global__ void __launch_bounds__(kScanBlock)
 
 // One block: tile counts -> exclusive tile offsets, and the forest size.
 extern "C" __global__ void scan_forest_tiles(int* __restrict__ tile_counts, int num_tiles,
-                                             int* __restrict__ forest_size) {
+                                             unsigned* __restrict__ forest_size) {
   const int per_thread = (num_tiles + blockDim.x - 1) / blockDim.x;
   const int first = threadIdx.x * per_thread;
   int sum = 0;
@@ -432,7 +482,7 @@ extern "C" __global__ void scan_forest_tiles(int* __restrict__ tile_counts, int 
     tile_counts[first + k] = offset;
     offset += c;
   }
-  if (threadIdx.x == 0) *forest_size = total;
+  if (threadIdx.x == 0) *forest_size = static_cast<unsigned>(total);
 }
 
 extern "C" __global__ void __launch_bounds__(kScanBlock)
@@ -445,7 +495,7 @@ extern "C" __global__ void __launch_bounds__(kScanBlock)
     for (int k = 0; k < kWordsPerThread && first + k < num_words; ++k) {
       unsigned bits = in_forest[first + k];
       while (bits) {
-        forest[out++] = (long long)(((first + k) << 5) + __ffs(bits) - 1);  // int64: the API's dtype
+        forest[out++] = (static_cast<long long>(first + k) << 5) + __ffs(bits) - 1;  // int64: the API's dtype
         bits &= bits - 1;
       }
     }
@@ -454,17 +504,168 @@ extern "C" __global__ void __launch_bounds__(kScanBlock)
 
 // The forest's weights, copied as raw 4- or 8-byte words (the weight dtype does not matter).
 template <typename Word>
-__global__ void gather_weights(const long long* __restrict__ forest, const int* __restrict__ forest_size,
+__global__ void gather_weights(const long long* __restrict__ forest, const unsigned* __restrict__ forest_size,
                                const Word* __restrict__ weight, Word* __restrict__ out) {
-  const int size = *forest_size;
+  const int size = static_cast<int>(*forest_size);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < size; i += grid_stride()) out[i] = weight[forest[i]];
 }
 
+// ---------------------------------------------------------------------------------------
+// Building the CSR on the device with little scratch (GpuGraph._build). The edges are ranked
+// first: a 64-bit key (order-preserving bits of a 4-byte weight : edge id) per edge, sorted
+// once; self-loops get the largest key and end up last. Then the slots are bucketed by row
+// range, one chunk of rows at a time, each chunk's keys {row - first row : rank} sorted, so
+// the scratch is one chunk's keys, not all 2k slots'.
+
+namespace {
+
+// Bits of a 4-byte weight whose unsigned order is the weight's order (-0.0 and 0.0 equal,
+// as the sorts of both backends compare them).
+// Bits only, no float comparison: a flush-to-zero compare would tie subnormals with zero.
+__device__ __forceinline__ unsigned order_bits(float w) {
+  const unsigned bits = __float_as_uint(w);
+  if ((bits & 0x7fffffffu) == 0u) return 0x80000000u;
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+__device__ __forceinline__ unsigned order_bits(int w) { return static_cast<unsigned>(w) ^ 0x80000000u; }
+
+constexpr unsigned long long kLoopKey = ~0ull;  // above every real key: edge ids stay below 2^32 - 1
+
+}  // namespace
+
+// key[i] = order bits of weight[i] : i, or kLoopKey for a self-loop. Id: int or long long.
+template <typename Weight, typename Id>
+__global__ void rank_keys(const Weight* __restrict__ weight, const Id* __restrict__ src,
+                          const Id* __restrict__ dst, long long m, unsigned long long* __restrict__ key) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < m; i += grid_stride()) {
+    key[i] = src[i] == dst[i] ? kLoopKey
+                              : (static_cast<unsigned long long>(order_bits(weight[i])) << 32) |
+                                    static_cast<unsigned long long>(i);
+  }
+}
+
+// out[r] = low 32 bits of key[r] (the edge id of rank r).
+extern "C" __global__ void key_ids(const unsigned long long* __restrict__ key, long long k,
+                                   unsigned* __restrict__ out) {
+  for (long long r = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; r < k; r += grid_stride()) {
+    out[r] = static_cast<unsigned>(key[r]);
+  }
+}
+
+// out[r] = table[index[r]] as int (the endpoints of every rank). Id: int or long long.
+template <typename Id>
+__global__ void gather_ids(const Id* __restrict__ table, const unsigned* __restrict__ index, long long k,
+                           int* __restrict__ out) {
+  for (long long r = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; r < k; r += grid_stride()) {
+    out[r] = static_cast<int>(table[index[r]]);
+  }
+}
+
+// Slots of every row (degree) and those of rank below the threshold (light), both directions.
+extern "C" __global__ void count_rows(const int* __restrict__ u, const int* __restrict__ v, long long k,
+                                      unsigned threshold, unsigned* __restrict__ degree,
+                                      unsigned* __restrict__ light) {
+  for (long long r = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; r < k; r += grid_stride()) {
+    const int a = u[r];
+    const int b = v[r];
+    atomicAdd(&degree[a], 1u);
+    atomicAdd(&degree[b], 1u);
+    if (r < threshold) {
+      atomicAdd(&light[a], 1u);
+      atomicAdd(&light[b], 1u);
+    }
+  }
+}
+
+constexpr int kBucketPerThread = 8;  // ranks per thread per tile of bucket_slots
+
+// The slots of rows [row_lo, row_hi) as keys {row - row_lo : rank}, appended to `keys` in no
+// particular order (the caller sorts them): one atomicAdd per tile of kScanBlock * 8 ranks.
+extern "C" __global__ void __launch_bounds__(kScanBlock)
+    bucket_slots(const int* __restrict__ u, const int* __restrict__ v, long long k, int row_lo, int row_hi,
+                 unsigned long long* __restrict__ keys, unsigned long long* __restrict__ count) {
+  __shared__ unsigned long long tile_base;
+  const long long tile_ranks = static_cast<long long>(kScanBlock) * kBucketPerThread;
+  for (long long tile = blockIdx.x; tile * tile_ranks < k; tile += gridDim.x) {
+    const long long first = tile * tile_ranks + static_cast<long long>(threadIdx.x) * kBucketPerThread;
+    int mine = 0;
+    for (int j = 0; j < kBucketPerThread; ++j) {
+      const long long r = first + j;
+      if (r < k) {
+        mine += (u[r] >= row_lo && u[r] < row_hi);
+        mine += (v[r] >= row_lo && v[r] < row_hi);
+      }
+    }
+    int total;
+    const int offset = block_exclusive_sum(mine, &total);
+    if (threadIdx.x == 0) tile_base = total ? atomicAdd(count, static_cast<unsigned long long>(total)) : 0ull;
+    __syncthreads();
+    unsigned long long at = tile_base + offset;
+    for (int j = 0; j < kBucketPerThread; ++j) {
+      const long long r = first + j;
+      if (r < k) {
+        const unsigned long long rank = static_cast<unsigned long long>(r);
+        const int a = u[r];
+        const int b = v[r];
+        if (a >= row_lo && a < row_hi) keys[at++] = (static_cast<unsigned long long>(a - row_lo) << 32) | rank;
+        if (b >= row_lo && b < row_hi) keys[at++] = (static_cast<unsigned long long>(b - row_lo) << 32) | rank;
+      }
+    }
+    __syncthreads();  // tile_base is rewritten by the next tile
+  }
+}
+
+// Sorted keys of rows [row_lo, ...) -> adj[first_slot + i] = {neighbour, rank}.
+template <typename Slot>
+__global__ void write_slots(const unsigned long long* __restrict__ keys, Slot count, Slot first_slot, int row_lo,
+                            const int* __restrict__ u, const int* __restrict__ v, int2* __restrict__ adj) {
+  for (Slot i = blockIdx.x * static_cast<Slot>(blockDim.x) + threadIdx.x; i < count; i += grid_stride()) {
+    const unsigned long long key = keys[i];
+    const int row = row_lo + static_cast<int>(key >> 32);
+    const unsigned rank = static_cast<unsigned>(key);
+    const int a = u[rank];
+    adj[first_slot + i] = make_int2(a == row ? v[rank] : a, static_cast<int>(rank));
+  }
+}
+
 // Explicit instantiations, so nvcc compile checks cover the templates too.
-template __global__ void init_worklist<false>(const int*, const int*, const int2*, int, int, const int2*, int,
-                                              const int*, Item*, int*, const unsigned*);
-template __global__ void init_worklist<true>(const int*, const int*, const int2*, int, int, const int2*, int,
-                                             const int*, Item*, int*, const unsigned*);
-template __global__ void gather_weights<unsigned>(const long long*, const int*, const unsigned*, unsigned*);
-template __global__ void gather_weights<unsigned long long>(const long long*, const int*,
+template __global__ void init_worklist<false, int>(const int*, const int*, const int2*, int, int, const int*, int,
+                                                   const int*, Item*, unsigned*, const unsigned*, unsigned);
+template __global__ void init_worklist<true, int>(const int*, const int*, const int2*, int, int, const int*, int,
+                                                  const int*, Item*, unsigned*, const unsigned*, unsigned);
+template __global__ void init_worklist<false, long long>(const long long*, const long long*, const int2*, int, int,
+                                                         const long long*, int, const int*, Item*, unsigned*,
+                                                         const unsigned*, unsigned);
+template __global__ void init_worklist<true, long long>(const long long*, const long long*, const int2*, int, int,
+                                                        const long long*, int, const int*, Item*, unsigned*,
+                                                        const unsigned*, unsigned);
+template __global__ void select_lightest<int>(const Item*, const unsigned*, Item*, unsigned*, const int*, unsigned*);
+template __global__ void select_lightest<long long>(const Item*, const unsigned*, Item*, unsigned*, const int*,
+                                                    unsigned*);
+template __global__ void link_lightest<int>(const Item*, const unsigned*, int*, const unsigned*, unsigned*,
+                                            unsigned*, const unsigned*, unsigned*);
+template __global__ void link_lightest<long long>(const Item*, const unsigned*, int*, const unsigned*, unsigned*,
+                                                  unsigned*, const unsigned*, unsigned*);
+template __global__ void assign_ranks<int>(const long long*, const unsigned*, const bool*, int, unsigned*, unsigned*);
+template __global__ void assign_ranks<long long>(const long long*, const unsigned*, const bool*, long long,
+                                                 unsigned*, unsigned*);
+template __global__ void partition_rows<int>(const int*, const int2*, const unsigned*, unsigned, int, int2*, int*);
+template __global__ void partition_rows<long long>(const long long*, const int2*, const unsigned*, unsigned, int,
+                                                   int2*, long long*);
+template __global__ void rank_keys<float, int>(const float*, const int*, const int*, long long, unsigned long long*);
+template __global__ void rank_keys<float, long long>(const float*, const long long*, const long long*, long long,
+                                                     unsigned long long*);
+template __global__ void rank_keys<int, int>(const int*, const int*, const int*, long long, unsigned long long*);
+template __global__ void rank_keys<int, long long>(const int*, const long long*, const long long*, long long,
+                                                   unsigned long long*);
+template __global__ void gather_ids<int>(const int*, const unsigned*, long long, int*);
+template __global__ void gather_ids<long long>(const long long*, const unsigned*, long long, int*);
+template __global__ void write_slots<int>(const unsigned long long*, int, int, int, const int*, const int*, int2*);
+template __global__ void write_slots<long long>(const unsigned long long*, long long, long long, int, const int*,
+                                                const int*, int2*);
+template __global__ void take_by_u32<unsigned char>(const unsigned char*, const unsigned*, long long,
+                                                    unsigned char*);
+template __global__ void take_by_u32<unsigned>(const unsigned*, const unsigned*, long long, unsigned*);
+template __global__ void gather_weights<unsigned>(const long long*, const unsigned*, const unsigned*, unsigned*);
+template __global__ void gather_weights<unsigned long long>(const long long*, const unsigned*,
                                                            const unsigned long long*, unsigned long long*);

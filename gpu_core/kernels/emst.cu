@@ -152,20 +152,6 @@ extern "C" __global__ void level_components(int level, int* __restrict__ node_co
 // The stack holds at most one node per level, and bounds are stored rounded down to float
 // (__double2float_rd), so a stored bound never exceeds the exact one and pruning stays safe.
 
-// Insert w into the ascending list best[0..k) (dropping its last) when it is below the k-th:
-// b[q] = max(a[q-1], min(a[q], w)), unrolled with constant indices so the list stays in registers.
-template <int KMAX>
-__device__ __forceinline__ void knn_insert(double (&best)[KMAX], double& kth, int k, double w) {
-    if (!(w < kth)) return;
-#pragma unroll
-    for (int q = KMAX - 1; q > 0; --q)
-        if (q < k) best[q] = fmax(best[q - 1], fmin(best[q], w));
-    best[0] = fmin(best[0], w);
-#pragma unroll
-    for (int q = 0; q < KMAX; ++q)
-        if (q == k - 1) kth = best[q];
-}
-
 template <int D, int KMAX>
 __global__ void core_distances(const double* __restrict__ pts, int n, int dims, int num_leaves,
                                const double* __restrict__ lo, const double* __restrict__ hi, int k,
@@ -179,11 +165,6 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
 #pragma unroll
         for (int q = 0; q < KMAX; ++q) best[q] = inf;
         double kth = inf;  // best[k - 1], kept apart: a variable index would put the list in local memory
-        // a first list from the neighbours in Morton order (close in space, mostly): the search
-        // below starts with a tight k-th distance and skips these points
-        const int window_lo = max(0, i - k), window_hi = min(n - 1, i + k);
-        for (int p = window_lo; p <= window_hi; ++p)
-            knn_insert<KMAX>(best, kth, k, sq_dist(x, pts + static_cast<long long>(p) * d, d));
         int stack[kStack];
         float stack_lb[kStack];
         int top = 0;
@@ -193,8 +174,18 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
                 const int first = (node - num_leaves) * kLeaf;
                 const int last = min(first + kLeaf, n);
                 for (int p = first; p < last; ++p) {
-                    if (p >= window_lo && p <= window_hi) continue;  // in the first list already
-                    knn_insert<KMAX>(best, kth, k, sq_dist(x, pts + static_cast<long long>(p) * d, d));
+                    const double w = sq_dist(x, pts + static_cast<long long>(p) * d, d);
+                    if (w < kth) {
+                        // insert into the sorted list, dropping its last: b[q] = max(a[q-1], min(a[q], w));
+                        // unrolled with constant indices, so the list lives in registers
+#pragma unroll
+                        for (int q = KMAX - 1; q > 0; --q)
+                            if (q < k) best[q] = fmax(best[q - 1], fmin(best[q], w));
+                        best[0] = fmin(best[0], w);
+#pragma unroll
+                        for (int q = 0; q < KMAX; ++q)
+                            if (q == k - 1) kth = best[q];
+                    }
                 }
                 node = 0;
             } else {

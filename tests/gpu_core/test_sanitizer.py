@@ -65,3 +65,15 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
 def test_compute_sanitizer(tool: str) -> None:
     assert_clean_under_sanitizer(tool, SCRIPT)
+
+
+#: the same script with every graph in the 64-bit slot layout and the CSR sorted in chunks
+WIDE_SCRIPT = (
+    "import gpu_core._layout as layout\nlayout.WIDE_SLOTS_FROM = 0\nlayout.CSR_SPLIT_FROM = 0\n" + SCRIPT
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_compute_sanitizer_wide_layout() -> None:
+    assert_clean_under_sanitizer("memcheck", WIDE_SCRIPT)
