@@ -23,6 +23,7 @@ from typing import Any
 
 from .engine import ENGINES, EngineOptions, merge_records, run_engine_benchmark
 from .generators import DEFAULT_CACHE
+from .jobs import JobsSpec, run_jobs_benchmark
 from .load import LoadSpec, run_load_benchmark
 from .points import PointsSpec, run_points_benchmark
 from .report import environment, load_results, write_results
@@ -150,7 +151,7 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
     )
 
 
-def load_spec(item: LoadSpec, args: argparse.Namespace) -> LoadSpec:
+def load_spec(item: LoadSpec | JobsSpec, args: argparse.Namespace) -> Any:
     clients = item.clients if not args.load_clients else tuple(int(c) for c in args.load_clients.split(","))
     duration = item.duration_s if args.load_duration is None else args.load_duration
     return dataclasses.replace(item, clients=clients, duration_s=duration)
@@ -159,12 +160,16 @@ def load_spec(item: LoadSpec, args: argparse.Namespace) -> LoadSpec:
 def _kind(item: Item) -> str:
     if isinstance(item, PointsSpec):
         return "points"
+    if isinstance(item, JobsSpec):
+        return "jobs"
     return "load" if isinstance(item, LoadSpec) else "service" if isinstance(item, ServiceSpec) else "engine"
 
 
 def run_one(item: Item, args: argparse.Namespace) -> dict[str, Any]:
     if isinstance(item, PointsSpec):
         return run_points_benchmark(item, "auto", log)
+    if isinstance(item, JobsSpec):
+        return run_jobs_benchmark(load_spec(item, args), args.service_backend, args.out / "logs", log)
     if isinstance(item, LoadSpec):
         return run_load_benchmark(load_spec(item, args), args.service_backend, args.out / "logs", log)
     if isinstance(item, ServiceSpec):

@@ -461,6 +461,26 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             points_table(record),
         ]
+    for record in (r for r in results["benchmarks"].values() if r.get("type") == "jobs"):
+        from .jobs import table as jobs_table
+
+        checks = record.get("checks", {})
+        spec = record.get("spec", {})
+        lines += [
+            "",
+            f"## Many small jobs ({record.get('backend')} worker)",
+            "",
+            f"jobs: each client loops `POST /v1/graphs/{{id}}/mst?wait=30` on {spec.get('graph')} + the "
+            "binary result; one-shot: `POST /v1/mst` of graphs of "
+            f"{spec.get('oneshot_edges')} edges. Clients in {spec.get('client_processes')} processes, one "
+            "keep-alive http.client connection each; every forest checked against the CPU backend's. "
+            f"Server settings: {record.get('settings') or 'defaults'}. Targets (64 clients, H200): "
+            f">= 1000 jobs/s with p99 <= 50 ms (met: {checks.get('jobs_target_met')}), one-shot >= 2000 "
+            f"req/s (met: {checks.get('oneshot_target_met')}); all forests equal: "
+            f"{checks.get('all_checked_equal')}.",
+            "",
+            jobs_table(record),
+        ]
     problems = [r for r in results["benchmarks"].values() if r.get("status") != "ok"]
     skipped: dict[tuple[str, str], list[str]] = {}
     for r in engine:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .generators import GraphSpec
+from .jobs import FULL_JOBS, QUICK_JOBS, JobsSpec
 from .load import FULL_LOAD, QUICK_LOAD, LoadSpec
 from .points import PointsSpec
 
@@ -144,11 +145,14 @@ SUITES: dict[str, tuple[list[GraphSpec], list[ServiceSpec]]] = {
 }
 
 
-#: the load benchmark of each suite (bench/load.py), run last
-LOADS: dict[str, list[LoadSpec]] = {"quick": [QUICK_LOAD], "full": [FULL_LOAD]}
+#: the load benchmarks of each suite (bench/load.py, bench/jobs.py), run last
+LOADS: dict[str, list[LoadSpec | JobsSpec]] = {
+    "quick": [QUICK_LOAD, QUICK_JOBS],
+    "full": [FULL_LOAD, FULL_JOBS],
+}
 #: the point-set part of each suite (bench/points.py: EMST and HDBSCAN*, its own sizes), run last
 POINTS: dict[str, list[PointsSpec]] = {s: [PointsSpec("points", s)] for s in ("quick", "full")}
-Item = GraphSpec | ServiceSpec | LoadSpec | PointsSpec
+Item = GraphSpec | ServiceSpec | LoadSpec | JobsSpec | PointsSpec
 
 
 def benchmark_names(suite: str) -> list[str]:

@@ -126,6 +126,27 @@ class Settings(BaseSettings):
         description="Serve the job hot path (submit, status, result) through the plain-ASGI lane "
         "(service/api/fastpath.py) instead of FastAPI's routing; the answers are the same.",
     )
+    dispatch_depth: int = Field(
+        default=16,
+        ge=1,
+        le=32,
+        description="Jobs handed to a worker at once (in its pipe or running): the worker computes the "
+        "next without waiting for the API between jobs. A handed job can no longer be cancelled. "
+        "1: one job at a time.",
+    )
+    coalesce_jobs: bool = Field(
+        default=True,
+        description="A worker answers identical jobs (same dataset, task, parameters and weights) that "
+        "wait back to back in its pipe with one computation; each job still gets its own result file.",
+    )
+    oneshot_batch_edges: int = Field(
+        default=1 << 20,
+        ge=0,
+        le=1 << 30,
+        description="One-shot computations (POST /v1/mst) waiting together in a worker's pipe are "
+        "computed as one disjoint-union graph of up to this many edges (the forest of a disjoint union "
+        "is the union of the forests: the answers are exact); 0: each on its own.",
+    )
     worker_spin_ms: float = Field(
         default=2.0,
         ge=0,
@@ -153,8 +174,8 @@ class Settings(BaseSettings):
     max_queued_jobs: int = Field(
         default=10_000,
         gt=0,
-        description="Most jobs (one-shot computations included) queued on all workers together; "
-        "503 with Retry-After above.",
+        description="Most jobs (one-shot computations included) queued on all workers together, not "
+        "counting those handed to a worker (MST_DISPATCH_DEPTH each); 503 with Retry-After above.",
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="info", description="Log level of uvicorn and the service."

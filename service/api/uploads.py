@@ -88,15 +88,20 @@ def check_encoding(request: Request) -> None:
         )
 
 
-async def receive_graph(request: Request, store: Store, settings: Settings, fmt: str | None) -> Upload:
-    """Store the body of a graph upload in the spool, whatever its media type."""
+async def receive_graph(
+    request: Request, store: Store, settings: Settings, fmt: str | None, *, durable: bool = True
+) -> Upload:
+    """Store the body of a graph upload in the spool, whatever its media type.
+
+    ``durable=False``: a binary body is not fsynced (a one-shot upload, read once and removed).
+    """
     check_encoding(request)
     kind = media_type(request)
     if kind == "application/json" or kind.endswith("+json"):
         _refuse_format_with_json(fmt)
         return await _receive_json(request, store, settings)
     if kind in BINARY_MEDIA_TYPES:
-        return await _receive_binary(request, store, settings, binary_format(kind, fmt))
+        return await _receive_binary(request, store, settings, binary_format(kind, fmt), durable=durable)
     raise UnsupportedMediaTypeError(
         f"Content-Type {kind or '(none)'!r} is not accepted; send application/json columns, an "
         "application/octet-stream body with ?format=npz|egr|mtx|edgelist|dimacs|arrow|parquet, "
@@ -181,10 +186,16 @@ TEXT_FORMATS = ("edgelist", "mtx", "dimacs")
 
 
 async def _receive_binary(
-    request: Request, store: Store, settings: Settings, fmt: str, source: str | None = None
+    request: Request,
+    store: Store,
+    settings: Settings,
+    fmt: str,
+    source: str | None = None,
+    *,
+    durable: bool = True,
 ) -> Upload:
     """Stream a binary body into the spool (capped); ``source``: what the record says was sent
-    (default: the format the worker reads it with)."""
+    (default: the format the worker reads it with); ``durable``: fsync it (in a thread)."""
     limit, what, hint = settings.max_upload_bytes, "binary", ""
     if fmt in TEXT_FORMATS and settings.max_text_bytes < limit:
         limit, what, hint = settings.max_text_bytes, fmt, " (MST_MAX_TEXT_BYTES; send npz or egr for more)"
@@ -200,7 +211,12 @@ async def _receive_binary(
         spool.close()
         if fmt in ("npz", "points.npz"):
             check_npz_inflation(spool.path, settings)  # the central directory only: ~50 us, inline
-        synced = asyncio.ensure_future(asyncio.to_thread(spool.sync))  # overlaps with the worker's load
+        synced: asyncio.Future[None]
+        if durable:
+            synced = asyncio.ensure_future(asyncio.to_thread(spool.sync))  # overlaps with the worker's load
+        else:
+            synced = asyncio.get_running_loop().create_future()
+            synced.set_result(None)
         return Upload(spool.detach(), fmt, spool.size, source or fmt, synced)
 
 

@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import (
     GraphNotFoundError,
@@ -87,6 +87,8 @@ def _resolve(future: asyncio.Future[JobRecord | None], job: JobRecord | None) ->
 class JobTask:
     """The queue entry of a job."""
 
+    #: may be handed to the worker behind unfinished tasks (see :mod:`service.runtime.supervisor`)
+    pipelined: ClassVar[bool] = True
     jobs: Jobs
     task_id: str
     graph_id: str
@@ -138,6 +140,8 @@ def _future() -> asyncio.Future[Any]:
 class RecomputeTask(_WorkerRequest):
     """The computation again of a succeeded job whose result file was lost."""
 
+    pipelined: ClassVar[bool] = True
+
     task_id: str
     graph_id: str
     job: JobRecord
@@ -171,6 +175,8 @@ def check_recomputed(job: JobRecord, summary: dict[str, Any], result_path: str) 
 @dataclass
 class OneShotTask(_WorkerRequest):
     """A one-shot computation (POST /v1/mst) waiting for its turn on a worker."""
+
+    pipelined: ClassVar[bool] = True
 
     task_id: str
     path: str

@@ -6,9 +6,24 @@ CPU workers (default one) where there is none. Each :class:`WorkerHandle` owns:
 * the process (``spawn``), one duplex pipe whose replies the API's event
   loop reads as soon as they arrive (``add_reader``: no thread, no hop) and
   turns into resolved asyncio futures;
-* the residency map of the graphs placed on it, and its job queue: jobs run
-  one at a time, dispatched by an asyncio task, so a queued job can be
-  cancelled until it is handed to the worker.
+* the residency map of the graphs placed on it, and its job queue, dispatched
+  by an asyncio task: a queued job can be cancelled until it is handed to the
+  worker.
+
+Pipelining (``MST_DISPATCH_DEPTH``): up to that many tasks are handed to the
+worker at once, so its pipe holds the next jobs while it computes one and it
+never waits for the API's event loop between jobs (the loop may be busy with
+HTTP). The worker still runs them one at a time, in the order they were
+queued: the dispatcher starts each handed task's coroutine in queue order and
+each sends its request before its first wait (asyncio runs new tasks first in,
+first out), and the pipe keeps that order. Only tasks that say so
+(``pipelined = True``: a job or a lost result's recomputation on a graph
+resident now, a one-shot computation) go ahead of an unfinished one; any other
+(a weight update, an evicted graph's job that must load it first, a shard's
+step) waits until everything handed before it has finished, and everything
+after it waits for it. A handed job is ``running`` (no longer cancellable);
+if the worker dies, every handed task fails with :class:`WorkerLostError`.
+Depth 1 is the old dispatch: one task at a time.
 
 With ``MST_WORKER_POOL=ray`` each handle is a :class:`~.ray_pool.RayWorkerHandle` instead: the
 same handle over Ray actor calls, the worker a Ray actor on any host of a Ray cluster; placement,
@@ -71,7 +86,11 @@ _MP = multiprocessing.get_context("spawn")
 
 
 class Task(Protocol):
-    """A unit of work in a worker's queue (a job, a one-shot computation)."""
+    """A unit of work in a worker's queue (a job, a one-shot computation).
+
+    A task with a true ``pipelined`` attribute may be handed to the worker while others are still
+    unfinished (see the module's docstring: it sends its one request before its first wait).
+    """
 
     task_id: str
 
@@ -131,8 +150,11 @@ class WorkerHandle:
         self.total_bytes = 0
         self.reserved_bytes = 0
         self.graphs: dict[str, Residency] = {}
-        self.current: Task | None = None
+        #: tasks handed to the worker and not finished (in the order they were handed)
+        self.running: list[Task] = []
         self._tasks: deque[Task] = deque()
+        #: set whenever a handed task finishes (the dispatcher may hand the next)
+        self._slot: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._accepting: asyncio.Event | None = None
         self._has_tasks: asyncio.Event | None = None
@@ -167,6 +189,7 @@ class WorkerHandle:
         self._loop = asyncio.get_running_loop()
         self._accepting = asyncio.Event()
         self._has_tasks = asyncio.Event()
+        self._slot = asyncio.Event()
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name=f"dispatch-{self.index}")
         await self._spawn()
 
@@ -366,7 +389,7 @@ class WorkerHandle:
         if self._restart_task is not None:
             self._restart_task.cancel()
         deadline = time.monotonic() + timeout
-        while self.current is not None and self.accepting and time.monotonic() < deadline:
+        while self.running and self.accepting and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         if self._dispatcher is not None:
             self._dispatcher.cancel()
@@ -483,7 +506,7 @@ class WorkerHandle:
 
     def _busy(self) -> set[str]:
         """Graphs with a job queued or running here: never evicted."""
-        tasks = [*self._tasks, self.current]
+        tasks = [*self._tasks, *self.running]
         return {g for g in (getattr(t, "graph_id", None) for t in tasks) if isinstance(g, str)}
 
     async def evict(self, needed: int, keep: str | None = None) -> int:
@@ -587,8 +610,19 @@ class WorkerHandle:
                 return task
         return None
 
+    def _may_pipeline(self, task: Task) -> bool:
+        """Whether ``task`` may be handed while others are unfinished (see the module's docstring)."""
+        if not getattr(task, "pipelined", False):
+            return False
+        graph_id = getattr(task, "graph_id", None)
+        if graph_id is None:
+            return True
+        residency = self.graphs.get(graph_id)
+        return residency is not None and residency.status == "resident"
+
     async def _dispatch_loop(self) -> None:
-        assert self._has_tasks is not None and self._accepting is not None
+        assert self._has_tasks is not None and self._accepting is not None and self._slot is not None
+        depth = self._settings.dispatch_depth
         while True:
             while not self._tasks or self._stopping:
                 self._has_tasks.clear()
@@ -596,16 +630,35 @@ class WorkerHandle:
             await self._accepting.wait()
             if not self._tasks:
                 continue
+            head = self._tasks[0]
+            if self.running and (
+                len(self.running) >= depth
+                or not self._may_pipeline(head)
+                or not all(self._may_pipeline_running(t) for t in self.running)
+            ):
+                self._slot.clear()
+                await self._slot.wait()
+                continue
             task = self._tasks.popleft()
-            self.current = task
-            try:
-                await task.run(self)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("task %s failed unexpectedly", task.task_id)
-            finally:
-                self.current = None
+            self.running.append(task)
+            self._background(self._run(task))  # started in queue order: asyncio runs tasks FIFO
+
+    @staticmethod
+    def _may_pipeline_running(task: Task) -> bool:
+        """Whether a handed task lets others be handed behind it (a barrier task does not)."""
+        return bool(getattr(task, "pipelined", False))
+
+    async def _run(self, task: Task) -> None:
+        assert self._slot is not None
+        try:
+            await task.run(self)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("task %s failed unexpectedly", task.task_id)
+        finally:
+            self.running.remove(task)
+            self._slot.set()
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -706,6 +759,8 @@ def plan_config(settings: Settings, index: int, backend: str, device: str | None
         max_vertices=settings.max_vertices,
         max_inflated_bytes=settings.max_inflated_bytes,
         max_compression_ratio=settings.max_compression_ratio,
+        coalesce=settings.coalesce_jobs,
+        oneshot_batch_edges=settings.oneshot_batch_edges,
     )
 
 

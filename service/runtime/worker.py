@@ -21,6 +21,12 @@ Protocol over one duplex :class:`multiprocessing.connection.Connection`:
   client's next request (for the result) would otherwise wait for; the API
   holds that request until the note arrives.
 
+Several requests in the pipe at once (the supervisor pipelines them, ``MST_DISPATCH_DEPTH``):
+identical MST requests queued back to back (same dataset, task, parameters, nothing in between)
+are answered by one computation, each with its own reply, result file (a hard link of the
+first) and STORED note (``MST_COALESCE_JOBS``); one-shot requests waiting together are computed
+as one disjoint-union graph (:mod:`service.runtime.batching`, ``MST_ONESHOT_BATCH_EDGES``).
+
 Sharded graphs (see :mod:`service.runtime.sharding`): a shard is LOADed like a graph, with the
 format ``npz[lo:hi]`` (:func:`shard_format`: edges ``lo..hi-1`` of the spool's npz, a view of the
 mapped file); ``DESCRIBE`` sizes an upload before it is sharded (writing text formats as npz);
@@ -56,6 +62,7 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -115,6 +122,10 @@ class WorkerConfig:
     max_vertices: int = 2**31 - 1
     max_inflated_bytes: int | None = None
     max_compression_ratio: float | None = None
+    #: answer identical MST requests queued back to back in the pipe with one computation (MST_COALESCE_JOBS)
+    coalesce: bool = True
+    #: one-shot requests waiting together are computed as one union of up to this many edges (0: never)
+    oneshot_batch_edges: int = 0
 
 
 def shard_format(lo: int, hi: int) -> str:
@@ -167,6 +178,62 @@ def _next_request(conn: Connection, spin_s: float) -> Any:
         while not conn.poll() and time.monotonic() < deadline:
             pass
     return conn.recv()
+
+
+#: most identical MST requests answered by one computation
+MAX_COALESCED = 64
+
+
+def _same_jobs(conn: Connection, backlog: deque[Any], args: list[Any]) -> list[tuple[int, str]]:
+    """Identical MST requests queued right behind one with ``args``: their (req id, result path),
+    taken out of ``backlog`` (which first gets every request already waiting in the pipe).
+
+    Identical: the same dataset, task and parameters, and nothing else in between (a weight
+    update, a reload) — so they compute on the same data and have the same result.
+    """
+    while len(backlog) < MAX_COALESCED and conn.poll():
+        backlog.append(conn.recv())
+    key = (args[0], *args[2:])
+    same: list[tuple[int, str]] = []
+    while backlog and len(same) < MAX_COALESCED:
+        op, rid, *other = backlog[0]
+        if op != MST or (other[0], *other[2:]) != key:
+            break
+        backlog.popleft()
+        same.append((rid, other[1]))
+    return same
+
+
+def _more_of(conn: Connection, backlog: deque[Any], op: str) -> list[tuple[int, list[Any]]]:
+    """Requests of ``op`` queued right behind one of it: their (req id, args), taken out of
+    ``backlog`` (which first gets every request already waiting in the pipe)."""
+    while len(backlog) < MAX_COALESCED and conn.poll():
+        backlog.append(conn.recv())
+    more: list[tuple[int, list[Any]]] = []
+    while backlog and backlog[0][0] == op and len(more) < MAX_COALESCED:
+        _, rid, *args = backlog.popleft()
+        more.append((rid, args))
+    return more
+
+
+def _linker(source: str, target: str) -> Callable[[], None]:
+    """Give ``target`` the result file at ``source``: a hard link, or a copy where links fail."""
+
+    def link() -> None:
+        try:
+            os.link(source, target)
+        except OSError:  # no hard links on this file system: a copy, in place at once
+            import shutil
+
+            part = f"{target}.{os.getpid()}.part"
+            try:
+                shutil.copyfile(source, part)
+                os.replace(part, target)
+            except BaseException:
+                Path(part).unlink(missing_ok=True)
+                raise
+
+    return link
 
 
 def _in_whole_graph(exc: GraphValidationError, lo: int) -> GraphValidationError:
@@ -356,9 +423,10 @@ class _Worker:
     # -- requests -----------------------------------------------------------------------------
 
     def serve(self, conn: Connection) -> None:
+        backlog: deque[Any] = deque()  # requests read ahead from the pipe (see _same_jobs)
         while True:
             try:
-                request = _next_request(conn, self.config.spin_s)
+                request = backlog.popleft() if backlog else _next_request(conn, self.config.spin_s)
             except (EOFError, OSError):
                 return  # the API process is gone
             op, req_id, *args = request
@@ -366,6 +434,30 @@ class _Worker:
                 with contextlib.suppress(OSError, ValueError):
                     conn.send((req_id, True, {}))
                 return
+            if op == ONESHOT and self.config.oneshot_batch_edges:
+                try:
+                    more = _more_of(conn, backlog, ONESHOT)
+                except (EOFError, OSError):
+                    return
+                if more:
+                    replies, fatal = self.oneshots([(req_id, args), *more])
+                    try:
+                        for answered in replies:
+                            conn.send(answered)
+                    except (OSError, ValueError):
+                        return
+                    if fatal:
+                        return
+                    continue
+            if op == MST and self.config.coalesce:
+                try:
+                    same = _same_jobs(conn, backlog, args)
+                except (EOFError, OSError):
+                    return
+                if same:
+                    if not self._serve_same(conn, req_id, args, same):
+                        return
+                    continue
             ok, payload, after, fatal = self.handle(op, args)
             try:
                 conn.send((req_id, ok, payload))
@@ -375,6 +467,29 @@ class _Worker:
                 return  # the API process is gone
             if fatal:
                 return  # a fresh process gets a fresh CUDA context
+
+    def _serve_same(
+        self, conn: Connection, req_id: int, args: list[Any], same: list[tuple[int, str]]
+    ) -> bool:
+        """Answer an MST request and ``same`` (req id, result path) identical ones queued right behind
+        it with one computation: each gets the summary, then its own result file (a hard link of
+        the first, or a copy). False when the worker must stop (the API process is gone, or the
+        device failed)."""
+        ok, payload, after, fatal = self.handle(MST, args)
+        first = args[1]
+        try:
+            for rid in [req_id, *(r for r, _ in same)]:
+                conn.send((rid, ok, dict(payload) if ok else payload))
+            if after is not None:
+                stored = self._after(after)
+                conn.send((STORED, req_id, stored))
+                for rid, path in same:
+                    conn.send(
+                        (STORED, rid, stored if stored is not None else self._after(_linker(first, path)))
+                    )
+        except (OSError, ValueError):
+            return False
+        return not fatal
 
     def handle(self, op: str, args: Sequence[Any]) -> tuple[bool, Any, Callable[[], None] | None, bool]:
         """Run one request: (ok, the answer or the portable error, work to do once the answer is
@@ -434,6 +549,19 @@ class _Worker:
     def _read(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, gpu_core.Graph]:
         """Parse a spool file and make it a resident graph; (the parsed edge arrays, the graph)."""
         import gpu_core
+
+        edges, n = self._checked_edges(path, fmt, num_vertices)
+        self._admit(edges, n)
+        shard = parse_shard_format(fmt)
+        try:
+            graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
+        except GraphValidationError as exc:
+            raise exc if shard is None else _in_whole_graph(exc, shard[0]) from None
+        return edges, graph
+
+    def _checked_edges(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, int | None]:
+        """A spool file's edge arrays and vertex count, within the service's limits (not yet the
+        engine's validation)."""
         from gpu_core.formats import EdgeArrays
 
         shard = parse_shard_format(fmt)
@@ -449,12 +577,7 @@ class _Worker:
             )
         n = num_vertices if num_vertices is not None else edges.num_vertices
         check_vertices(edges.src, edges.dst, n, self.config.max_vertices)  # before n-sized estimates
-        self._admit(edges, n)
-        try:
-            graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
-        except GraphValidationError as exc:
-            raise exc if shard is None else _in_whole_graph(exc, shard[0]) from None
-        return edges, graph
+        return edges, n
 
     @staticmethod
     def _write_canonical(edges: Any, num_vertices: int, out: str) -> None:
@@ -639,6 +762,73 @@ class _Worker:
         del graph
         self._write_result(forest, result_path)
         return self._forest_summary(forest)
+
+    def oneshots(self, requests: list[tuple[int, list[Any]]]) -> tuple[list[tuple[int, bool, Any]], bool]:
+        """Several one-shot requests ``(req id, args)`` waiting together: their replies, and whether
+        this worker must end now (the device failed).
+
+        Those that parse within the limits and share the first one's weight dtype are computed as
+        one disjoint-union graph (see :mod:`service.runtime.batching`), in chunks of at most
+        ``MST_ONESHOT_BATCH_EDGES`` edges; any other, and every member of a union that the engine
+        refuses (then each gets its own answer, or its own error), runs alone.
+        """
+        from .batching import batched_forests, default_vertices, fits_union
+
+        limit = self.config.oneshot_batch_edges
+
+        replies: list[tuple[int, bool, Any]] = []
+        alone: list[tuple[int, list[Any]]] = []
+        chunk: list[tuple[int, list[Any], Any]] = []
+        chunks = [chunk]
+        dtype: Any = None
+        edges_in_chunk = 0
+        for req_id, args in requests:
+            path, fmt, num_vertices, _ = args
+            try:
+                edges, n = self._checked_edges(path, fmt, num_vertices)
+            except Exception as exc:
+                replies.append((req_id, False, _portable(exc)))
+                continue
+            m = int(edges.weight.shape[0]) if edges.weight.shape[:1] else 0
+            n = n if n is not None else default_vertices(edges.src, edges.dst)
+            if n is None or not fits_union(edges.src, edges.dst, edges.weight, n) or m > limit:
+                alone.append((req_id, args))
+                continue
+            dtype = edges.weight.dtype if dtype is None else dtype
+            if edges.weight.dtype != dtype:
+                alone.append((req_id, args))
+                continue
+            if chunk and edges_in_chunk + m > limit:
+                chunk = []
+                chunks.append(chunk)
+                edges_in_chunk = 0
+            chunk.append((req_id, args, (edges.src, edges.dst, edges.weight, n)))
+            edges_in_chunk += m
+        for members in chunks:
+            if len(members) == 1:
+                alone.append((members[0][0], members[0][1]))
+                continue
+            if not members:
+                continue
+            try:
+                forests = batched_forests([graph for *_, graph in members], self.backend)
+            except Exception:  # one member is invalid, or no room: each on its own says why
+                alone.extend((req_id, args) for req_id, args, _ in members)
+                continue
+            for (req_id, args, _), forest in zip(members, forests, strict=True):
+                try:
+                    self._write_result(forest, args[3])
+                except Exception as exc:
+                    replies.append((req_id, False, _portable(exc)))
+                else:
+                    replies.append((req_id, True, self._forest_summary(forest)))
+        fatal = False
+        for req_id, args in alone:
+            if fatal:  # the device failed: the rest end worker_lost when this worker exits
+                break
+            ok, payload, _, fatal = self.handle(ONESHOT, args)
+            replies.append((req_id, ok, payload))
+        return replies, fatal
 
     def describe(self, path: str, fmt: str, canonical: str | None, max_shards: int) -> dict[str, Any]:
         """Sizes of an upload to be sharded, without building it; with ``canonical``, written there as npz.

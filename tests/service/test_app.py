@@ -32,7 +32,8 @@ def wait_resident(server: LiveServer, graph_id: str, timeout: float = 30.0) -> d
 
 def test_restart_keeps_graphs_and_jobs(server_factory: ServerFactory, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    server = server_factory(data)
+    # one job at a time, so the second job below stays queued (not handed) when the API crashes
+    server = server_factory(data, MST_DISPATCH_DEPTH="1")
     g_int = random_graph(21, 200, 900, dtype="int64", num_weights=None, components=2)
     g_f32 = random_graph(22, 150, 700, dtype="float32", num_weights=25, isolated=4)
     a = server.client.post(

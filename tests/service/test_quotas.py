@@ -95,7 +95,7 @@ def test_device_bytes_quota_answers_413_naming_it(live: LiveServer, server_facto
 
 
 def test_queued_jobs_quota_is_per_key_and_frees_as_jobs_finish(server_factory: ServerFactory) -> None:
-    server = server_factory(**KEYS, MST_QUOTA_QUEUED_JOBS="2")
+    server = server_factory(**KEYS, MST_QUOTA_QUEUED_JOBS="2", MST_DISPATCH_DEPTH="1")  # jobs stay queued
     with client(server, KEY_A) as a, client(server, KEY_B) as b:
         graph_a, graph_b = post_graph(a).json()["id"], post_graph(b).json()["id"]
         with frozen_worker(server):
@@ -122,7 +122,8 @@ def test_queued_jobs_quota_is_per_key_and_frees_as_jobs_finish(server_factory: S
 
 
 def test_a_full_queue_answers_503_with_retry_after_and_never_hangs(server_factory: ServerFactory) -> None:
-    server = server_factory(MST_MAX_QUEUED_JOBS="2")
+    # MST_MAX_QUEUED_JOBS counts the jobs not yet handed to a worker: one at a time here
+    server = server_factory(MST_MAX_QUEUED_JOBS="2", MST_DISPATCH_DEPTH="1")
     graph = server.upload_npz([0, 1], [1, 2], [1, 1])["id"]
     with frozen_worker(server):
         running = server.submit(graph).json()["id"]

@@ -70,6 +70,7 @@ def test_a_result_before_success_is_the_same_409_through_both_lanes(live: LiveSe
     graph = live.upload_npz([0], [1], [1])
     with frozen_worker(live):  # the job cannot finish meanwhile
         job = live.submit(graph["id"]).json()
+        live.poll(job["id"], until=("running",))  # handed to the worker: no change between the lanes
         fast, slow = both(live, "GET", f"/v1/jobs/{job['id']}/result")
     assert fast.status_code == 409
     same_answer(fast, slow)

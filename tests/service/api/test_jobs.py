@@ -12,12 +12,16 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
+from service.settings import Settings
 from tests.utils.graphs import random_graph
 
 from ..conftest import ServerFactory
 from ..live import LiveServer
 from ..oracle import check_forest
 from .test_graphs import problem
+
+#: jobs handed to the worker at once on the shared server (the default of MST_DISPATCH_DEPTH)
+DISPATCH_DEPTH: int = Settings.model_fields["dispatch_depth"].default
 
 
 @contextmanager
@@ -72,6 +76,9 @@ def test_cancel_result_409_and_graph_delete_with_queued_jobs(live: LiveServer) -
     with frozen_worker(live):
         running = live.submit(graph["id"]).json()
         wait_status(live, running["id"], "running")
+        # the worker's pipe takes MST_DISPATCH_DEPTH jobs: fill it, so that the next ones stay queued
+        handed = [live.submit(graph["id"]).json() for _ in range(DISPATCH_DEPTH - 1)]
+        wait_status(live, handed[-1]["id"], "running")
         queued = live.submit(graph["id"]).json()
         doomed = live.submit(graph["id"]).json()
         assert live.client.get(f"/v1/jobs/{queued['id']}").json()["status"] == "queued"
@@ -93,8 +100,9 @@ def test_cancel_result_409_and_graph_delete_with_queued_jobs(live: LiveServer) -
         assert live.client.delete(f"/v1/graphs/{graph['id']}").status_code == 204
         gone = live.client.get(f"/v1/jobs/{doomed['id']}").json()
         assert gone["status"] == "cancelled" and gone["error"]["type"] == "graph_deleted"
-    done = live.poll(running["id"])
-    assert done["status"] == "succeeded" and done["result"]["total_weight"] == 6.0
+    for job in (running, *handed):  # handed to the worker before the graph was deleted: they finish
+        done = live.poll(job["id"])
+        assert done["status"] == "succeeded" and done["result"]["total_weight"] == 6.0
     result = live.client.get(f"/v1/jobs/{running['id']}/result").json()
     assert result["edge_ids"] == [1, 2, 3]
     problem(live.client.delete(f"/v1/jobs/{running['id']}"), 409, "job_not_cancellable")
@@ -197,7 +205,9 @@ def test_a_waited_for_job_cancelled_by_its_graph_delete_answers_and_is_recorded(
     with frozen_worker(live), ThreadPoolExecutor(1) as pool:
         running = live.submit(graph["id"]).json()
         wait_status(live, running["id"], "running")
-        waiting = pool.submit(live.submit, graph["id"], 30)  # queued behind it; its id not out yet
+        handed = [live.submit(graph["id"]).json() for _ in range(DISPATCH_DEPTH - 1)]  # fill the pipe
+        wait_status(live, handed[-1]["id"], "running")
+        waiting = pool.submit(live.submit, graph["id"], 30)  # queued behind them; its id not out yet
         time.sleep(0.2)
         assert live.client.delete(f"/v1/graphs/{graph['id']}").status_code == 204
         answer = waiting.result(timeout=10)

@@ -1,0 +1,368 @@
+"""Jobs benchmark: many small jobs at once against one ``python -m service`` (issue 12).
+
+Two parts, on one server:
+
+* ``jobs``: at each client count, every client loops ``POST /v1/graphs/{id}/mst?wait=30`` on one
+  resident graph (RMAT 2^16 in the full suite) and then ``GET /v1/jobs/{id}/result`` (binary npz);
+  every forest is checked against the expected arrays (computed once with the CPU backend, an
+  engine independent of the worker's GPU kernels). A job's latency is both requests together.
+* ``oneshot``: clients loop ``POST /v1/mst`` with small graphs (10^4 edges in the full suite, a
+  few distinct ones), binary answer, each forest checked likewise.
+
+The clients are several processes (``spawn``), each with threads of one keep-alive
+``http.client`` connection, so the client side is not the bottleneck (one Python process tops out
+near a thousand small requests a second). Reported per level: jobs (or requests) per second,
+p50/p99/max latency, errors, and forests that differ from the expected ones (``mismatches``).
+
+Targets (issue 12, on one H200): >= 1,000 jobs/s at 64 clients with p99 <= 50 ms; one-shot
+>= 2,000 requests/s at 64 clients.
+
+The server's settings come from the environment (``MST_*``), so the same benchmark measures a
+switch, e.g. ``MST_DISPATCH_DEPTH=1`` (one job at a time per worker, the old dispatch).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .load import NPZ, Conn
+from .timing import percentile
+
+JOBS_PER_S_TARGET = 1000.0
+JOBS_P99_TARGET_MS = 50.0
+ONESHOT_PER_S_TARGET = 2000.0
+_MP = multiprocessing.get_context("spawn")
+
+
+@dataclass(frozen=True)
+class JobsSpec:
+    """The jobs benchmark of a suite."""
+
+    name: str
+    clients: tuple[int, ...]
+    duration_s: float
+    #: the resident graph: RMAT 2^scale, 8 edges per vertex, int weights
+    rmat_scale: int
+    oneshot_edges: int
+    oneshot_clients: int
+    #: most client processes (each runs clients / processes threads)
+    processes: int
+    oneshot_graphs: int = 16
+
+
+QUICK_JOBS = JobsSpec(
+    "jobs", clients=(1, 8), duration_s=2.0, rmat_scale=10, oneshot_edges=2_000, oneshot_clients=8, processes=2
+)
+FULL_JOBS = JobsSpec(
+    "jobs",
+    clients=(1, 8, 64, 256),
+    duration_s=10.0,
+    rmat_scale=16,
+    oneshot_edges=10_000,
+    oneshot_clients=64,
+    processes=12,
+)
+
+
+def _npz(src: Any, dst: Any, weight: Any, n: int) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, src=src, dst=dst, weight=weight, num_vertices=np.int64(n))
+    return buf.getvalue()
+
+
+def _expected(src: Any, dst: Any, weight: Any, n: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The forest's edge ids and weights from the CPU backend (the oracle of every answer)."""
+    import gpu_core
+
+    forest = gpu_core.Graph(src, dst, weight, n, backend="cpu").minimum_spanning_forest()
+    return np.asarray(forest.edge_ids), np.asarray(forest.weights)
+
+
+def _rmat_graph(scale: int) -> tuple[bytes, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]], int]:
+    from .generators import rmat
+
+    edges = rmat(scale, 8, weights="int", seed=0)
+    src, dst, weight, n = edges
+    return _npz(src, dst, weight, n), _expected(src, dst, weight, n), edges.num_edges
+
+
+def _small_graphs(
+    count: int, m: int
+) -> list[tuple[bytes, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]]:
+    out = []
+    for seed in range(count):
+        rng = np.random.default_rng(100 + seed)
+        n = max(m // 4, 2)
+        src = rng.integers(0, n, m).astype(np.int32)
+        dst = rng.integers(0, n, m).astype(np.int32)
+        weight = rng.integers(0, 1 << 20, m).astype(np.int32)
+        out.append((_npz(src, dst, weight, n), _expected(src, dst, weight, n)))
+    return out
+
+
+class _Checker:
+    """Whether an npz answer holds the expected forest (an answer seen correct before: one compare)."""
+
+    def __init__(self, expected: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]) -> None:
+        self.edge_ids, self.weights = expected
+        #: answers already checked (compared byte for byte: no hashing of a large body per call)
+        self.good: list[bytes] = []
+
+    def __call__(self, body: bytes) -> bool:
+        if any(body == good for good in self.good):
+            return True
+        try:
+            with np.load(io.BytesIO(body), allow_pickle=False) as npz:
+                ok = np.array_equal(npz["edge_ids"], self.edge_ids) and np.array_equal(
+                    npz["weights"], self.weights
+                )
+        except Exception:
+            return False
+        if ok and len(self.good) < 4:
+            self.good.append(body)
+        return ok
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ms: list[float] = []
+        self.errors = 0
+        self.mismatches = 0
+        self.samples: list[str] = []
+
+    def error(self, what: str) -> None:
+        with self.lock:
+            self.errors += 1
+            if len(self.samples) < 5:
+                self.samples.append(what[:300])
+
+
+def _job_loop(conn: Conn, graph_id: str, check: _Checker, stop: float, tally: _Tally) -> None:
+    submit = f"/v1/graphs/{graph_id}/mst?wait=30"
+    accept = {"accept": NPZ}
+    while time.monotonic() < stop:
+        t0 = time.perf_counter()
+        try:
+            status, body = conn.call("POST", submit)
+            if status != 200:
+                tally.error(f"submit {status}: {body[:200]!r}")
+                continue
+            job = json.loads(body)
+            if job.get("status") != "succeeded":
+                tally.error(f"job {job.get('id')} {job.get('status')}: {job.get('error')}")
+                continue
+            status, body = conn.call("GET", f"/v1/jobs/{job['id']}/result", headers=accept)
+        except Exception as exc:
+            tally.error(f"{type(exc).__name__}: {exc}")
+            continue
+        ms = (time.perf_counter() - t0) * 1e3
+        if status != 200:
+            tally.error(f"result {status}: {body[:200]!r}")
+            continue
+        good = check(body)
+        with tally.lock:
+            tally.ms.append(ms)
+            tally.mismatches += not good
+
+
+def _oneshot_loop(
+    conn: Conn, graphs: list[tuple[bytes, _Checker]], stop: float, tally: _Tally, seed: int
+) -> None:
+    headers = {"content-type": NPZ, "accept": NPZ}
+    i = seed
+    while time.monotonic() < stop:
+        body, check = graphs[i % len(graphs)]
+        i += 1
+        t0 = time.perf_counter()
+        try:
+            status, answer = conn.call("POST", "/v1/mst", body, headers)
+        except Exception as exc:
+            tally.error(f"{type(exc).__name__}: {exc}")
+            continue
+        ms = (time.perf_counter() - t0) * 1e3
+        if status != 200:
+            tally.error(f"one-shot {status}: {answer[:200]!r}")
+            continue
+        good = check(answer)
+        with tally.lock:
+            tally.ms.append(ms)
+            tally.mismatches += not good
+
+
+def _client_process(
+    port: int, mode: str, threads: int, duration_s: float, work: Any, barrier: Any, out: Any, first: int
+) -> None:
+    """One client process: ``threads`` connections, started together with the other processes."""
+    tally = _Tally()
+    conns = [Conn(port) for _ in range(threads)]
+    if mode == "jobs":
+        graph_id, expected = work
+        checkers = [_Checker(expected) for _ in range(threads)]
+    else:
+        graphs = [[(body, _Checker(exp)) for body, exp in work] for _ in range(threads)]
+    barrier.wait()
+    stop = time.monotonic() + duration_s
+    workers = []
+    for t in range(threads):
+        if mode == "jobs":
+            target: Callable[..., None] = _job_loop
+            args: tuple[Any, ...] = (conns[t], graph_id, checkers[t], stop, tally)
+        else:
+            target, args = _oneshot_loop, (conns[t], graphs[t], stop, tally, first + t)
+        workers.append(threading.Thread(target=target, args=args, daemon=True))
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for c in conns:
+        c.close()
+    out.put(
+        {"ms": tally.ms, "errors": tally.errors, "mismatches": tally.mismatches, "samples": tally.samples}
+    )
+
+
+def run_level(
+    port: int, mode: str, clients: int, processes: int, duration_s: float, work: Any
+) -> dict[str, Any]:
+    """``clients`` connections in ``min(processes, clients)`` processes for ``duration_s`` seconds."""
+    procs = max(1, min(processes, clients))
+    shares = [clients // procs + (i < clients % procs) for i in range(procs)]
+    barrier = _MP.Barrier(procs + 1)
+    out = _MP.Queue()
+    children = [
+        _MP.Process(
+            target=_client_process,
+            args=(port, mode, share, duration_s, work, barrier, out, sum(shares[:i])),
+            daemon=True,
+        )
+        for i, share in enumerate(shares)
+    ]
+    for child in children:
+        child.start()
+    barrier.wait(timeout=120)
+    started = time.perf_counter()
+    parts = [out.get(timeout=duration_s + 300) for _ in children]
+    elapsed = time.perf_counter() - started
+    for child in children:
+        child.join(30)
+    ms = [x for p in parts for x in p["ms"]]
+    done = len(ms)
+    return {
+        "clients": clients,
+        "client_processes": procs,
+        "duration_s": round(elapsed, 2),
+        "completed": done,
+        "per_s": round(done / elapsed, 1),
+        "p50_ms": round(percentile(ms, 50), 3) if ms else None,
+        "p99_ms": round(percentile(ms, 99), 3) if ms else None,
+        "max_ms": round(max(ms), 3) if ms else None,
+        "errors": sum(p["errors"] for p in parts),
+        "mismatches": sum(p["mismatches"] for p in parts),
+        "error_samples": [s for p in parts for s in p["samples"]][:5],
+    }
+
+
+def run_jobs_benchmark(
+    spec: JobsSpec, backend: str, log_dir: Path | None, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Upload the graph, run every jobs level and the one-shot level, judge the targets."""
+    from .service import started_server
+
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    log(f"[{spec.name}] making RMAT 2^{spec.rmat_scale} and {spec.oneshot_graphs} one-shot graphs")
+    body, expected, num_edges = _rmat_graph(spec.rmat_scale)
+    smalls = _small_graphs(spec.oneshot_graphs, spec.oneshot_edges)
+    limits = {"MST_LOG_LEVEL": "warning", "MST_MAX_QUEUED_JOBS": "100000"}
+    settings = {k: v for k, v in os.environ.items() if k.startswith("MST_")}
+    log_path = None if log_dir is None else log_dir / f"{spec.name}.log"
+    with started_server(backend, log_path, 300.0, limits) as (base, _proc):
+        port = int(base.rsplit(":", 1)[1])
+        conn = Conn(port, timeout=600)
+        graph_id = conn.json("POST", "/v1/graphs", body, (201,))["id"]
+        first = conn.json("POST", f"/v1/graphs/{graph_id}/mst?wait=300")
+        backend_used = conn.json("GET", "/readyz")["workers"][0]["backend"]
+        conn.close()
+        levels = []
+        for clients in spec.clients:
+            level = run_level(port, "jobs", clients, spec.processes, spec.duration_s, (graph_id, expected))
+            levels.append(level)
+            log(
+                f"[{spec.name}] {clients:>3} clients: {level['per_s']} jobs/s, p50 {level['p50_ms']} ms, "
+                f"p99 {level['p99_ms']} ms, errors {level['errors']}, mismatches {level['mismatches']}"
+            )
+        oneshot = run_level(port, "oneshot", spec.oneshot_clients, spec.processes, spec.duration_s, smalls)
+        log(
+            f"[{spec.name}] one-shot, {spec.oneshot_clients} clients: {oneshot['per_s']} req/s, "
+            f"p50 {oneshot['p50_ms']} ms, p99 {oneshot['p99_ms']} ms, errors {oneshot['errors']}, "
+            f"mismatches {oneshot['mismatches']}"
+        )
+    at64 = next((lv for lv in levels if lv["clients"] == 64), None)
+    checks: dict[str, Any] = {
+        "all_checked_equal": all(lv["mismatches"] == 0 for lv in [*levels, oneshot]),
+        "no_errors": all(lv["errors"] == 0 for lv in [*levels, oneshot]),
+        "jobs_per_s_64": None if at64 is None else at64["per_s"],
+        "jobs_p99_ms_64": None if at64 is None else at64["p99_ms"],
+        "oneshot_per_s": oneshot["per_s"],
+    }
+    if at64 is not None:
+        checks["jobs_target_met"] = (
+            at64["per_s"] >= JOBS_PER_S_TARGET and (at64["p99_ms"] or 1e9) <= JOBS_P99_TARGET_MS
+        )
+    checks["oneshot_target_met"] = spec.oneshot_clients == 64 and oneshot["per_s"] >= ONESHOT_PER_S_TARGET
+    ok = checks["all_checked_equal"] and checks["no_errors"]
+    record = {
+        "name": spec.name,
+        "type": "jobs",
+        "status": "ok" if ok else "error",
+        "backend": backend_used,
+        "settings": settings,
+        "job_compute_ms": (first.get("result") or {}).get("compute_ms"),
+        "spec": {
+            "clients": list(spec.clients),
+            "duration_s": spec.duration_s,
+            "graph": f"rmat-{spec.rmat_scale} ({num_edges} edges)",
+            "oneshot_edges": spec.oneshot_edges,
+            "oneshot_clients": spec.oneshot_clients,
+            "client_processes": spec.processes,
+        },
+        "levels": levels,
+        "oneshot": oneshot,
+        "checks": checks,
+    }
+    if not ok:
+        record["error"] = (
+            "errors or wrong forests: "
+            + "; ".join(s for lv in [*levels, oneshot] for s in lv["error_samples"])[:1000]
+        )
+    log(table(record))
+    return record
+
+
+def table(record: dict[str, Any]) -> str:
+    """A Markdown table of a jobs record: one row per level, the one-shot level last."""
+    rows = [
+        "| part | clients | per s | p50 ms | p99 ms | max ms | completed | errors | wrong forests |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    parts = [("jobs", lv) for lv in record.get("levels", [])]
+    if record.get("oneshot"):
+        parts.append(("one-shot", record["oneshot"]))
+    for part, lv in parts:
+        rows.append(
+            f"| {part} | {lv['clients']} | {lv['per_s']} | {lv['p50_ms']} | {lv['p99_ms']} | {lv['max_ms']} "
+            f"| {lv['completed']} | {lv['errors']} | {lv['mismatches']} |"
+        )
+    return "\n".join(rows)

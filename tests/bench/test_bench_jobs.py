@@ -1,0 +1,46 @@
+"""Smoke test of the jobs benchmark (bench/jobs.py) against a real CPU server: it runs, checks
+every forest, and a wrong forest would be counted (not a timing assertion)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from bench.jobs import JobsSpec, _Checker, _small_graphs, run_jobs_benchmark, table
+
+TINY = JobsSpec(
+    "jobs", clients=(1, 3), duration_s=1.0, rmat_scale=8, oneshot_edges=500, oneshot_clients=3, processes=2
+)
+
+
+def _npz(edge_ids: np.ndarray, weights: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, edge_ids=edge_ids, weights=weights)
+    return buf.getvalue()
+
+
+def test_checker_tells_a_wrong_forest() -> None:
+    ((_, expected),) = _small_graphs(1, 300)
+    check = _Checker(expected)
+    edge_ids, weights = expected
+    assert check(_npz(edge_ids, weights))
+    assert check(_npz(edge_ids, weights))  # the remembered answer
+    assert not check(_npz(edge_ids[:-1], weights[:-1]))
+    wrong = edge_ids.copy()
+    wrong[0] += 1
+    assert not check(_npz(wrong, weights))
+    assert not check(b"not an npz")
+
+
+def test_jobs_benchmark_runs_and_checks_every_forest() -> None:
+    record = run_jobs_benchmark(TINY, "cpu", None, lambda _: None)
+    assert record["status"] == "ok", record.get("error")
+    assert record["type"] == "jobs" and record["backend"] == "cpu"
+    levels = record["levels"]
+    assert [lv["clients"] for lv in levels] == [1, 3]
+    for level in [*levels, record["oneshot"]]:
+        assert level["completed"] > 0 and level["errors"] == 0 and level["mismatches"] == 0
+        assert 0 < level["p50_ms"] <= level["p99_ms"] <= level["max_ms"]
+    assert record["checks"]["all_checked_equal"] is True
+    assert "| one-shot | 3 |" in table(record)

@@ -1,0 +1,129 @@
+"""One-shot computations batched into one disjoint-union run (service/runtime/batching.py).
+
+The batched answer of every member must equal, bit for bit, the answer of a run of its own:
+edge ids, weights, component count and total weight (float totals included). Unit tests on the
+batching functions (CPU backend), then a live server taking many one-shots at once, one of them
+invalid (it gets its own 4xx; the others are unaffected).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import gpu_core
+from service.runtime.batching import batched_forests, default_vertices, fits_union
+from tests.utils.graphs import EdgeGraph, random_graph
+
+from .conftest import ServerFactory
+from .live import OCTET, LiveServer, npz_body
+
+
+def _members(dtype: Any, count: int = 7) -> list[EdgeGraph]:
+    graphs = [
+        random_graph(
+            seed, 40 + 13 * seed, 150 + 40 * seed, dtype=dtype, num_weights=6, components=1 + seed % 3
+        )
+        for seed in range(count)
+    ]
+    graphs.append(random_graph(99, 25, 0, dtype=dtype))  # no edges: 25 isolated vertices
+    graphs.append(random_graph(98, 60, 200, dtype=dtype, isolated=10, num_weights=None))
+    return graphs
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32, np.float64])
+def test_batched_forests_equal_single_runs(dtype: Any) -> None:
+    members = _members(dtype)
+    batched = batched_forests([(g.src, g.dst, g.weight, g.num_vertices) for g in members], "cpu")
+    assert len(batched) == len(members)
+    for graph, got in zip(members, batched, strict=True):
+        alone = gpu_core.Graph(
+            graph.src, graph.dst, graph.weight, graph.num_vertices, backend="cpu"
+        ).minimum_spanning_forest()
+        assert got.edge_ids.tolist() == alone.edge_ids.tolist(), graph.name
+        assert got.weights.dtype == alone.weights.dtype
+        assert got.weights.tobytes() == alone.weights.tobytes()
+        assert got.num_components == alone.num_components
+        assert got.num_vertices == alone.num_vertices
+        assert repr(got.total_weight) == repr(alone.total_weight)  # exactly, floats too
+
+
+def test_what_may_join_a_union() -> None:
+    w = np.ones(3)
+    assert fits_union([0, 1, 2], [1, 2, 0], w, 3)
+    assert not fits_union([0, 1, 3], [1, 2, 0], w, 3)  # an id out of range: runs alone, refused there
+    assert not fits_union([0, -1, 2], [1, 2, 0], w, 3)
+    assert not fits_union([0.0, 1.0, 2.0], [1, 2, 0], w, 3)
+    assert not fits_union([0, 1], [1, 2, 0], w, 3)
+    assert not fits_union([0, 1, 2], [1, 2, 0], w, None)
+    assert default_vertices(np.array([0, 4]), np.array([2, 1])) == 5
+    assert default_vertices(np.array([], dtype=np.int32), np.array([], dtype=np.int32)) == 0
+    assert default_vertices(np.array([0.5]), np.array([1])) is None
+
+
+def _oneshot(server: LiveServer, body: bytes, out: list[Any], index: int) -> None:
+    response = server.client.post("/v1/mst", content=body, headers={"content-type": OCTET, "accept": OCTET})
+    out[index] = response
+
+
+def _big_job(server: LiveServer) -> str:
+    rng = np.random.default_rng(5)
+    n, m = 400_000, 1_500_000
+    src, dst = rng.integers(0, n, m).astype(np.int32), rng.integers(0, n, m).astype(np.int32)
+    graph_id = server.upload_npz(src, dst, rng.integers(-1000, 1000, m).astype(np.int32), n)["id"]
+    job_id: str = server.submit(graph_id).json()["id"]
+    server.poll(job_id, until=("running", "succeeded"))
+    return job_id
+
+
+def test_many_one_shots_at_once_are_exact_and_share_a_run(server_factory: ServerFactory) -> None:
+    server = server_factory(MST_MAX_EDGES="10000000", MST_MAX_UPLOAD_BYTES="200000000")
+    members = _members(np.float32, count=10)
+    bodies = [npz_body(g.src, g.dst, g.weight, g.num_vertices) for g in members]
+    bad = npz_body([0, 1, 7], [1, 2, 0], np.ones(3, np.float32), 3)  # vertex 7 of 3
+    bodies.insert(4, bad)
+    busy = _big_job(server)  # the one-shots below wait together behind it
+    answers: list[Any] = [None] * len(bodies)
+    threads = [threading.Thread(target=_oneshot, args=(server, b, answers, i)) for i, b in enumerate(bodies)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert server.poll(busy)["status"] == "succeeded"
+    refused = answers.pop(4)
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert "7" in refused.json()["detail"]
+    compute_ms = []
+    for graph, response in zip(members, answers, strict=True):
+        assert response.status_code == 200, response.text
+        alone = gpu_core.Graph(
+            graph.src, graph.dst, graph.weight, graph.num_vertices, backend="cpu"
+        ).minimum_spanning_forest()
+        with np.load(io.BytesIO(response.content), allow_pickle=False) as npz:
+            assert npz["edge_ids"].tolist() == alone.edge_ids.tolist(), graph.name
+            assert npz["weights"].tobytes() == alone.weights.tobytes()
+        assert int(response.headers["x-mst-num-components"]) == alone.num_components
+        assert float(response.headers["x-mst-total-weight"]) == alone.total_weight
+        compute_ms.append(response.headers["x-mst-compute-ms"])
+    # members of one union report its run's time: fewer distinct times than one-shots
+    assert len(set(compute_ms)) < len(compute_ms), compute_ms
+
+
+def test_batching_off_gives_the_same_answers(server_factory: ServerFactory) -> None:
+    server = server_factory(MST_ONESHOT_BATCH_EDGES="0")
+    graph = _members(np.int64, count=2)[1]
+    response = server.client.post(
+        "/v1/mst",
+        content=npz_body(graph.src, graph.dst, graph.weight, graph.num_vertices),
+        headers={"content-type": OCTET},
+    )
+    assert response.status_code == 200, response.text
+    alone = gpu_core.minimum_spanning_forest(
+        graph.src, graph.dst, graph.weight, num_vertices=graph.num_vertices, backend="cpu"
+    )
+    assert response.json()["edge_ids"] == alone.edge_ids.tolist()

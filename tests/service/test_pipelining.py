@@ -1,0 +1,162 @@
+"""Many jobs at once on one worker: pipelined dispatch and coalesced identical jobs (issue 12).
+
+Documented behaviour (service/runtime/supervisor.py, service/runtime/worker.py):
+
+* up to ``MST_DISPATCH_DEPTH`` jobs are handed to the worker at once, in queue order; a handed
+  job is ``running`` and can no longer be cancelled, a queued one can;
+* if the worker dies, every handed job ends ``failed`` with ``worker_lost``; queued ones run on
+  the new worker;
+* identical jobs waiting back to back in the worker's pipe are answered by one computation
+  (``MST_COALESCE_JOBS``), each with its own result file (a hard link of the first).
+
+The worker is kept busy with a job on a large graph so that the jobs behind it pile up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tests.utils.graphs import random_graph
+
+from .conftest import ServerFactory
+from .live import LiveServer
+from .test_queries import kruskal, upload
+from .test_supervisor import readiness_after_loss
+
+
+def _big(server: LiveServer, seed: int = 5) -> str:
+    """A graph whose forest keeps the CPU worker busy for a while."""
+    rng = np.random.default_rng(seed)
+    n, m = 400_000, 1_500_000
+    src, dst = rng.integers(0, n, m).astype(np.int32), rng.integers(0, n, m).astype(np.int32)
+    weight = rng.integers(-1000, 1000, m).astype(np.int32)
+    graph_id: str = server.upload_npz(src, dst, weight, n)["id"]
+    return graph_id
+
+
+def _busy(server: LiveServer, graph_id: str) -> str:
+    """Submit a job on the big graph and return once it is running."""
+    job_id: str = server.submit(graph_id).json()["id"]
+    server.poll(job_id, until=("running", "succeeded"))
+    return job_id
+
+
+def _edge_ids(server: LiveServer, job_id: str) -> list[int]:
+    edge_ids, _, _ = server.result_npz(job_id)
+    return [int(i) for i in edge_ids]
+
+
+def _linked_results(data_dir: Path) -> int:
+    """Result files that share their inode with another (written once for coalesced jobs)."""
+    return sum(p.stat().st_nlink > 1 for p in data_dir.rglob("j_*.npz"))
+
+
+def _exact_forests_of_jobs_queued_at_once(server: LiveServer) -> None:
+    graphs = [random_graph(seed, 2_000, 12_000, dtype="int32", num_weights=40) for seed in (1, 2)]
+    ids = [upload(server, g) for g in graphs]
+    trees = [kruskal(g) for g in graphs]
+    busy = _busy(server, _big(server))
+    order = [0, 0, 0, 1, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0]
+    jobs = [(which, server.submit(ids[which]).json()["id"]) for which in order]
+    assert server.poll(busy)["status"] == "succeeded"
+    for which, job_id in jobs:
+        job = server.poll(job_id)
+        assert job["status"] == "succeeded", job
+        assert job["result"]["num_edges"] == len(trees[which])
+        assert _edge_ids(server, job_id) == trees[which], (which, job_id)
+
+
+def test_jobs_queued_at_once_give_exact_forests_and_share_computations(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    server = server_factory(tmp_path / "on", MST_MAX_EDGES="10000000", MST_MAX_UPLOAD_BYTES="200000000")
+    _exact_forests_of_jobs_queued_at_once(server)
+    assert _linked_results(tmp_path / "on") > 0, "identical queued jobs should have shared a computation"
+
+
+def test_without_coalescing_every_job_computes_and_the_forests_are_the_same(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    server = server_factory(
+        tmp_path / "off",
+        MST_MAX_EDGES="10000000",
+        MST_MAX_UPLOAD_BYTES="200000000",
+        MST_COALESCE_JOBS="false",
+    )
+    _exact_forests_of_jobs_queued_at_once(server)
+    assert _linked_results(tmp_path / "off") == 0
+
+
+def test_one_job_at_a_time_still_exact(server_factory: ServerFactory, tmp_path: Path) -> None:
+    server = server_factory(
+        tmp_path / "serial",
+        MST_MAX_EDGES="10000000",
+        MST_MAX_UPLOAD_BYTES="200000000",
+        MST_DISPATCH_DEPTH="1",
+    )
+    _exact_forests_of_jobs_queued_at_once(server)
+
+
+def test_a_queued_job_is_cancelled_a_handed_one_is_not(server_factory: ServerFactory) -> None:
+    server = server_factory(
+        MST_MAX_EDGES="10000000", MST_MAX_UPLOAD_BYTES="200000000", MST_DISPATCH_DEPTH="2"
+    )
+    graph = random_graph(3, 1_000, 6_000, dtype="int64", num_weights=30)
+    small = upload(server, graph)
+    busy = _busy(server, _big(server))
+    handed, queued, last = (server.submit(small).json()["id"] for _ in range(3))
+    # depth 2: the busy job and `handed` are in the worker's hands, the other two wait
+    assert server.client.get(f"/v1/jobs/{handed}").json()["status"] == "running"
+    refused = server.client.delete(f"/v1/jobs/{handed}")
+    assert refused.status_code == 409, refused.text
+    assert refused.headers["content-type"] == "application/problem+json"
+    cancelled = server.client.delete(f"/v1/jobs/{queued}")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled", cancelled.text
+    tree = kruskal(graph)
+    for job_id in (busy, handed, last):
+        assert server.poll(job_id)["status"] == "succeeded"
+    assert _edge_ids(server, handed) == tree and _edge_ids(server, last) == tree
+    assert server.poll(queued)["status"] == "cancelled"
+    assert server.client.get(f"/v1/jobs/{queued}/result").status_code == 409
+
+
+def test_worker_killed_with_jobs_in_its_pipe(server_factory: ServerFactory) -> None:
+    server = server_factory(
+        MST_MAX_EDGES="10000000",
+        MST_MAX_UPLOAD_BYTES="200000000",
+        MST_HEARTBEAT_INTERVAL_S="0.1",
+        MST_HEARTBEAT_TIMEOUT_S="1.5",
+        MST_DISPATCH_DEPTH="3",
+    )
+    graph = random_graph(4, 1_500, 9_000, dtype="float64", num_weights=30)
+    small = upload(server, graph)
+    big = _big(server)
+    pid = server.worker_pid()
+    busy = _busy(server, big)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        jobs = [server.submit(small).json()["id"] for _ in range(4)]
+        statuses: list[Any] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # depth 3: two handed behind the busy one, two queued
+            statuses = [server.client.get(f"/v1/jobs/{j}").json()["status"] for j in jobs]
+            if statuses == ["running", "running", "queued", "queued"]:
+                break
+            time.sleep(0.01)
+        assert statuses == ["running", "running", "queued", "queued"], statuses
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    readiness_after_loss(server, pid)
+    for job_id in (busy, *jobs[:2]):
+        lost = server.poll(job_id)
+        assert lost["status"] == "failed" and lost["error"]["type"] == "worker_lost", lost
+    tree = kruskal(graph)
+    for job_id in jobs[2:]:  # the queued jobs run on the new worker
+        assert server.poll(job_id)["status"] == "succeeded"
+        assert _edge_ids(server, job_id) == tree
