@@ -262,6 +262,11 @@ class JobSummary(BaseModel):
         "time of the computation that produced it)."
     )
     cached: bool = Field(False, description="Answered from the stored result of an identical earlier job.")
+    coalesced: bool = Field(
+        False,
+        description="Computed once with an identical job queued right before it on the same worker "
+        "(MST_COALESCE_JOBS); compute_ms is that shared computation's.",
+    )
     reused_tree: bool | None = Field(
         None,
         description="Point-set jobs ('hdbscan', 'single_linkage'): true when the tree of the same "

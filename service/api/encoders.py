@@ -47,6 +47,7 @@ def job_out(job: JobRecord) -> JobOut:
             num_components=job.num_components or 0,
             compute_ms=job.compute_ms or 0.0,
             cached=job.cached,
+            coalesced=job.coalesced,
             reused_tree=job.reused_tree,
         )
     return JobOut(
@@ -157,6 +158,8 @@ def summary_headers(summary: dict[str, Any]) -> dict[str, str]:
     }
     if summary.get("cached"):
         headers["X-MST-Cached"] = "true"
+    if summary.get("coalesced"):
+        headers["X-MST-Coalesced"] = "true"
     return headers
 
 
@@ -246,6 +249,8 @@ def json_result(path: Path, summary: dict[str, Any], **ids: str) -> Response:
         body["task"] = task
     if summary.get("cached"):
         body["cached"] = True
+    if summary.get("coalesced"):
+        body["coalesced"] = True
     if summary.get("reused_tree") is not None:
         body["reused_tree"] = summary["reused_tree"]
     body.update(arrays)
@@ -274,6 +279,8 @@ def _arrow_stream(path: Path, summary: dict[str, Any]) -> bytes:
     metadata["task"] = str(summary.get("task", "mst"))
     if summary.get("cached"):
         metadata["cached"] = "true"
+    if summary.get("coalesced"):
+        metadata["coalesced"] = "true"
     table = pa.table({name: _arrow_column(pa, arrays[name]) for name in names}, metadata=metadata)
     sink = pa.BufferOutputStream()
     with pyarrow.ipc.new_stream(sink, table.schema) as writer:
@@ -298,5 +305,6 @@ def job_summary(job: JobRecord) -> dict[str, Any]:
         "compute_ms": job.compute_ms,
         "task": job.task,
         "cached": job.cached,
+        "coalesced": job.coalesced,
         "reused_tree": job.reused_tree,
     }

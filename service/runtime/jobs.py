@@ -639,6 +639,7 @@ class Jobs:
             num_components=int(summary["num_components"]),
             compute_ms=float(summary["compute_ms"]),
             reused_tree=summary.get("reused_tree"),
+            coalesced=bool(summary.get("coalesced", False)),
         )
 
     def _store_behind(self, job_id: str, note: asyncio.Future[None]) -> None:

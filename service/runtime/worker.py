@@ -478,8 +478,9 @@ class _Worker:
         ok, payload, after, fatal = self.handle(MST, args)
         first = args[1]
         try:
-            for rid in [req_id, *(r for r, _ in same)]:
-                conn.send((rid, ok, dict(payload) if ok else payload))
+            conn.send((req_id, ok, payload))
+            for rid, _ in same:  # the followers' results say that they shared the computation
+                conn.send((rid, ok, dict(payload, coalesced=True) if ok else payload))
             if after is not None:
                 stored = self._after(after)
                 conn.send((STORED, req_id, stored))

@@ -73,7 +73,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     weights_version INTEGER NOT NULL DEFAULT 0,
     cached         INTEGER NOT NULL DEFAULT 0,
     reused_tree    INTEGER,
-    owner          TEXT NOT NULL DEFAULT ''
+    owner          TEXT NOT NULL DEFAULT '',
+    coalesced      INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created_at);
 CREATE INDEX IF NOT EXISTS jobs_by_graph ON jobs (graph_id);
@@ -91,6 +92,7 @@ _ADDED_COLUMNS = (
     ("graphs", "owner", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "owner", "TEXT NOT NULL DEFAULT ''"),
     ("graphs", "shards", "INTEGER NOT NULL DEFAULT 1"),
+    ("jobs", "coalesced", "INTEGER NOT NULL DEFAULT 0"),
 )
 _CACHE_INDEX = "CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs (graph_id, weights_version, task, params)"
 _OWNER_INDEX = "CREATE INDEX IF NOT EXISTS graphs_by_owner ON graphs (owner, created_at)"
@@ -167,6 +169,8 @@ class JobRecord:
     reused_tree: bool | None = None
     #: the API key's owner id that submitted it ("" without API keys)
     owner: str = ""
+    #: answered by the computation of an identical job queued right before it (MST_COALESCE_JOBS)
+    coalesced: bool = False
 
     @property
     def finished(self) -> bool:
@@ -188,6 +192,7 @@ def _job_from_row(row: sqlite3.Row) -> JobRecord:
         if values[name] is not None:
             values[name] = float(values[name])
     values["cached"] = bool(values["cached"])
+    values["coalesced"] = bool(values["coalesced"])
     if values["reused_tree"] is not None:
         values["reused_tree"] = bool(values["reused_tree"])
     return JobRecord(**values)

@@ -57,7 +57,7 @@ def _linked_results(data_dir: Path) -> int:
     return sum(p.stat().st_nlink > 1 for p in data_dir.rglob("j_*.npz"))
 
 
-def _exact_forests_of_jobs_queued_at_once(server: LiveServer) -> None:
+def _exact_forests_of_jobs_queued_at_once(server: LiveServer) -> list[dict[str, Any]]:
     graphs = [random_graph(seed, 2_000, 12_000, dtype="int32", num_weights=40) for seed in (1, 2)]
     ids = [upload(server, g) for g in graphs]
     trees = [kruskal(g) for g in graphs]
@@ -65,19 +65,30 @@ def _exact_forests_of_jobs_queued_at_once(server: LiveServer) -> None:
     order = [0, 0, 0, 1, 0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0]
     jobs = [(which, server.submit(ids[which]).json()["id"]) for which in order]
     assert server.poll(busy)["status"] == "succeeded"
+    done = []
     for which, job_id in jobs:
         job = server.poll(job_id)
         assert job["status"] == "succeeded", job
         assert job["result"]["num_edges"] == len(trees[which])
         assert _edge_ids(server, job_id) == trees[which], (which, job_id)
+        done.append(job)
+    return done
 
 
 def test_jobs_queued_at_once_give_exact_forests_and_share_computations(
     server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     server = server_factory(tmp_path / "on", MST_MAX_EDGES="10000000", MST_MAX_UPLOAD_BYTES="200000000")
-    _exact_forests_of_jobs_queued_at_once(server)
+    jobs = _exact_forests_of_jobs_queued_at_once(server)
     assert _linked_results(tmp_path / "on") > 0, "identical queued jobs should have shared a computation"
+    # the results say so: the jobs that shared another's computation carry coalesced=true and its
+    # compute_ms; the first job of the run computed (nothing was queued before it)
+    shared = [job for job in jobs if job["result"]["coalesced"]]
+    assert shared and not jobs[0]["result"]["coalesced"]
+    computed_ms = {job["result"]["compute_ms"] for job in jobs if not job["result"]["coalesced"]}
+    assert all(job["result"]["compute_ms"] in computed_ms for job in shared)
+    result = server.client.get(f"/v1/jobs/{shared[0]['id']}/result").json()
+    assert result["coalesced"] is True
 
 
 def test_without_coalescing_every_job_computes_and_the_forests_are_the_same(
@@ -89,8 +100,9 @@ def test_without_coalescing_every_job_computes_and_the_forests_are_the_same(
         MST_MAX_UPLOAD_BYTES="200000000",
         MST_COALESCE_JOBS="false",
     )
-    _exact_forests_of_jobs_queued_at_once(server)
+    jobs = _exact_forests_of_jobs_queued_at_once(server)
     assert _linked_results(tmp_path / "off") == 0
+    assert not any(job["result"]["coalesced"] for job in jobs)
 
 
 def test_one_job_at_a_time_still_exact(server_factory: ServerFactory, tmp_path: Path) -> None:
