@@ -9,7 +9,7 @@
 
 from . import errors, formats
 from ._estimate import MemoryEstimate, estimate_device_bytes
-from ._forest import SpanningForest
+from ._forest import SpanningForest, make_forest
 from ._graph import (
     Backend,
     Graph,
@@ -56,6 +56,7 @@ __all__ = [
     "gpu_available",
     "hdbscan",
     "linkage_from_sorted_edges",
+    "make_forest",
     "maximum_spanning_forest",
     "merge_shard_forests",
     "minimum_spanning_forest",

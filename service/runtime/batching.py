@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 import gpu_core
-from gpu_core._forest import make_forest
 
 
 def union_arrays(members: list[tuple[Any, Any, Any, int]]) -> tuple[Any, Any, Any, int, list[int]]:
@@ -66,7 +65,7 @@ def split_forest(
     for k, n in enumerate(sizes):
         lo, hi = int(bounds[k]), int(bounds[k + 1])
         out.append(
-            make_forest(
+            gpu_core.make_forest(
                 forest.edge_ids[lo:hi] - edge_offsets[k], forest.weights[lo:hi], n, backend, forest.compute_ms
             )
         )
