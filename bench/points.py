@@ -231,7 +231,7 @@ def _emst_row(e: dict[str, Any], same: list[dict[str, Any]]) -> str:
     ratio = "-" if five is None else f"{five['versus_emst']:.2f}x"
     parts = e["split_ms"].items()
     split = ", ".join(f"{int(v)} rounds" if k == "rounds" else f"{k[:-3]} {v}" for k, v in parts)
-    cells = [e["points"], f"{e['n']:.0e}", e["d"], _fmt_s(e["seconds"]), f"{e['mfeatures_per_s']:.0f}",
+    cells = [e["points"], f"{e['n']:.0e}", e["d"], _fmt_s(e["seconds"]), f"{e['mfeatures_per_s']:.3g}",
              _fmt_s(e["host_seconds"]), hd, ratio, split]  # fmt: skip
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
