@@ -57,7 +57,7 @@ from ..metrics import Metrics
 from ..storage.store import JobRecord, Store, new_id
 from . import worker as worker_module
 from .sharding import Abandoned, ShardedRun
-from .supervisor import Supervisor, WorkerHandle
+from .supervisor import Supervisor, WorkerHandle, settle_from
 
 log = logging.getLogger("service.runtime.jobs")
 
@@ -118,14 +118,7 @@ class _WorkerRequest:
         raise NotImplementedError
 
     async def run(self, worker: WorkerHandle) -> None:
-        try:
-            answer = await self.ask(worker)
-        except Exception as exc:
-            if not self.done.done():
-                self.done.set_exception(exc)
-        else:
-            if not self.done.done():
-                self.done.set_result(answer)
+        await settle_from(self.done, self.ask(worker))
 
     def abandon(self, reason: str) -> None:
         if not self.done.done():

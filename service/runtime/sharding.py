@@ -35,7 +35,7 @@ import gpu_core
 
 from ..errors import InsufficientMemoryError
 from . import worker as worker_module
-from .supervisor import Supervisor, WorkerHandle
+from .supervisor import Supervisor, WorkerHandle, settle_from
 
 log = logging.getLogger("service.runtime.sharding")
 
@@ -89,19 +89,16 @@ class ShardStep:
         if not self.start():
             self.done.cancel()
             return
-        try:
-            await worker.ensure_resident(self.graph_id)
-            worker.touch(self.graph_id)
-            summary, stored = await worker.request_with_note(
-                worker_module.MST, self.graph_id, self.out, "mst", self.params
-            )
-            await stored
-        except Exception as exc:
-            if not self.done.done():
-                self.done.set_exception(exc)
-        else:
-            if not self.done.done():
-                self.done.set_result(summary)
+        await settle_from(self.done, self._ask(worker))
+
+    async def _ask(self, worker: WorkerHandle) -> Any:
+        await worker.ensure_resident(self.graph_id)
+        worker.touch(self.graph_id)
+        summary, stored = await worker.request_with_note(
+            worker_module.MST, self.graph_id, self.out, "mst", self.params
+        )
+        await stored
+        return summary
 
     def abandon(self, reason: str) -> None:
         if not self.done.done():
@@ -118,14 +115,7 @@ class MergeStep:
     done: asyncio.Future[Any] = field(default_factory=_future)
 
     async def run(self, worker: WorkerHandle) -> None:
-        try:
-            answer = await self._ask(worker)
-        except Exception as exc:
-            if not self.done.done():
-                self.done.set_exception(exc)
-        else:
-            if not self.done.done():
-                self.done.set_result(answer)
+        await settle_from(self.done, self._ask(worker))
 
     async def _ask(self, worker: WorkerHandle) -> tuple[dict[str, Any], asyncio.Future[None]]:
         while True:  # no room for the union: evict idle graphs, as a load does

@@ -689,6 +689,17 @@ def _settle(fut: asyncio.Future[Any] | None, result: Any, error: BaseException |
         fut.set_exception(error)
 
 
+async def settle_from(done: asyncio.Future[Any], work: Awaitable[Any]) -> None:
+    """Await ``work`` and settle ``done`` (if still pending) with its answer or its error: how a
+    queued task hands its outcome to the caller awaiting ``done``."""
+    try:
+        answer = await work
+    except Exception as exc:
+        _settle(done, None, exc)
+    else:
+        _settle(done, answer, None)
+
+
 def _consume(fut: asyncio.Future[Any]) -> None:
     """Mark a future's error as seen (no 'exception was never retrieved' warning)."""
     if not fut.cancelled():
