@@ -38,6 +38,14 @@ def _npy(array: np.ndarray[Any, Any]) -> bytes:
     return buffer.getvalue()
 
 
+def _server_steps(response: Any, into: dict[str, list[float]]) -> None:
+    """Collect a response's ``Server-Timing`` steps (the server's split of its time)."""
+    for part in response.headers.get("server-timing", "").split(","):
+        name, _, duration = part.strip().partition(";dur=")
+        if duration:
+            into.setdefault(name, []).append(float(duration))
+
+
 def main(argv: list[str] | None = None) -> int:
     import httpx
 
@@ -75,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "mst_after_put": [],
     }
     forests: dict[int, dict[str, np.ndarray[Any, Any]]] = {}
+    server: dict[str, dict[str, list[float]]] = {"upload": {}, "put_weights": {}}  # Server-Timing
 
     def same_forest(forest: Any, which: int) -> bool:
         # arrays, not bytes: the npz's zip headers carry the time the file was written
@@ -89,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             which = r % 2
             t0 = time.perf_counter()
             body = _body(npz_bodies[which], NPZ)
-            graph = _check(client.post("/v1/graphs", **body, params={"format": "npz"}), 201).json()
+            answer = _check(client.post("/v1/graphs", **body, params={"format": "npz"}), 201)
+            graph = answer.json()
             steps["upload"].append((time.perf_counter() - t0) * 1e3)
+            _server_steps(answer, server["upload"])
             t1 = time.perf_counter()
             job, _ = _mst_request(client, graph["id"], 600)
             until_job["reupload"].append((time.perf_counter() - t0) * 1e3)
@@ -106,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.repeats + 1):  # the first update warms the path up and is not counted
             which = (r + 1) % 2
             t0 = time.perf_counter()
-            _check(client.put(f"/v1/graphs/{graph['id']}/weights", **_body(npy_bodies[which], NPZ)), 200)
+            put = _check(
+                client.put(f"/v1/graphs/{graph['id']}/weights", **_body(npy_bodies[which], NPZ)), 200
+            )
             t1 = time.perf_counter()
             job, _ = _mst_request(client, graph["id"], 600)
             done_ms = (time.perf_counter() - t0) * 1e3
@@ -116,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 update_ms.append((time.perf_counter() - t0) * 1e3)
                 steps["put_weights"].append((t1 - t0) * 1e3)
                 steps["mst_after_put"].append((time.perf_counter() - t1) * 1e3)
+                _server_steps(put, server["put_weights"])
             if not same_forest(forest, which):
                 raise RuntimeError(
                     "the forest after a weight update differs from the upload's with those weights"
@@ -134,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         "ids": args.ids,
         "until_job_succeeded_median_ms": {k: statistics.median(v) for k, v in until_job.items()},
         "steps_median_ms": {k: statistics.median(v) for k, v in steps.items()},
+        "server_timing_median_ms": {
+            path: {step: statistics.median(v) for step, v in got.items()} for path, got in server.items()
+        },
     }
     share = record["update_median_ms"] / record["reupload_median_ms"]
     record["update_share"] = share
@@ -150,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         f"update {job_ms['update']:.1f} ms: {100 * job_share:.1f} %"
     )
     print("steps (median ms): " + ", ".join(f"{k} {v:.1f}" for k, v in record["steps_median_ms"].items()))
+    for path, got in record["server_timing_median_ms"].items():
+        print(
+            f"server's split of {path} (Server-Timing, median ms): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in got.items())
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=2)

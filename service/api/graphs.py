@@ -19,6 +19,7 @@ from ..models import (
     Objective,
     WeightsFormat,
 )
+from ..timing import Steps
 from .auth import owner_of
 from .deps import CatalogDep, OwnerDep, Services, ServicesDep, checked_graph_id, services_of
 from .docs import BINARY_SCHEMA, CACHE_QUERY, SUBMITTED, WAIT_QUERY, graph_upload_body, problems
@@ -64,9 +65,12 @@ async def create_graph(
 ) -> GraphOut:
     """Store a graph and make it resident on a worker. JSON columns or a binary file; 201 with its record."""
     services.catalog.admit(owner)  # a key at its quota is refused before its body is read
+    steps = Steps()
     upload = await receive_graph(request, services.store, services.settings, format)
-    record = await services.catalog.create(upload, owner, shards=shards)
+    steps.lap("receive")
+    record = await services.catalog.create(upload, owner, shards=shards, steps=steps)
     response.headers["Location"] = f"/v1/graphs/{record.id}"
+    response.headers["Server-Timing"] = steps.header()
     return services.catalog.describe(record)
 
 
@@ -209,12 +213,17 @@ def _weights_body(description: str, json_schema: str) -> dict[str, Any]:
     }
 
 
-async def _update_weights(request: Request, graph_id: str, fmt: str | None, partial: bool) -> GraphOut:
+async def _update_weights(
+    request: Request, response: Response, graph_id: str, fmt: str | None, partial: bool
+) -> GraphOut:
     services, owner = services_of(request), owner_of(request.scope)
     record = services.catalog.get(checked_graph_id(graph_id), owner)
+    steps = Steps()
     upload = await receive_weights(request, services.store, services.settings, fmt, partial)
     check_weights_header(upload, record.num_edges)
-    updated = await services.catalog.update_weights(graph_id, owner, upload, partial)
+    steps.lap("receive")
+    updated = await services.catalog.update_weights(graph_id, owner, upload, partial, steps)
+    response.headers["Server-Timing"] = steps.header()
     return services.catalog.describe(updated)
 
 
@@ -232,6 +241,7 @@ async def _update_weights(request: Request, graph_id: str, fmt: str | None, part
 )
 async def replace_weights(
     request: Request,
+    response: Response,
     graph_id: str,
     format: Annotated[
         WeightsFormat | None, Query(description="Format of a binary body; default npy.")
@@ -240,7 +250,7 @@ async def replace_weights(
     """New weights for every edge; the topology stays resident and only what depends on the order is
     rebuilt. Jobs submitted before this request compute on the old weights, jobs submitted after it
     returns on the new ones (``weights_version``)."""
-    return await _update_weights(request, graph_id, format, partial=False)
+    return await _update_weights(request, response, graph_id, format, partial=False)
 
 
 @router.patch(
@@ -253,8 +263,9 @@ async def replace_weights(
 )
 async def update_weights(
     request: Request,
+    response: Response,
     graph_id: str,
     format: Annotated[WeightsFormat | None, Query(description="Format of a binary body: npz.")] = None,
 ) -> GraphOut:
     """New weights for the given edges (exact in the graph's weight dtype); as for PUT otherwise."""
-    return await _update_weights(request, graph_id, format, partial=True)
+    return await _update_weights(request, response, graph_id, format, partial=True)

@@ -39,6 +39,7 @@ from ..errors import (
 )
 from ..models import GraphOut, PointSetOut, Residency, ShardResidency, timestamp
 from ..storage.store import GraphRecord, Store, new_id
+from ..timing import Steps
 from . import worker as worker_module
 from .jobs import Jobs, sharded_weights_refused
 from .supervisor import GraphSource, Supervisor, WorkerHandle, parse_shard_key, shard_key
@@ -123,25 +124,33 @@ class Catalog:
             )
 
     async def create(
-        self, upload: Upload, owner: str, kind: str = "graph", shards: int | None = None
+        self,
+        upload: Upload,
+        owner: str,
+        kind: str = "graph",
+        shards: int | None = None,
+        steps: Steps | None = None,
     ) -> GraphRecord:
         """Store the upload as a graph (or point set) of ``owner`` (:meth:`admit` first).
 
         A graph is sharded across the workers (see :mod:`service.runtime.sharding`) when ``shards``
         (2 or more) asks for it, when it has more edges than ``MST_SHARD_EDGES_ABOVE`` (then over
-        every worker), or when it does not fit one worker but fits across several.
+        every worker), or when it does not fit one worker but fits across several. ``steps``: where
+        an unsharded upload's time went (the worker's round trip and its own steps, the commit).
         """
         self._creating[owner] += 1
         try:
             if kind == "graph":
-                return await self._create_graph(upload, owner, shards)
-            return await self._create(upload, owner, kind)
+                return await self._create_graph(upload, owner, shards, steps)
+            return await self._create(upload, owner, kind, steps=steps)
         finally:
             self._creating[owner] -= 1
             if not self._creating[owner]:
                 del self._creating[owner]
 
-    async def _create_graph(self, upload: Upload, owner: str, shards: int | None) -> GraphRecord:
+    async def _create_graph(
+        self, upload: Upload, owner: str, shards: int | None, steps: Steps | None
+    ) -> GraphRecord:
         workers = len(self._supervisor.workers)
         if shards is not None and shards > max(workers, 1):
             upload.discard()
@@ -155,7 +164,9 @@ class Catalog:
         if shards is None and threshold and workers >= 2:
             return await self._create_sharded(upload, owner, None, above=threshold)
         try:
-            return await self._create(upload, owner, "graph", keep_upload=shards is None and workers >= 2)
+            return await self._create(
+                upload, owner, "graph", keep_upload=shards is None and workers >= 2, steps=steps
+            )
         except GraphExceedsWorkerError:
             if shards is not None or workers < 2:
                 raise
@@ -272,7 +283,9 @@ class Catalog:
         converted = Upload(canonical, "npz", canonical.stat().st_size, upload.source, upload.synced)
         return await self._create(converted, owner, "graph", keep_upload=True)
 
-    async def _create(self, upload: Upload, owner: str, kind: str, keep_upload: bool = False) -> GraphRecord:
+    async def _create(
+        self, upload: Upload, owner: str, kind: str, keep_upload: bool = False, steps: Steps | None = None
+    ) -> GraphRecord:
         """``keep_upload``: a failure because the graph does not fit a worker leaves the upload in
         place (it is sharded next)."""
         graph_id = new_id("p" if kind == "points" else "g")
@@ -296,6 +309,9 @@ class Catalog:
             with contextlib.suppress(BaseException):
                 await upload.synced
             raise
+        if steps is not None:
+            steps.lap("worker")
+            steps.add(summary.get("timings_ms", {}), "w-")
         final = self._store.graph_path(graph_id)
         try:
             await upload.synced
@@ -320,6 +336,8 @@ class Catalog:
                 kind=kind,
             )
             self._store.add_graph(record)
+            if steps is not None:
+                steps.lap("durable")
         except BaseException:
             final.unlink(missing_ok=True)
             upload.discard()
@@ -329,12 +347,14 @@ class Catalog:
         handle.adopt(graph_id, record.device_bytes, generation)
         return record
 
-    async def update_weights(self, graph_id: str, owner: str, upload: Upload, partial: bool) -> GraphRecord:
+    async def update_weights(
+        self, graph_id: str, owner: str, upload: Upload, partial: bool, steps: Steps | None = None
+    ) -> GraphRecord:
         """New weights for a stored graph (all of them, or some): resident first, then durable.
 
         The worker applies them in queue order (see :meth:`Jobs.update_weights`); then the complete
         weights are renamed into ``spool/graphs/<id>.weights.npy`` and the record's version is
-        committed, so a restart reloads the graph with them.
+        committed, so a restart reloads the graph with them. ``steps``: where its time went.
         """
         try:
             stored = self.get(graph_id, owner)
@@ -346,6 +366,9 @@ class Catalog:
             with contextlib.suppress(BaseException):
                 await upload.synced
             raise
+        if steps is not None:
+            steps.lap("worker")
+            steps.add(summary.get("timings_ms", {}), "w-")
         weights_file = Path(summary["weights_file"])
         try:
             await upload.synced
@@ -361,6 +384,8 @@ class Catalog:
         )
         if record is None:  # deleted meanwhile
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
+        if steps is not None:
+            steps.lap("durable")
         handle = self._supervisor.holder(graph_id)
         placed = None if handle is None else handle.graphs.get(graph_id)
         if placed is not None:

@@ -81,6 +81,7 @@ from ..errors import (
 )
 from ..limits import check_vertices
 from ..storage import npzio
+from ..timing import Steps
 
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
     import gpu_core
@@ -547,17 +548,22 @@ class _Worker:
             data, fmt, max_inflated_bytes=config.max_inflated_bytes, max_ratio=config.max_compression_ratio
         )
 
-    def _read(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, gpu_core.Graph]:
+    def _read(
+        self, path: str, fmt: str, num_vertices: int | None, steps: Steps | None = None
+    ) -> tuple[Any, gpu_core.Graph]:
         """Parse a spool file and make it a resident graph; (the parsed edge arrays, the graph)."""
         import gpu_core
 
+        steps = steps or Steps()
         edges, n = self._checked_edges(path, fmt, num_vertices)
         self._admit(edges, n)
+        steps.lap("parse")
         shard = parse_shard_format(fmt)
         try:
             graph = gpu_core.Graph(edges.src, edges.dst, edges.weight, n, backend=self.backend)
         except GraphValidationError as exc:
             raise exc if shard is None else _in_whole_graph(exc, shard[0]) from None
+        steps.lap("build")
         return edges, graph
 
     def _checked_edges(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, int | None]:
@@ -615,17 +621,21 @@ class _Worker:
         """
         if fmt.startswith("points."):
             return self._load_points(graph_id, path, fmt, canonical)
-        edges, graph = self._read(path, fmt, num_vertices)
+        steps = Steps()
+        edges, graph = self._read(path, fmt, num_vertices, steps)
         if canonical is not None:
             self._write_canonical(edges, graph.num_vertices, canonical)
+            steps.lap("canonical")
         del edges
         if weights is not None:
             replaced = _read_weights(weights, "npy")[1]
             shard = parse_shard_format(fmt)
             graph.set_weights(replaced if shard is None else replaced[shard[0] : shard[1]])
+            steps.lap("weights")
         graph.prepare()  # the first run's one-time work (GPU: iteration count, CUDA graph) happens here
+        steps.lap("prepare")
         self.graphs[graph_id] = graph
-        return self._summary(graph)
+        return {**self._summary(graph), "timings_ms": steps.ms}
 
     def weights(self, graph_id: str, path: str, fmt: str, out: str | None, expected: int) -> dict[str, Any]:
         """New weights for a resident graph from a spool file (all of them, or ``edge_ids`` + ``weights``).
@@ -635,12 +645,14 @@ class _Worker:
         when the file received is not that already (a partial update, or an npz).
         """
         graph = self._resident(graph_id)
+        steps = Steps()
         edge_ids, values = _read_weights(path, fmt)
         if edge_ids is None:
             graph.set_weights(values)
         else:
             graph.update_weights(edge_ids, values)
         del edge_ids, values
+        steps.lap("apply")
         if out is not None:
             import numpy as np
 
@@ -649,9 +661,12 @@ class _Worker:
                 np.save(f, host, allow_pickle=False)
                 f.flush()
                 os.fsync(f.fileno())
+            steps.lap("save")
         graph.prepare()  # learn and capture the new order's run now, not on the next job's path
+        steps.lap("prepare")
         summary = self._summary(graph)
         summary["weights_version"] = expected + 1
+        summary["timings_ms"] = steps.ms
         return summary
 
     def _load_points(self, points_id: str, path: str, fmt: str, canonical: str | None) -> dict[str, Any]:

@@ -8,6 +8,7 @@ a change) runs against a real server, and a restart reloads the new weights.
 from __future__ import annotations
 
 import io
+import time
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from tests.utils.graphs import EdgeGraph, random_graph
 from tests.utils.oracles import UnionFind
 
 from .conftest import ServerFactory
-from .live import OCTET, LiveServer
+from .live import OCTET, LiveServer, npz_body
 
 
 def kruskal(graph: EdgeGraph, weight: Any = None, *, objective: str = "min", exclude: Any = ()) -> list[int]:
@@ -275,3 +276,42 @@ def test_queries_on_the_gpu_backend(server_factory: ServerFactory) -> None:
         assert server.client.get(f"/v1/jobs/{job['id']}/result").json()["edge_ids"] == kruskal(graph)
     assert after["weights_version"] == 1
     assert server.client.get(f"/v1/jobs/{after['id']}/result").json()["edge_ids"] == kruskal(graph, new)
+
+
+def _server_timing(header: str) -> dict[str, float]:
+    steps = {}
+    for part in header.split(","):
+        name, _, duration = part.strip().partition(";dur=")
+        steps[name] = float(duration)
+    return steps
+
+
+def test_uploads_and_weight_updates_say_where_their_time_went(live: LiveServer) -> None:
+    """``Server-Timing``: the API's steps and, inside the worker's round trip, the worker's own."""
+    graph = random_graph(4, 500, 4_000, dtype="int32", num_weights=50)
+    started = time.perf_counter()
+    response = live.client.post(
+        "/v1/graphs",
+        content=npz_body(graph.src, graph.dst, graph.weight, graph.num_vertices),
+        headers={"content-type": OCTET},
+    )
+    elapsed_ms = (time.perf_counter() - started) * 1e3
+    assert response.status_code == 201, response.text
+    steps = _server_timing(response.headers["server-timing"])
+    assert list(steps)[:2] == ["receive", "worker"] and list(steps)[-1] == "durable"
+    assert {"w-parse", "w-build", "w-prepare"} <= set(steps)
+    api = steps["receive"] + steps["worker"] + steps["durable"]
+    assert all(ms >= 0 for ms in steps.values()) and api <= elapsed_ms
+    assert steps["w-parse"] + steps["w-build"] + steps["w-prepare"] <= steps["worker"]
+
+    graph_id = response.json()["id"]
+    new = np.random.default_rng(1).integers(-9, 9, graph.num_edges).astype(np.int32)
+    response = live.client.put(
+        f"/v1/graphs/{graph_id}/weights", content=npy_body(new), headers={"content-type": OCTET}
+    )
+    assert response.status_code == 200, response.text
+    steps = _server_timing(response.headers["server-timing"])
+    assert list(steps) == ["receive", "worker", "w-apply", "w-prepare", "durable"]
+    assert steps["w-apply"] + steps["w-prepare"] <= steps["worker"]
+    _, result = run_job(live, graph_id, "mst")
+    assert result["edge_ids"] == kruskal(graph, new)
