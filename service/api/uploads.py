@@ -200,7 +200,7 @@ async def _receive_binary(
     if fmt in TEXT_FORMATS and settings.max_text_bytes < limit:
         limit, what, hint = settings.max_text_bytes, fmt, " (MST_MAX_TEXT_BYTES; send npz or egr for more)"
     _check_declared(request, limit, what, hint)
-    with SpoolFile(store, f".{fmt}") as spool:
+    with SpoolFile(store, f".{fmt}", write_behind=durable) as spool:
         try:
             async for chunk in request.stream():
                 if spool.size + len(chunk) > limit:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.storage.store import GraphRecord, JobRecord, SpoolFile, Store, new_id
+from service.storage.store import WRITE_BEHIND_BYTES, GraphRecord, JobRecord, SpoolFile, Store, new_id
 
 
 def graph(graph_id: str) -> GraphRecord:
@@ -147,6 +147,32 @@ def test_spool_file_is_removed_unless_detached(store: Store) -> None:
     final = store.graph_path("g_new")
     Store.publish(kept, final)
     assert final.read_bytes() == b"abc" and not kept.exists()
+
+
+def test_write_behind_hands_a_body_to_the_disk_while_it_arrives(store: Store) -> None:
+    """Every WRITE_BEHIND_BYTES the written range is handed to the disk (Linux), the bytes intact."""
+    calls: list[tuple[int, int]] = []
+    chunk = bytes(range(256)) * 4096  # 1 MiB
+    with SpoolFile(store, write_behind=True) as spool:
+        if spool._write_out is None:
+            pytest.skip("sync_file_range is Linux-only")
+        real = spool._write_out
+
+        def recorded(fd: int, offset: int, n: int) -> int:
+            calls.append((offset, n))
+            return real(fd, offset, n)
+
+        spool._write_out = recorded
+        for _ in range(40):
+            spool.write(chunk)
+        spool.close()
+        spool.sync()
+        kept = spool.detach()
+    step = WRITE_BEHIND_BYTES
+    assert calls == [(0, step), (step, step)]  # 40 MiB: two full steps handed over, the tail by sync
+    assert kept.read_bytes() == chunk * 40
+    with SpoolFile(store) as plain:  # without it (one-shot bodies, never fsynced): nothing handed over
+        assert plain._write_out is None
 
 
 #: the schema of the first release (before API keys): no owner columns
