@@ -9,12 +9,12 @@ computes its shard's forest (:func:`gpu_core.shard_forest`'s steps, on device ar
 forests come back to this process, whose GPU 0 computes the forest of their union
 (:func:`gpu_core.merge_shard_forests`), which by the cycle property is the whole graph's.
 
-Reported: whether the whole graph would fit one of the GPUs (``estimate_device_bytes`` against
-the device's memory), each shard's build seconds, resident bytes and MST milliseconds (CUDA
-events, median of ``--runs``), the merge's seconds, and the wall time from the start of the
-shards to the final forest. ``check``: the final forest ``F`` against the cycle property on a
-sample ``S`` of other edges (each shard draws its own): the minimum spanning forest of ``F + S``,
-built in global-id order, must be ``F`` itself.
+Reported: whether the whole graph could be built on one of the GPUs (the build's peak from
+``estimate_device_bytes`` against the device's memory), each shard's build seconds, resident
+bytes and MST milliseconds (CUDA events, median of ``--runs``), the merge's seconds, and the
+wall time from the start of the shards to the final forest. ``check``: the final forest ``F``
+against the cycle property on a sample ``S`` of other edges (each shard draws its own): the
+minimum spanning forest of ``F + S``, built in global-id order, must be ``F`` itself.
 """
 
 from __future__ import annotations
@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         "device": shards[0]["name"],
         "device_total_gb": shards[0]["total_bytes"] / 1e9,
         "whole_graph_estimate_gb": {"resident": estimate.resident / 1e9, "peak": estimate.peak / 1e9},
-        "fits_one_gpu": estimate.resident <= min(s["total_bytes"] for s in shards),
+        # the whole graph's build would need its peak on one device
+        "builds_on_one_gpu": estimate.peak <= min(s["total_bytes"] for s in shards),
         "shards": shards,
         "shards_wall_s": shards_s,
         "merge_s": merge_s,
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(record, indent=1, default=str), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"uniform-2^{args.log2_vertices}-{m:.3g}-{args.gpus}gpus.json").write_text(
+    (out / f"uniform-v{args.log2_vertices}-e{m}-{args.gpus}gpus.json").write_text(
         json.dumps(record, indent=1, default=str) + "\n"
     )
     return 0
