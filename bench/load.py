@@ -1,8 +1,10 @@
 """Load benchmark: many concurrent clients against one ``python -m service`` on loopback.
 
-Each level runs ``clients`` threads for ``duration_s`` seconds, each with one keep-alive
+Each level runs ``clients`` clients for ``duration_s`` seconds, each a thread with one keep-alive
 ``http.client`` connection (the leanest client: httpx would add about 0.5 ms of its own per
-request), drawing requests from a fixed mix:
+request), spread over up to ``processes`` client processes (one Python process's lock would
+otherwise be the bottleneck at 64 or 256 clients, and its waits would count as the server's),
+drawing requests from a fixed mix:
 
 * ``status``: ``GET /v1/jobs/{id}`` of a finished job (a status poll);
 * ``small_job``: ``POST /v1/graphs/{small}/mst?wait=30`` on a small resident graph;
@@ -25,6 +27,7 @@ import functools
 import http.client
 import io
 import json
+import multiprocessing
 import signal
 import sys
 import threading
@@ -43,6 +46,7 @@ NPZ = "application/octet-stream"
 #: the request mix: route -> share of a client's requests
 MIX: dict[str, float] = {"status": 0.55, "small_job": 0.2, "big_result": 0.1, "upload": 0.15}
 STATUS_P99_TARGET_MS = 10.0
+_MP = multiprocessing.get_context("spawn")
 
 
 @dataclass(frozen=True)
@@ -56,9 +60,13 @@ class LoadSpec:
     busy_edges: int
     result_vertices: int
     small_edges: int = 1_000
+    #: most client processes (each runs clients / processes threads)
+    processes: int = 12
 
 
-QUICK_LOAD = LoadSpec("load", clients=(1, 8), duration_s=2.0, busy_edges=300_000, result_vertices=50_000)
+QUICK_LOAD = LoadSpec(
+    "load", clients=(1, 8), duration_s=2.0, busy_edges=300_000, result_vertices=50_000, processes=2
+)
 FULL_LOAD = LoadSpec(
     "load", clients=(1, 8, 64, 256), duration_s=20.0, busy_edges=30_000_000, result_vertices=1_000_000
 )
@@ -156,6 +164,17 @@ class Recorder:
             if status is not None and status >= 500:
                 self.server_errors += 1
 
+    def merge(self, part: dict[str, Any]) -> None:
+        """Add what a client process recorded (:meth:`export`)."""
+        with self.lock:
+            for route, ms in part["ms"].items():
+                self.ms.setdefault(route, []).extend(ms)
+            self.errors.extend(part["errors"])
+            self.server_errors += part["server_errors"]
+
+    def export(self) -> dict[str, Any]:
+        return {"ms": self.ms, "errors": self.errors, "server_errors": self.server_errors}
+
     def summary(self) -> dict[str, Any]:
         routes = {
             route: {
@@ -229,8 +248,39 @@ def _busy(port: int, graph_id: str, stop: threading.Event, rec: Recorder) -> Non
         conn.close()
 
 
+def _client_process(
+    port: int,
+    ids: dict[str, str],
+    upload: bytes,
+    threads: int,
+    duration_s: float,
+    first_seed: int,
+    barrier: Any,
+    out: Any,
+) -> None:
+    """One client process: ``threads`` clients, started together with the other processes."""
+    rec = Recorder()
+    barrier.wait()
+    stop = time.monotonic() + duration_s
+    workers = [
+        threading.Thread(target=_client, args=(port, ids, upload, stop, first_seed + i, rec), daemon=True)
+        for i in range(threads)
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(duration_s + 300)
+    out.put(rec.export())
+
+
 def run_level(
-    port: int, pid: int, ids: dict[str, str], upload: bytes, clients: int, duration_s: float
+    port: int,
+    pid: int,
+    ids: dict[str, str],
+    upload: bytes,
+    clients: int,
+    duration_s: float,
+    processes: int = 1,
 ) -> dict[str, Any]:
     rec = Recorder()
     rss: list[int] = []
@@ -247,17 +297,27 @@ def run_level(
     busy = threading.Thread(target=_busy, args=(port, ids["busy"], done, rec), daemon=True)
     sampler.start()
     busy.start()
-    stop = time.monotonic() + duration_s
-    threads = [
-        threading.Thread(target=_client, args=(port, ids, upload, stop, 1000 * clients + i, rec), daemon=True)
-        for i in range(clients)
+    procs = max(1, min(processes, clients))
+    shares = [clients // procs + (i < clients % procs) for i in range(procs)]
+    barrier = _MP.Barrier(procs + 1)
+    queue = _MP.Queue()
+    children = [
+        _MP.Process(
+            target=_client_process,
+            args=(port, ids, upload, share, duration_s, 1000 * clients + sum(shares[:i]), barrier, queue),
+            daemon=True,
+        )
+        for i, share in enumerate(shares)
     ]
+    for child in children:
+        child.start()
+    barrier.wait(timeout=120)
     started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(duration_s + 300)
+    for _ in children:
+        rec.merge(queue.get(timeout=duration_s + 300))
     elapsed = time.perf_counter() - started
+    for child in children:
+        child.join(30)
     done.set()
     busy.join(600)
     sampler.join(5)
@@ -266,6 +326,7 @@ def run_level(
     mb = 1 << 20
     out.update(
         clients=clients,
+        client_processes=procs,
         duration_s=round(elapsed, 2),
         requests_per_s=round(requests / elapsed, 1),
         rss_mb={
@@ -305,7 +366,7 @@ def run_load_benchmark(
             probe.close()
         levels = []
         for clients in spec.clients:
-            level = run_level(port, pid, ids, small_body, clients, spec.duration_s)
+            level = run_level(port, pid, ids, small_body, clients, spec.duration_s, spec.processes)
             levels.append(level)
             status = level["routes"].get("status", {})
             log(
@@ -336,6 +397,7 @@ def run_load_benchmark(
             "busy_edges": spec.busy_edges,
             "result_vertices": spec.result_vertices,
             "small_edges": spec.small_edges,
+            "client_processes": spec.processes,
         },
         "levels": levels,
         "checks": checks,
