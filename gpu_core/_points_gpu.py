@@ -28,6 +28,10 @@ LEAF = EMST_LEAF
 #: the largest min_samples the device's k-nearest-neighbour search keeps in registers
 DEVICE_MAX_K = 64
 INT32_MAX = 2**31 - 1
+#: point sets of at most this many dimensions search packed float boxes (and the templates'
+#: fixed-size fast path: d <= 3)
+PACKED_MAX_DIMS = 3
+PACKED_FLOATS = 8  # floats per packed node (two float4)
 Array = Any
 
 
@@ -70,6 +74,9 @@ class _Device:
         self.hi = cp.empty(nodes * d, dtype=cp.float64)
         self.min_core2 = cp.empty(nodes, dtype=cp.float64)
         self.node_comp = cp.empty(nodes, dtype=cp.int32)
+        #: 1 to 3 dimensions: the searches read a packed float copy of the boxes (PackedNode in
+        #: kernels/emst.cu, 32 bytes per node); more dimensions read the double boxes
+        self.packed = cp.empty(nodes * PACKED_FLOATS, dtype=cp.float32) if d <= PACKED_MAX_DIMS else None
 
     def build(self, core2: Array | None) -> None:
         """Boxes (and each node's smallest squared core distance) bottom-up."""
@@ -84,15 +91,21 @@ class _Device:
                 _grid(level), (BLOCK,), (np.int32(level), np.int32(d), self.lo, self.hi, self.min_core2)
             )
             level //= 2
+        if self.packed is not None:
+            nodes = 2 * leaves
+            _k("pack_nodes")(
+                _grid(nodes), (BLOCK,),
+                (np.int32(nodes), np.int32(d), self.lo, self.hi, self.min_core2, self.packed),
+            )  # fmt: skip
 
     def components(self, comp: Array) -> None:
         leaves = self.num_leaves
         _k("leaf_components")(
-            _grid(leaves), (BLOCK,), (comp, np.int32(self.n), np.int32(leaves), self.node_comp)
+            _grid(leaves), (BLOCK,), (comp, np.int32(self.n), np.int32(leaves), self.node_comp, self.packed)
         )
         level = leaves // 2
         while level >= 1:
-            _k("level_components")(_grid(level), (BLOCK,), (np.int32(level), self.node_comp))
+            _k("level_components")(_grid(level), (BLOCK,), (np.int32(level), self.node_comp, self.packed))
             level //= 2
 
     def core_distances(self, k: int) -> Array:
@@ -103,7 +116,7 @@ class _Device:
         _k(f"core_distances<{dims}, {kmax}>")(
             _grid(self.n), (BLOCK,),
             (self.pts, np.int32(self.n), np.int32(self.d), np.int32(self.num_leaves), self.lo, self.hi,
-             np.int32(k), core2),
+             self.packed, np.int32(k), core2),
         )  # fmt: skip
         return core2
 
@@ -224,7 +237,7 @@ def _compute(
         nearest(
             grid, (BLOCK,),
             (dev.pts, core2, np.int32(n), np.int32(d), np.int32(dev.num_leaves), dev.lo, dev.hi,
-             dev.min_core2, dev.node_comp, comp, dev.orig, bound, best_w, best_pair),
+             dev.min_core2, dev.node_comp, dev.packed, comp, dev.orig, bound, best_w, best_pair),
         )  # fmt: skip
         clock.stop("nearest_ms", t1)
         _k("offer_pairs")(grid, (BLOCK,), (np.int32(n), comp, best_w, best_pair, bound, pair))

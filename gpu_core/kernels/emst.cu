@@ -61,6 +61,50 @@ __device__ __forceinline__ double bits_to_double(unsigned long long b) {
     return __longlong_as_double(static_cast<long long>(b));
 }
 
+// Packed boxes (1 to 3 dimensions, the fast path): one 32-byte record per node, so the two
+// children a search looks at share one 64-byte segment instead of five scattered reads (two
+// double boxes, their components). a = (lo[0..2] rounded down to float, the node's component),
+// b = (hi[0..2] rounded up, its smallest squared core distance rounded down): a float box that
+// contains the exact one.
+struct __align__(32) PackedNode {
+    float4 a;
+    float4 b;
+};
+
+__device__ __forceinline__ PackedNode load_node(const PackedNode* __restrict__ nodes, int node) {
+    const float4* p = reinterpret_cast<const float4*>(nodes + node);
+    return PackedNode{__ldg(p), __ldg(p + 1)};
+}
+
+__device__ __forceinline__ int packed_comp(const PackedNode& node) { return __float_as_int(node.a.w); }
+
+// A lower bound of box_dist (hence of the computed distance to any point in the node) in float:
+// the query rounded outwards (xd <= x <= xu), every operation rounded down, and the sum scaled
+// down by 2^-20 (relative), far more than the few double roundings by which box_dist (round to
+// nearest, as sq_dist) may lie under the exact value. Pruning with it stays exact: a lower bound
+// only ever searches more.
+template <int D>
+__device__ __forceinline__ double packed_lower(const PackedNode& node, const float* xd, const float* xu) {
+    const float lo[3] = {node.a.x, node.a.y, node.a.z};
+    const float hi[3] = {node.b.x, node.b.y, node.b.z};
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+        const float g = fmaxf(fmaxf(__fsub_rd(lo[k], xu[k]), __fsub_rd(xd[k], hi[k])), 0.0f);
+        acc = __fadd_rd(acc, __fmul_rd(g, g));
+    }
+    return static_cast<double>(__fmul_rd(acc, 0.99999905f));  // 1 - 2^-20, rounded down
+}
+
+template <int D>
+__device__ __forceinline__ void outward(const double* x, float* xd, float* xu) {
+#pragma unroll
+    for (int k = 0; k < (D > 0 && D <= 3 ? D : 1); ++k) {
+        xd[k] = __double2float_rd(x[k]);
+        xu[k] = __double2float_ru(x[k]);
+    }
+}
+
 // --- index -----------------------------------------------------------------------------------
 
 // Morton code of each point from coordinates scaled to [0, 1] per dimension.
@@ -121,26 +165,44 @@ extern "C" __global__ void build_level(int level, int d, double* __restrict__ lo
     }
 }
 
+// The packed copy of every node's box (d <= 3); components are filled in per round.
+extern "C" __global__ void pack_nodes(int nodes, int d, const double* __restrict__ lo, const double* __restrict__ hi,
+                                      const double* __restrict__ min_core2, PackedNode* __restrict__ packed) {
+    for (int node = blockIdx.x * blockDim.x + threadIdx.x; node < nodes; node += gridDim.x * blockDim.x) {
+        float l[3] = {0.0f, 0.0f, 0.0f}, h[3] = {0.0f, 0.0f, 0.0f};
+        for (int k = 0; k < d; ++k) {
+            l[k] = __double2float_rd(lo[static_cast<long long>(node) * d + k]);
+            h[k] = __double2float_ru(hi[static_cast<long long>(node) * d + k]);
+        }
+        packed[node].a = make_float4(l[0], l[1], l[2], __int_as_float(kEmpty));
+        packed[node].b = make_float4(h[0], h[1], h[2], __double2float_rd(min_core2[node]));
+    }
+}
+
 __device__ __forceinline__ int combine(int a, int b) {
     if (a == kEmpty) return b;
     if (b == kEmpty) return a;
     return a == b ? a : kMixed;
 }
 
+// Each node's component (kMixed, kEmpty); also into the packed copy when there is one.
 extern "C" __global__ void leaf_components(const int* __restrict__ comp, int n, int num_leaves,
-                                           int* __restrict__ node_comp) {
+                                           int* __restrict__ node_comp, PackedNode* __restrict__ packed) {
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < num_leaves; j += gridDim.x * blockDim.x) {
         int c = kEmpty;
         const int last = min(j * kLeaf + kLeaf, n);
         for (int p = j * kLeaf; p < last; ++p) c = combine(c, comp[p]);
         node_comp[num_leaves + j] = c;
+        if (packed) packed[num_leaves + j].a.w = __int_as_float(c);
     }
 }
 
-extern "C" __global__ void level_components(int level, int* __restrict__ node_comp) {
+extern "C" __global__ void level_components(int level, int* __restrict__ node_comp, PackedNode* __restrict__ packed) {
     for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < level; t += gridDim.x * blockDim.x) {
         const int node = level + t;
-        node_comp[node] = combine(node_comp[2 * node], node_comp[2 * node + 1]);
+        const int c = combine(node_comp[2 * node], node_comp[2 * node + 1]);
+        node_comp[node] = c;
+        if (packed) packed[node].a.w = __int_as_float(c);
     }
 }
 
@@ -154,12 +216,15 @@ extern "C" __global__ void level_components(int level, int* __restrict__ node_co
 
 template <int D, int KMAX>
 __global__ void core_distances(const double* __restrict__ pts, int n, int dims, int num_leaves,
-                               const double* __restrict__ lo, const double* __restrict__ hi, int k,
-                               double* __restrict__ core2) {
+                               const double* __restrict__ lo, const double* __restrict__ hi,
+                               const PackedNode* __restrict__ packed, int k, double* __restrict__ core2) {
     const int d = D > 0 ? D : dims;
+    constexpr bool kPacked = D >= 1 && D <= 3;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         double x[D > 0 ? D : kMaxDims];
         for (int q = 0; q < d; ++q) x[q] = pts[static_cast<long long>(i) * d + q];
+        float xd[3], xu[3];
+        if (kPacked) outward<D>(x, xd, xu);
         double best[KMAX];  // ascending; best[k-1] is the current k-th smallest
         const double inf = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
 #pragma unroll
@@ -191,8 +256,14 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
             } else {
                 // a box at the current k-th distance or farther cannot lower it: strict test
                 const int l = 2 * node, r = l + 1;
-                const double dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
-                const double dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
+                double dl, dr;
+                if (kPacked) {
+                    dl = packed_lower<D>(load_node(packed, l), xd, xu);
+                    dr = packed_lower<D>(load_node(packed, r), xd, xu);
+                } else {
+                    dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
+                    dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
+                }
                 const bool gl = dl < kth, gr = dr < kth;
                 if (gl && gr) {
                     const bool left = dl <= dr;
@@ -254,13 +325,16 @@ template <int D, bool MR>
 __global__ void nearest_outside(const double* __restrict__ pts, const double* __restrict__ core2, int n, int dims,
                                 int num_leaves, const double* __restrict__ lo, const double* __restrict__ hi,
                                 const double* __restrict__ min_core2, const int* __restrict__ node_comp,
-                                const int* __restrict__ comp, const int* __restrict__ orig,
-                                unsigned long long* __restrict__ bound, double* __restrict__ best_w,
-                                unsigned long long* __restrict__ best_pair) {
+                                const PackedNode* __restrict__ packed, const int* __restrict__ comp,
+                                const int* __restrict__ orig, unsigned long long* __restrict__ bound,
+                                double* __restrict__ best_w, unsigned long long* __restrict__ best_pair) {
     const int d = D > 0 ? D : dims;
+    constexpr bool kPacked = D >= 1 && D <= 3;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         double x[D > 0 ? D : kMaxDims];
         for (int q = 0; q < d; ++q) x[q] = pts[static_cast<long long>(i) * d + q];
+        float xd[3], xu[3];
+        if (kPacked) outward<D>(x, xd, xu);
         const int c = comp[i];
         const unsigned long long oi = static_cast<unsigned long long>(orig[i]);
         const double ci = MR ? core2[i] : 0.0;
@@ -269,7 +343,8 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
         int stack[kStack];
         float stack_lb[kStack];
         int top = 0;
-        int node = (node_comp[1] == c || node_comp[1] == kEmpty) ? 0 : 1;
+        const int root_comp = node_comp[1];
+        int node = (root_comp == c || root_comp == kEmpty) ? 0 : 1;
         while (node != 0) {
             if (node >= num_leaves) {
                 const int first = (node - num_leaves) * kLeaf;
@@ -290,17 +365,33 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
             } else {
                 const int l = 2 * node, r = l + 1;
                 const double limit = fmin(bw, bits_to_double(*(volatile unsigned long long*)&bound[c]));
-                const int cl = node_comp[l], cr = node_comp[r];
+                PackedNode pl, pr;
+                if (kPacked) {
+                    pl = load_node(packed, l);
+                    pr = load_node(packed, r);
+                }
+                const int cl = kPacked ? packed_comp(pl) : node_comp[l];
+                const int cr = kPacked ? packed_comp(pr) : node_comp[r];
                 bool gl = cl != c && cl != kEmpty, gr = cr != c && cr != kEmpty;
                 double dl = 0.0, dr = 0.0;
                 if (gl) {
-                    dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
-                    if (MR) dl = fmax(dl, fmax(ci, min_core2[l]));
+                    if (kPacked) {
+                        dl = packed_lower<D>(pl, xd, xu);
+                        if (MR) dl = fmax(dl, fmax(ci, static_cast<double>(pl.b.w)));
+                    } else {
+                        dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
+                        if (MR) dl = fmax(dl, fmax(ci, min_core2[l]));
+                    }
                     gl = dl <= limit;
                 }
                 if (gr) {
-                    dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
-                    if (MR) dr = fmax(dr, fmax(ci, min_core2[r]));
+                    if (kPacked) {
+                        dr = packed_lower<D>(pr, xd, xu);
+                        if (MR) dr = fmax(dr, fmax(ci, static_cast<double>(pr.b.w)));
+                    } else {
+                        dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
+                        if (MR) dr = fmax(dr, fmax(ci, min_core2[r]));
+                    }
                     gr = dr <= limit;
                 }
                 if (gl && gr) {
@@ -394,18 +485,20 @@ extern "C" __global__ void compress(int n, int* parent, int* __restrict__ comp, 
 #define EMST_INSTANTIATE(D)                                                                              \
     template __global__ void nearest_outside<D, false>(                                                  \
         const double*, const double*, int, int, int, const double*, const double*, const double*,       \
-        const int*, const int*, const int*, unsigned long long*, double*, unsigned long long*);          \
+        const int*, const PackedNode*, const int*, const int*, unsigned long long*, double*,             \
+        unsigned long long*);                                                                            \
     template __global__ void nearest_outside<D, true>(                                                   \
         const double*, const double*, int, int, int, const double*, const double*, const double*,       \
-        const int*, const int*, const int*, unsigned long long*, double*, unsigned long long*);          \
+        const int*, const PackedNode*, const int*, const int*, unsigned long long*, double*,             \
+        unsigned long long*);                                                                            \
     template __global__ void core_distances<D, 8>(const double*, int, int, int, const double*,           \
-                                                  const double*, int, double*);                         \
+                                                  const double*, const PackedNode*, int, double*);      \
     template __global__ void core_distances<D, 16>(const double*, int, int, int, const double*,          \
-                                                   const double*, int, double*);                        \
+                                                   const double*, const PackedNode*, int, double*);     \
     template __global__ void core_distances<D, 32>(const double*, int, int, int, const double*,          \
-                                                   const double*, int, double*);                        \
+                                                   const double*, const PackedNode*, int, double*);     \
     template __global__ void core_distances<D, 64>(const double*, int, int, int, const double*,          \
-                                                   const double*, int, double*);
+                                                   const double*, const PackedNode*, int, double*);
 EMST_INSTANTIATE(0)
 EMST_INSTANTIATE(1)
 EMST_INSTANTIATE(2)
