@@ -204,11 +204,6 @@ class GpuIndex:
     def nbytes(self) -> int:
         return 0 if self.device is None else self.device.nbytes
 
-    @property
-    def events(self) -> tuple[Any, Any] | None:
-        """The CUDA events around the build (None for one point)."""
-        return self._events
-
     def build_ms(self) -> float:
         if self._build_ms is None and self._events is not None:
             begin, end = self._events
