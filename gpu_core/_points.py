@@ -205,7 +205,8 @@ class PointIndex:
     arrays); on the CPU backend it is SciPy's k-d tree over the float64 coordinates. It never
     changes once built (each computation allocates its own scratch), so any number of
     computations may use it in turn. ``on_device``: the GPU index was built from CuPy points, and
-    its trees are CuPy arrays too.
+    its trees are CuPy arrays too. A CPU index of C-contiguous float64 NumPy points refers to that
+    array instead of copying it: leave it unchanged while the index is in use.
     """
 
     __slots__ = ("_backend", "_dimensions", "_n", "_on_device", "_state")
