@@ -131,3 +131,33 @@ def test_bad_use_of_an_index() -> None:
     assert bad.value.field == "min_cluster_size"
     with pytest.raises(errors.NonFiniteCoordinateError):
         gpu_core.build_point_index(np.array([[0.0, np.nan]]), backend="cpu")
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 9, 100, 1000])
+@pytest.mark.parametrize("leaf", [1, 4])
+def test_node_core_minima_follow_the_kernels_recurrence(
+    n: int, leaf: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU computation's node core minima (CuPy reductions, here run by NumPy) are the values of
+    build_leaves/build_level in kernels/emst.cu, written out as loops: +inf for a leaf without points.
+    (On a device, test_point_index_gpu.py compares them with the kernels themselves.)"""
+    import math
+
+    from gpu_core import _points_gpu
+
+    monkeypatch.setattr(_points_gpu, "LEAF", leaf)
+    dev = _points_gpu._Device.__new__(_points_gpu._Device)
+    dev.cp, dev.n = np, n
+    dev.num_leaves = 1 << max(0, math.ceil(math.log2(max(1, math.ceil(n / leaf)))))
+    dev.nodes = 2 * dev.num_leaves
+    core2 = np.random.default_rng(n).random(n)
+    expected = np.empty(dev.nodes)
+    for j in range(dev.num_leaves):
+        expected[dev.num_leaves + j] = min(core2[j * leaf : min(j * leaf + leaf, n)], default=np.inf)
+    level = dev.num_leaves // 2
+    while level >= 1:
+        for node in range(level, 2 * level):
+            expected[node] = min(expected[2 * node], expected[2 * node + 1])
+        level //= 2
+    assert np.array_equal(dev.min_core2(core2)[1:], expected[1:])
+    assert not dev.min_core2(None).any()  # the Euclidean traversal never reads them
