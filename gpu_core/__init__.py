@@ -22,7 +22,14 @@ from ._graph import (
 from ._hdbscan import HDBSCANResult, hdbscan
 from ._linkage import linkage_from_sorted_edges
 from ._order import OBJECTIVES
-from ._points import MAX_DIMENSIONS, EuclideanTree, euclidean_mst, single_linkage
+from ._points import (
+    MAX_DIMENSIONS,
+    EuclideanTree,
+    PointIndex,
+    build_point_index,
+    euclidean_mst,
+    single_linkage,
+)
 from ._scipy_compat import minimum_spanning_tree
 from ._shards import (
     ShardForest,
@@ -46,8 +53,10 @@ __all__ = [
     "Graph",
     "HDBSCANResult",
     "MemoryEstimate",
+    "PointIndex",
     "ShardForest",
     "SpanningForest",
+    "build_point_index",
     "edge_ranges",
     "errors",
     "estimate_device_bytes",

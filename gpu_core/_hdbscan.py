@@ -20,7 +20,15 @@ import numpy as np
 
 from ._graph import Backend
 from ._linkage import linkage_from_sorted_edges
-from ._points import _to_host, check_min_samples, euclidean_mst, validate_points
+from ._points import (
+    PointIndex,
+    _build_index,
+    _to_host,
+    _validated,
+    check_index_backend,
+    check_min_samples,
+    tree_on_index,
+)
 from .errors import ClusteringParameterError
 
 Array = np.ndarray[Any, Any]
@@ -301,13 +309,21 @@ def hdbscan(
 ) -> HDBSCANResult:
     """HDBSCAN* clustering of ``points`` with ``sklearn.cluster.HDBSCAN``'s semantics.
 
-    ``min_samples=None`` means ``min_cluster_size``. The mutual-reachability tree is
-    computed on ``backend``; the condensed tree and the selection on the host.
+    ``points``: an ``(n, d)`` NumPy or CuPy array, or a :class:`PointIndex` (then any
+    ``min_samples`` reuses it, on its own backend). ``min_samples=None`` means
+    ``min_cluster_size``. The mutual-reachability tree is computed on ``backend``; the
+    condensed tree and the selection on the host.
     """
     import time
 
-    coords = validate_points(points, on_device=True)  # CuPy points stay on the device
-    n = coords.shape[0]
+    started = time.perf_counter()
+    index: PointIndex | None = None
+    if isinstance(points, PointIndex):
+        check_index_backend(points, backend)
+        index, n = points, points.n
+    else:  # validated here only (the tree's computation takes the index built from them)
+        coords, chosen, from_cupy = _validated(points, backend)
+        n = int(coords.shape[0])
     if (
         isinstance(min_cluster_size, bool)
         or not isinstance(min_cluster_size, int | np.integer)
@@ -329,7 +345,10 @@ def hdbscan(
             f"cluster_selection_epsilon must be a finite number >= 0; got {cluster_selection_epsilon!r}.",
             field="cluster_selection_epsilon",
         )
-    tree = euclidean_mst(coords, min_samples=k, backend=backend)
+    if index is None:
+        tree = tree_on_index(_build_index(points, coords, chosen, from_cupy), k, started, fresh=True)
+    else:
+        tree = tree_on_index(index, k, started, fresh=False)
     t0 = time.perf_counter()
     timings = dict(tree.timings_ms)
     if n == 1:

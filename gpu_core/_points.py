@@ -10,21 +10,26 @@ Semantics shared by both backends (bit for bit):
 * edges are ordered by ``(squared weight, min(i, j), max(i, j))``: under that strict total
   order the tree is unique, and the output lists it in that order;
 * the output weights are the square roots of the float64 squared weights.
+
+The spatial index (GPU: the Morton-ordered points and the boxes of their hierarchy; CPU: SciPy's
+k-d tree) does not depend on ``min_samples``: :func:`build_point_index` builds it once and every
+tree computed on it reuses it. Validation happens once, where the points enter the engine.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from ._graph import Backend, resolve_backend
+from ._graph import BACKENDS, Backend, resolve_backend
 from .errors import (
     ClusteringParameterError,
     NonFiniteCoordinateError,
     PointDtypeError,
+    PointIndexBackendError,
     PointSetShapeError,
 )
 
@@ -179,23 +184,154 @@ def finish_tree(
     )
 
 
+class _IndexState(Protocol):
+    """What a backend's index provides (``_points_cpu.CpuIndex``, ``_points_gpu.GpuIndex``)."""
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def build_ms(self) -> float: ...
+
+    def tree(self, min_samples: int, started: float, fresh: bool, on_device: bool) -> EuclideanTree: ...
+
+
+class PointIndex:
+    """The spatial index of a point set, built once by :func:`build_point_index` and reused.
+
+    Pass it to :func:`euclidean_mst`, :func:`hdbscan` or :func:`single_linkage` in place of the
+    points, with any ``min_samples``: the points are not validated, copied or indexed again, and
+    the answers are the same arrays the points themselves give. On the GPU backend it lives on the
+    device (the points in Morton order, their permutation and the boxes of the hierarchy, CuPy
+    arrays); on the CPU backend it is SciPy's k-d tree over the float64 coordinates. It never
+    changes once built (each computation allocates its own scratch), so any number of
+    computations may use it in turn. ``on_device``: the GPU index was built from CuPy points, and
+    its trees are CuPy arrays too. A CPU index of C-contiguous float64 NumPy points refers to that
+    array instead of copying it: leave it unchanged while the index is in use.
+    """
+
+    __slots__ = ("_backend", "_dimensions", "_n", "_on_device", "_state")
+
+    def __init__(
+        self, state: _IndexState, *, n: int, dimensions: int, backend: Literal["gpu", "cpu"], on_device: bool
+    ) -> None:
+        self._state = state
+        self._n = n
+        self._dimensions = dimensions
+        self._backend = backend
+        self._on_device = on_device
+
+    @property
+    def n(self) -> int:
+        """The number of points."""
+        return self._n
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    @property
+    def backend(self) -> Literal["gpu", "cpu"]:
+        return self._backend
+
+    @property
+    def on_device(self) -> bool:
+        return self._on_device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the index holds (device memory on the GPU backend), the caller's own points not
+        counted: on the GPU its Morton-ordered copy of the points is counted; on the CPU the
+        float64 coordinates only when they are a copy the index made (e.g. of float32 points)."""
+        return self._state.nbytes
+
+    @property
+    def build_ms(self) -> float:
+        """Milliseconds the build took (on the GPU, device time; reading it waits for the build)."""
+        return self._state.build_ms()
+
+    def __repr__(self) -> str:
+        return (
+            f"PointIndex(n={self._n}, dimensions={self._dimensions}, backend={self._backend!r}, "
+            f"on_device={self._on_device}, nbytes={self.nbytes})"
+        )
+
+
+def _validated(points: Any, backend: Backend) -> tuple[Any, Literal["gpu", "cpu"], bool]:
+    """(the validated coordinates, the backend chosen, whether the points were CuPy's)."""
+    chosen = resolve_backend(backend)
+    # on the GPU backend CuPy points stay on the device (validated there)
+    return validate_points(points, on_device=chosen == "gpu"), chosen, _is_cupy(points)
+
+
+def _build_index(points: Any, coords: Any, backend: Literal["gpu", "cpu"], from_cupy: bool) -> PointIndex:
+    """The index of validated ``coords`` (``points``: what the caller passed, to know what is a copy)."""
+    state: _IndexState
+    if backend == "gpu":
+        from ._points_gpu import GpuIndex
+
+        state = GpuIndex(coords)
+    else:
+        from ._points_cpu import CpuIndex
+
+        state = CpuIndex(coords, owns_coords=not np.may_share_memory(coords, _host_view(points)))
+    n, d = coords.shape
+    on_device = backend == "gpu" and from_cupy
+    return PointIndex(state, n=int(n), dimensions=int(d), backend=backend, on_device=on_device)
+
+
+def _host_view(points: Any) -> Any:
+    """The caller's points as a NumPy array when they are one (else something sharing nothing)."""
+    return points if isinstance(points, np.ndarray) else np.empty(0)
+
+
+def build_point_index(points: Any, *, backend: Backend = "auto") -> PointIndex:
+    """The spatial index of ``points`` (an ``(n, d)`` NumPy or CuPy array), validated once.
+
+    Every tree then computed on it, with any ``min_samples``, skips the validation, the copy to
+    the device and the index build: ``euclidean_mst(index, min_samples=k)`` returns the same
+    arrays as ``euclidean_mst(points, min_samples=k)``.
+    """
+    coords, chosen, from_cupy = _validated(points, backend)
+    return _build_index(points, coords, chosen, from_cupy)
+
+
+def check_index_backend(index: PointIndex, backend: Backend) -> None:
+    """Refuse a backend the index was not built for (``"auto"`` means the index's own)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}.")
+    if backend not in ("auto", index.backend):
+        raise PointIndexBackendError(
+            f"the index was built on the {index.backend} backend, so backend={backend!r} cannot use it; "
+            f"pass backend='auto' or build the index with backend={backend!r}.",
+            field="backend",
+        )
+
+
+def tree_on_index(index: PointIndex, min_samples: int, started: float, *, fresh: bool) -> EuclideanTree:
+    """The tree of a checked ``min_samples`` on ``index``; ``fresh``: the index was built by this
+    computation (its build time then counts in ``compute_ms`` and ``timings_ms["index_ms"]``)."""
+    return index._state.tree(min_samples, started, fresh, index.on_device)
+
+
 def euclidean_mst(points: Any, *, min_samples: int = 1, backend: Backend = "auto") -> EuclideanTree:
-    """Exact Euclidean minimum spanning tree of ``points`` (an ``(n, d)`` NumPy or CuPy array).
+    """Exact Euclidean minimum spanning tree of ``points`` (an ``(n, d)`` NumPy or CuPy array,
+    or a :class:`PointIndex` built by :func:`build_point_index`).
 
     With ``min_samples = k > 1`` the tree of HDBSCAN*'s mutual-reachability distances
     ``max(core_i, core_j, d(i, j))``, where a core distance is the distance to the k-th
     nearest point, the point itself counted. Ties are broken by ``(weight², min(i, j),
     max(i, j))``, so the tree is unique and both backends return the same arrays. CuPy
     points on the GPU backend give a tree of CuPy arrays (nothing is copied to the host).
+    A :class:`PointIndex` is computed on by its own backend (``backend`` must be ``"auto"``
+    or that one); its ``timings_ms["index_ms"]`` is then 0.
     """
-    chosen = resolve_backend(backend)
-    if chosen == "gpu":
-        from ._points_gpu import gpu_euclidean_mst
-
-        return gpu_euclidean_mst(points, min_samples)
-    from ._points_cpu import cpu_euclidean_mst
-
-    return cpu_euclidean_mst(points, min_samples)
+    started = time.perf_counter()
+    if isinstance(points, PointIndex):
+        check_index_backend(points, backend)
+        return tree_on_index(points, check_min_samples(min_samples, points.n), started, fresh=False)
+    coords, chosen, from_cupy = _validated(points, backend)
+    k = check_min_samples(min_samples, int(coords.shape[0]))
+    return tree_on_index(_build_index(points, coords, chosen, from_cupy), k, started, fresh=True)
 
 
 def single_linkage(
@@ -203,8 +339,8 @@ def single_linkage(
 ) -> np.ndarray[Any, np.dtype[np.float64]]:
     """Single-linkage dendrogram as a SciPy linkage matrix (``(n - 1) x 4``, float64).
 
-    Takes points (then their Euclidean MST is computed on ``backend``) or an
-    :class:`EuclideanTree` (a mutual-reachability tree gives HDBSCAN*'s hierarchy). The merges
+    Takes points or a :class:`PointIndex` (then their Euclidean MST is computed on ``backend``)
+    or an :class:`EuclideanTree` (a mutual-reachability tree gives HDBSCAN*'s hierarchy). The merges
     are computed on the host: a tree on the device is copied there first.
     Cluster ``n + i`` is formed by the i-th merge; merges follow the tree's order.
     """

@@ -17,6 +17,9 @@ Each round, every component needs its lightest outgoing edge:
    asks the k-d tree again with twice the neighbours, bounded by that candidate;
 3. points still unresolved then (interior points of large components) query a
    k-d tree built on the points *outside* their component.
+
+The k-d tree over all points (with the coordinates' transpose) is the point set's index
+(:class:`CpuIndex`): it does not depend on ``min_samples``, so one index serves every tree.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
-from ._points import EuclideanTree, check_min_samples, finish_tree, squared_distances, validate_points
+from ._points import EuclideanTree, finish_tree, squared_distances
 
 #: relative error bound of the k-d tree's distances against the exact ones (a generous one)
 SLACK = 1e-9
@@ -40,7 +43,39 @@ MAX_NEIGHBOURS = 64
 #: deeper k-d tree queries only while at most 1/DEEP_FRACTION of the points are unresolved
 DEEP_FRACTION = 32
 INT64_MAX = np.iinfo(np.int64).max
+#: about the bytes of one cKDTree node (SciPy's ckdtreenode: ten 8-byte fields)
+KDTREE_NODE_BYTES = 80
 Array = np.ndarray[Any, Any]
+
+
+class CpuIndex:
+    """SciPy's k-d tree over validated float64 coordinates, with their ``(d, n)`` transpose.
+
+    Read-only once built: every computation on it keeps its state (core distances, components)
+    to itself. ``owns_coords``: the coordinates are a copy made for the index (counted in
+    ``nbytes``), not the caller's array.
+    """
+
+    def __init__(self, coords: Array, *, owns_coords: bool) -> None:
+        started = time.perf_counter()
+        self.coords = coords
+        self.n, self.d = (int(x) for x in coords.shape)
+        self.coords_t = np.ascontiguousarray(coords.T)
+        self.kdtree = cKDTree(coords)
+        self._owns_coords = owns_coords
+        self._build_ms = (time.perf_counter() - started) * 1e3
+
+    @property
+    def nbytes(self) -> int:
+        tree = int(self.kdtree.indices.nbytes) + int(self.kdtree.size) * KDTREE_NODE_BYTES
+        return int(self.coords_t.nbytes) + tree + (int(self.coords.nbytes) if self._owns_coords else 0)
+
+    def build_ms(self) -> float:
+        return self._build_ms
+
+    def tree(self, min_samples: int, started: float, fresh: bool, on_device: bool) -> EuclideanTree:
+        del on_device  # the CPU backend's trees are NumPy arrays
+        return cpu_tree(self, min_samples, started, fresh)
 
 
 class _Neighbours:
@@ -54,11 +89,13 @@ class _Neighbours:
 
 
 class _Search:
-    def __init__(self, coords: Array, core2: Array | None) -> None:
-        self.coords = coords
-        self.coords_t = np.ascontiguousarray(coords.T)
-        self.n = coords.shape[0]
-        self.tree = cKDTree(coords)
+    """One computation's searches on an index (the index is shared; ``core2`` is this computation's)."""
+
+    def __init__(self, index: CpuIndex, core2: Array | None) -> None:
+        self.coords = index.coords
+        self.coords_t = index.coords_t
+        self.n = index.n
+        self.tree = index.kdtree
         # core2 padded with one slot for the "missing neighbour" index n
         self.core2 = None if core2 is None else np.append(core2, np.inf)
 
@@ -181,12 +218,10 @@ def _complement_search(search: _Search, rows: Array, comp: Array, best_w: Array,
             k *= 2
 
 
-def cpu_euclidean_mst(points: Any, min_samples: int = 1) -> EuclideanTree:
-    started = time.perf_counter()
-    coords = validate_points(points)
-    n, d = coords.shape
-    k = check_min_samples(min_samples, n)
-    timings: dict[str, float] = {}
+def cpu_tree(index: CpuIndex, k: int, started: float, fresh: bool) -> EuclideanTree:
+    """The tree of ``min_samples = k`` (checked) on ``index``; ``fresh``: built for this computation."""
+    n, d = index.n, index.d
+    timings: dict[str, float] = {"index_ms": index.build_ms() if fresh else 0.0}
     empty = np.empty(0, dtype=np.int64)
     if n == 1:
         return finish_tree(
@@ -194,9 +229,7 @@ def cpu_euclidean_mst(points: Any, min_samples: int = 1) -> EuclideanTree:
             core2=np.zeros(1) if k > 1 else None, started=started, timings_ms=timings,
         )  # fmt: skip
 
-    t0 = time.perf_counter()
-    search = _Search(coords, None)
-    timings["index_ms"] = (time.perf_counter() - t0) * 1e3
+    search = _Search(index, None)
     core2: Array | None = None
     if k > 1:
         t0 = time.perf_counter()

@@ -1,25 +1,32 @@
 """The CuPy backend for point sets: Borůvka rounds over a bounding-volume hierarchy (``kernels/emst.cu``).
 
 Points are sorted by Morton code on the device and grouped into leaves of an implicit
-complete binary tree whose boxes are built bottom-up. Core distances (``min_samples > 1``)
-are k-nearest-neighbour searches on that tree. Each Borůvka round recomputes, bottom-up,
-which nodes hold points of one component only, lets every point find its lightest edge to
-another component (skipping such nodes), picks each component's lightest edge under the
-exact ``(weight², min, max)`` order and links the components; the host reads one counter
-per round (the number of components left). The tree's edges are sorted on the device.
+complete binary tree whose boxes are built bottom-up: that is the point set's index
+(:class:`GpuIndex`), built once and never written again, whatever ``min_samples``. Each
+computation on it allocates its own scratch: each node's smallest squared core distance
+(``min_samples > 1``), which nodes hold points of one component only, the packed float copy of
+the boxes the 1 to 3 dimensional searches read (it carries those two per-computation values
+too), the Borůvka state.
+Core distances are k-nearest-neighbour searches on the tree. Each Borůvka round recomputes,
+bottom-up, which nodes hold points of one component only, lets every point find its lightest
+edge to another component (skipping such nodes), picks each component's lightest edge under the
+exact ``(weight², min, max)`` order and links the components; the host reads one counter per
+round (the number of components left). The tree's edges are sorted on the device.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from ._kernels import EMST_FILE, EMST_LEAF, kernel
-from ._points import EuclideanTree, _is_cupy, _to_host, check_min_samples, finish_tree, validate_points
+from ._points import EuclideanTree, finish_tree
 from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
 
 BLOCK = 256
@@ -44,7 +51,10 @@ def _grid(work: int) -> tuple[int]:
 
 
 class _Device:
-    """The points on the device, sorted by Morton code, with the hierarchy over them."""
+    """The points on the device, sorted by Morton code, with the boxes of the hierarchy over them.
+
+    Written once, here; computations only read it.
+    """
 
     def __init__(self, cp: Any, coords: Array) -> None:
         self.cp = cp
@@ -69,46 +79,67 @@ class _Device:
         self.pos[self.orig] = cp.arange(n, dtype=cp.int32)
         del x, codes, order
         self.num_leaves = 1 << max(0, math.ceil(math.log2(max(1, math.ceil(n / LEAF)))))
-        nodes = 2 * self.num_leaves
-        self.lo = cp.empty(nodes * d, dtype=cp.float64)
-        self.hi = cp.empty(nodes * d, dtype=cp.float64)
-        self.min_core2 = cp.empty(nodes, dtype=cp.float64)
-        self.node_comp = cp.empty(nodes, dtype=cp.int32)
-        #: 1 to 3 dimensions: the searches read a packed float copy of the boxes (PackedNode in
-        #: kernels/emst.cu, 32 bytes per node); more dimensions read the double boxes
-        self.packed = cp.empty(nodes * PACKED_FLOATS, dtype=cp.float32) if d <= PACKED_MAX_DIMS else None
-
-    def build(self, core2: Array | None) -> None:
-        """Boxes (and each node's smallest squared core distance) bottom-up."""
-        n, d, leaves = self.n, self.d, self.num_leaves
+        self.nodes = 2 * self.num_leaves
+        self.lo = cp.empty(self.nodes * d, dtype=cp.float64)
+        self.hi = cp.empty(self.nodes * d, dtype=cp.float64)
+        # the kernels also reduce per-node core distances: none here (a scratch the index drops)
+        scratch = cp.empty(self.nodes, dtype=cp.float64)
         _k("build_leaves")(
-            _grid(leaves), (BLOCK,),
-            (self.pts, np.int32(n), np.int32(d), np.int32(leaves), core2, self.lo, self.hi, self.min_core2),
+            _grid(self.num_leaves), (BLOCK,),
+            (self.pts, np.int32(n), np.int32(d), np.int32(self.num_leaves), None, self.lo, self.hi, scratch),
         )  # fmt: skip
-        level = leaves // 2
+        level = self.num_leaves // 2
         while level >= 1:
-            _k("build_level")(
-                _grid(level), (BLOCK,), (np.int32(level), np.int32(d), self.lo, self.hi, self.min_core2)
-            )
+            args = (np.int32(level), np.int32(d), self.lo, self.hi, scratch)
+            _k("build_level")(_grid(level), (BLOCK,), args)
             level //= 2
-        if self.packed is not None:
-            nodes = 2 * leaves
-            _k("pack_nodes")(
-                _grid(nodes), (BLOCK,),
-                (np.int32(nodes), np.int32(d), self.lo, self.hi, self.min_core2, self.packed),
-            )  # fmt: skip
 
-    def components(self, comp: Array) -> None:
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in (self.pts, self.orig, self.pos, self.lo, self.hi)))
+
+    def min_core2(self, core2: Array | None) -> Array:
+        """Each node's smallest squared core distance (+inf for a node without points), bottom-up:
+        the values ``build_leaves``/``build_level`` compute (a minimum is exact), into a new array."""
+        cp = self.cp
+        out = cp.zeros(self.nodes, dtype=cp.float64)
+        if core2 is None:  # the Euclidean traversal never reads it
+            return out
+        padded = cp.full(self.num_leaves * LEAF, cp.inf, dtype=cp.float64)
+        padded[: self.n] = core2
+        out[self.num_leaves :] = padded.reshape(self.num_leaves, LEAF).min(axis=1)
+        del padded
+        level = self.num_leaves // 2
+        while level >= 1:
+            children = out[2 * level : 4 * level]
+            out[level : 2 * level] = cp.minimum(children[0::2], children[1::2])
+            level //= 2
+        return out
+
+    def packed(self) -> Array | None:
+        """A computation's packed float copy of the boxes (PackedNode in kernels/emst.cu, 32 bytes per
+        node: the searches of 1 to 3 dimensions read it), to be filled by :meth:`pack`; None for more
+        dimensions (their searches read the double boxes)."""
+        if self.d > PACKED_MAX_DIMS:
+            return None
+        return self.cp.empty(self.nodes * PACKED_FLOATS, dtype=self.cp.float32)
+
+    def pack(self, min_core2: Array, packed: Array | None) -> None:
+        """Fill ``packed`` from the index's boxes and the computation's node core minima."""
+        if packed is not None:
+            args = (np.int32(self.nodes), np.int32(self.d), self.lo, self.hi, min_core2, packed)
+            _k("pack_nodes")(_grid(self.nodes), (BLOCK,), args)
+
+    def components(self, comp: Array, node_comp: Array, packed: Array | None) -> None:
         leaves = self.num_leaves
-        _k("leaf_components")(
-            _grid(leaves), (BLOCK,), (comp, np.int32(self.n), np.int32(leaves), self.node_comp, self.packed)
-        )
+        args = (comp, np.int32(self.n), np.int32(leaves), node_comp, packed)
+        _k("leaf_components")(_grid(leaves), (BLOCK,), args)
         level = leaves // 2
         while level >= 1:
-            _k("level_components")(_grid(level), (BLOCK,), (np.int32(level), self.node_comp, self.packed))
+            _k("level_components")(_grid(level), (BLOCK,), (np.int32(level), node_comp, packed))
             level //= 2
 
-    def core_distances(self, k: int) -> Array:
+    def core_distances(self, k: int, packed: Array | None) -> Array:
         cp = self.cp
         core2 = cp.empty(self.n, dtype=cp.float64)
         dims = self.d if self.d <= 3 else 0
@@ -116,43 +147,88 @@ class _Device:
         _k(f"core_distances<{dims}, {kmax}>")(
             _grid(self.n), (BLOCK,),
             (self.pts, np.int32(self.n), np.int32(self.d), np.int32(self.num_leaves), self.lo, self.hi,
-             self.packed, np.int32(k), core2),
+             packed, np.int32(k), core2),
         )  # fmt: skip
         return core2
+
+    def host_coords(self) -> np.ndarray[Any, Any]:
+        """The points in their original order, on the host (the same float64 values)."""
+        host = np.empty((self.n, self.d), dtype=np.float64)
+        host[self.orig.get()] = self.pts.get()
+        return host
 
 
 def _device_errors(cp: Any) -> tuple[type[BaseException], ...]:
     return (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError)
 
 
-def gpu_euclidean_mst(points: Any, min_samples: int = 1) -> EuclideanTree:
-    import cupy as cp
-
-    started = time.perf_counter()
-    on_device = _is_cupy(points)
-    coords = validate_points(points, on_device=True)
-    n, d = coords.shape
-    k = check_min_samples(min_samples, n)
-    if n > INT32_MAX:
-        raise GraphTooLargeError(
-            f"the GPU backend indexes points with 32 bits: at most {INT32_MAX} points, got {n}.",
-            limit=INT32_MAX,
-            actual=n,
-        )
-    timings: dict[str, float] = {}
-    if n == 1:
-        empty = np.empty(0, dtype=np.int64)
-        tree = finish_tree(
-            empty, empty, np.empty(0), n=n, d=d, min_samples=k, backend="gpu",
-            core2=np.zeros(1) if k > 1 else None, started=started, timings_ms=timings,
-        )  # fmt: skip
-        return _on_device(cp, tree) if on_device else tree
+@contextlib.contextmanager
+def _device_failures(cp: Any, doing: str) -> Iterator[None]:
+    """CUDA's errors as the engine's typed ones."""
     try:
-        return _compute(cp, coords, k, started, timings, on_device)
+        yield
     except cp.cuda.memory.OutOfMemoryError as exc:
         raise DeviceMemoryError(f"the point set does not fit in free device memory: {exc}") from None
     except _device_errors(cp) as exc:
-        raise DeviceError(f"CUDA failed while computing the tree: {exc}") from None
+        raise DeviceError(f"CUDA failed while {doing}: {exc}") from None
+
+
+class GpuIndex:
+    """The device index of validated coordinates (NumPy, copied to the device, or CuPy)."""
+
+    def __init__(self, coords: Array) -> None:
+        import cupy as cp
+
+        n, d = (int(x) for x in coords.shape)
+        if n > INT32_MAX:
+            raise GraphTooLargeError(
+                f"the GPU backend indexes points with 32 bits: at most {INT32_MAX} points, got {n}.",
+                limit=INT32_MAX,
+                actual=n,
+            )
+        self.cp = cp
+        self.n, self.d = n, d
+        self.device: _Device | None = None
+        self._events: tuple[Any, Any] | None = None
+        self._build_ms: float | None = 0.0 if n == 1 else None
+        if n > 1:  # one point needs no index
+            with _device_failures(cp, "building the index"):
+                begin = cp.cuda.Event()
+                begin.record()
+                self.device = _Device(cp, coords)
+                end = cp.cuda.Event()
+                end.record()
+                self._events = (begin, end)
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.device is None else self.device.nbytes
+
+    def build_ms(self) -> float:
+        if self._build_ms is None and self._events is not None:
+            begin, end = self._events
+            end.synchronize()
+            self._build_ms = float(self.cp.cuda.get_elapsed_time(begin, end))
+        return self._build_ms or 0.0
+
+    def tree(self, min_samples: int, started: float, fresh: bool, on_device: bool) -> EuclideanTree:
+        cp = self.cp
+        timings: dict[str, float] = {}
+        if self.device is None:
+            empty = np.empty(0, dtype=np.int64)
+            timings["index_ms"] = 0.0
+            tree = finish_tree(
+                empty, empty, np.empty(0), n=self.n, d=self.d, min_samples=min_samples, backend="gpu",
+                core2=np.zeros(1) if min_samples > 1 else None, started=started, timings_ms=timings,
+            )  # fmt: skip
+            return _on_device(cp, tree) if on_device else tree
+        clock = _Clock(cp)
+        if fresh and self._events is not None:
+            clock.marks.append(("index_ms", *self._events))
+        else:
+            timings["index_ms"] = 0.0
+        with _device_failures(cp, "computing the tree"):
+            return _compute(cp, self.device, min_samples, started, timings, clock, on_device)
 
 
 def _on_device(cp: Any, tree: EuclideanTree) -> EuclideanTree:
@@ -189,27 +265,29 @@ class _Clock:
 
 
 def _compute(
-    cp: Any, coords: Array, k: int, started: float, timings: dict[str, float], on_device: bool
+    cp: Any, dev: _Device, k: int, started: float, timings: dict[str, float], clock: _Clock, on_device: bool
 ) -> EuclideanTree:
-    n, d = coords.shape
-    clock = _Clock(cp)
+    n, d = dev.n, dev.d
     t0 = clock.start()
-    dev = _Device(cp, coords)
-    dev.build(None)
-    clock.stop("index_ms", t0)
-
+    min_core2 = dev.min_core2(None)
+    packed_nodes = dev.packed()
+    dev.pack(min_core2, packed_nodes)
+    clock.stop("pack_ms", t0)
     core2: Array | None = None
     if k > 1:
         t0 = clock.start()
         if k <= DEVICE_MAX_K:
-            core2 = dev.core_distances(k)
+            core2 = dev.core_distances(k, packed_nodes)
         else:  # beyond the registers of one thread: the exact host search, same values
-            from ._points_cpu import _core_distances, _Search
+            from ._points_cpu import CpuIndex, _core_distances, _Search
 
-            host = _core_distances(_Search(_to_host(coords), None), k)
-            core2 = cp.asarray(host)[dev.orig]
-        dev.build(core2)
+            host_index = CpuIndex(dev.host_coords(), owns_coords=True)
+            core2 = cp.asarray(_core_distances(_Search(host_index, None), k))[dev.orig]
+            del host_index
+        min_core2 = dev.min_core2(core2)
+        dev.pack(min_core2, packed_nodes)  # the boxes again, with the node core minima
         clock.stop("core_ms", t0)
+    node_comp = cp.empty(dev.nodes, dtype=cp.int32)
 
     grid = _grid(n)
     comp = cp.arange(n, dtype=cp.int32)
@@ -230,14 +308,14 @@ def _compute(
         if rounds > 64:
             raise DeviceError(f"the Borůvka rounds stopped making progress ({roots} components left).")
         t0 = clock.start()
-        dev.components(comp)
+        dev.components(comp, node_comp, packed_nodes)
         _k("reset_round")(grid, (BLOCK,), (np.int32(n), bound, pair))
         _k("seed_bounds")(grid, (BLOCK,), (dev.pts, core2, comp, np.int32(n), np.int32(d), bound))
         t1 = clock.start()
         nearest(
             grid, (BLOCK,),
             (dev.pts, core2, np.int32(n), np.int32(d), np.int32(dev.num_leaves), dev.lo, dev.hi,
-             dev.min_core2, dev.node_comp, dev.packed, comp, dev.orig, bound, best_w, best_pair),
+             min_core2, node_comp, packed_nodes, comp, dev.orig, bound, best_w, best_pair),
         )  # fmt: skip
         clock.stop("nearest_ms", t1)
         _k("offer_pairs")(grid, (BLOCK,), (np.int32(n), comp, best_w, best_pair, bound, pair))

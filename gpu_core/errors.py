@@ -15,7 +15,8 @@ Mistakes in the input also derive from :class:`ValueError`, so plain
     │   ├── PointSetShapeError              not an (n, d) array with n >= 1 and 1 <= d <= the limit
     │   ├── PointDtypeError                 coordinates of a non-numeric dtype
     │   ├── NonFiniteCoordinateError        a NaN or infinite coordinate
-    │   └── ClusteringParameterError        e.g. min_samples larger than the number of points
+    │   ├── ClusteringParameterError        e.g. min_samples larger than the number of points
+    │   └── PointIndexBackendError          a point index passed with another backend than its own
     ├── GraphTooLargeError (ValueError)     over a backend's index limits
     ├── BackendUnavailableError (RuntimeError)
     └── DeviceError (RuntimeError)          CUDA failed while running a computation
@@ -128,6 +129,13 @@ class ClusteringParameterError(PointSetValidationError):
     code = "invalid_clustering_parameter"
 
 
+class PointIndexBackendError(PointSetValidationError):
+    """A point index was passed with a backend other than the one it was built on; pass
+    ``backend="auto"`` (the index's own) or build an index on the backend wanted."""
+
+    code = "point_index_backend_mismatch"
+
+
 class DisconnectedForestError(GraphValidationError):
     """The edges do not join all vertices into one tree, so no dendrogram exists; pass a spanning tree."""
 
@@ -188,6 +196,7 @@ __all__ = [
     "NonFiniteCoordinateError",
     "NonFiniteWeightError",
     "PointDtypeError",
+    "PointIndexBackendError",
     "PointSetShapeError",
     "PointSetValidationError",
     "UnsupportedDtypeError",

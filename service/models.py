@@ -269,8 +269,15 @@ class JobSummary(BaseModel):
     )
     reused_tree: bool | None = Field(
         None,
-        description="Point-set jobs ('hdbscan', 'single_linkage'): true when the tree of the same "
+        description="Point-set jobs ('emst', 'hdbscan', 'single_linkage'): true when the tree of the same "
         "min_samples, computed by an earlier job on the resident point set, was reused.",
+    )
+    reused_index: bool | None = Field(
+        None,
+        description="Point-set jobs ('emst', 'hdbscan', 'single_linkage'): true when the job built no "
+        "spatial index because the resident point set held one, built by an earlier job (whatever its "
+        "min_samples), and the tree was computed on it (or reused: reused_tree); false when this job "
+        "built the index (the first tree after an upload or a restart).",
     )
 
 

@@ -49,6 +49,7 @@ def job_out(job: JobRecord) -> JobOut:
             cached=job.cached,
             coalesced=job.coalesced,
             reused_tree=job.reused_tree,
+            reused_index=job.reused_index,
         )
     return JobOut(
         id=job.id,
@@ -251,8 +252,9 @@ def json_result(path: Path, summary: dict[str, Any], **ids: str) -> Response:
         body["cached"] = True
     if summary.get("coalesced"):
         body["coalesced"] = True
-    if summary.get("reused_tree") is not None:
-        body["reused_tree"] = summary["reused_tree"]
+    for flag in ("reused_tree", "reused_index"):
+        if summary.get(flag) is not None:
+            body[flag] = summary[flag]
     body.update(arrays)
     return Response(json.dumps(body, separators=(",", ":")), media_type=JSON_MEDIA_TYPE)
 
@@ -307,4 +309,5 @@ def job_summary(job: JobRecord) -> dict[str, Any]:
         "cached": job.cached,
         "coalesced": job.coalesced,
         "reused_tree": job.reused_tree,
+        "reused_index": job.reused_index,
     }

@@ -112,7 +112,8 @@ async def submit_points_job(
 ) -> Response:
     """Queue ``emst`` (``min_samples``), ``hdbscan`` (``min_cluster_size``, ``min_samples``,
     ``cluster_selection_method``, ``cluster_selection_epsilon``) or ``single_linkage``. A clustering
-    of a ``min_samples`` whose tree an earlier job computed reuses it (``reused_tree`` in the result)."""
+    of a ``min_samples`` whose tree an earlier job computed reuses it (``reused_tree`` in the result);
+    a tree of another ``min_samples`` reuses the spatial index an earlier job built (``reused_index``)."""
     services, owner = services_of(request), owner_of(request.scope)
     params = task_params(job.task, job.params)
     return await submit_response(services, points_id, wait, owner, job.task, params, cache, checked_points_id)

@@ -632,6 +632,7 @@ class Jobs:
             num_components=int(summary["num_components"]),
             compute_ms=float(summary["compute_ms"]),
             reused_tree=summary.get("reused_tree"),
+            reused_index=summary.get("reused_index"),
             coalesced=bool(summary.get("coalesced", False)),
         )
 

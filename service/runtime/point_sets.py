@@ -4,7 +4,11 @@ Runs in the worker process (it imports :mod:`gpu_core`). A resident point set ke
 coordinates, the trees computed on it by ``min_samples`` and their single-linkage hierarchies, so
 ``hdbscan`` with another ``min_cluster_size`` (or the same ``min_samples`` again) and
 ``single_linkage`` reuse them (``reused_tree`` in the job's result) instead of computing the tree
-again. The tree is deterministic, so a reused one is the same a new computation would give.
+again. It also keeps its spatial index (:class:`gpu_core.PointIndex`: on the GPU the Morton-ordered
+points and boxes on the device, on the CPU the k-d tree), built by the first job that computes a
+tree, so a tree of another ``min_samples`` (or an ``emst`` after an ``hdbscan``) is computed on it
+(``reused_index`` in the job's result). Trees are deterministic, so a reused tree or index gives
+what a new computation would give; all of it goes with the point set when it is dropped.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class ResidentPoints:
         self.backend = backend
         self._trees: dict[int, Any] = {}
         self._linkages: dict[int, np.ndarray[Any, Any]] = {}
+        self._index: Any = None  # gpu_core.PointIndex, built on first need
 
     @property
     def num_points(self) -> int:
@@ -65,29 +70,41 @@ class ResidentPoints:
     @property
     def nbytes(self) -> int:
         trees = sum(t.src.nbytes + t.dst.nbytes + t.weights.nbytes for t in self._trees.values())
-        return int(self.coords.nbytes + trees + sum(z.nbytes for z in self._linkages.values()))
+        index = 0 if self._index is None else int(self._index.nbytes)
+        return int(self.coords.nbytes + trees + sum(z.nbytes for z in self._linkages.values()) + index)
 
-    def tree(self, min_samples: int) -> tuple[Any, bool]:
-        """The (mutual-reachability) tree of ``min_samples``, and whether it was computed before."""
+    def index(self) -> tuple[Any, bool]:
+        """The spatial index (built now if no job has needed it yet), and whether it was built before."""
+        import gpu_core
+
+        if self._index is not None:
+            return self._index, True
+        self._index = gpu_core.build_point_index(self.coords, backend=self.backend)  # type: ignore[arg-type]
+        return self._index, False
+
+    def tree(self, min_samples: int) -> tuple[Any, bool, bool]:
+        """The (mutual-reachability) tree of ``min_samples``; whether it was computed before; whether
+        no index had to be built for it (the tree, or the index it is computed on, was there)."""
         import gpu_core
 
         known = self._trees.get(min_samples)
         if known is not None:
-            return known, True
-        tree = gpu_core.euclidean_mst(self.coords, min_samples=min_samples, backend=self.backend)  # type: ignore[arg-type]
+            return known, True, True
+        index, reused_index = self.index()
+        tree = gpu_core.euclidean_mst(index, min_samples=min_samples)
         self._trees[min_samples] = tree
-        return tree, False
+        return tree, False, reused_index
 
-    def linkage(self, min_samples: int) -> tuple[np.ndarray[Any, Any], bool]:
-        """The single-linkage hierarchy of that tree, and whether the tree was computed before."""
+    def linkage(self, min_samples: int) -> tuple[np.ndarray[Any, Any], bool, bool]:
+        """The single-linkage hierarchy of that tree, with :meth:`tree`'s two flags."""
         import gpu_core
 
-        tree, reused = self.tree(min_samples)
+        tree, reused, reused_index = self.tree(min_samples)
         linkage = self._linkages.get(min_samples)
         if linkage is None:
             linkage = gpu_core.single_linkage(tree)
             self._linkages[min_samples] = linkage
-        return linkage, reused
+        return linkage, reused, reused_index
 
     def run(self, task: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(summary, result arrays) of a task on this point set."""
@@ -97,18 +114,18 @@ class ResidentPoints:
         started = time.perf_counter()
         n = self.num_points
         if task == "emst":
-            tree, reused = self.tree(int(params.get("min_samples", 1)))
+            tree, reused, reused_index = self.tree(int(params.get("min_samples", 1)))
             arrays: dict[str, Any] = {"src": tree.src, "dst": tree.dst, "weights": tree.weights}
             if tree.core_distances is not None:
                 arrays["core_distances"] = tree.core_distances
             summary: dict[str, Any] = {"num_edges": tree.num_edges, "total_weight": tree.total_weight,
-                                       "num_components": 1, "reused_tree": reused}  # fmt: skip
+                                       "num_components": 1}  # fmt: skip
         elif task == "single_linkage":
             if n < 2:
                 raise ClusteringParameterError("a dendrogram needs at least 2 points.", field="points")
-            linkage, reused = self.linkage(1)
+            linkage, reused, reused_index = self.linkage(1)
             arrays = {"linkage": linkage}
-            summary = {"num_edges": n - 1, "total_weight": None, "num_components": 1, "reused_tree": reused}
+            summary = {"num_edges": n - 1, "total_weight": None, "num_components": 1}
         elif task == "hdbscan":
             min_cluster_size = int(params.get("min_cluster_size", 5))
             samples = params.get("min_samples")
@@ -117,10 +134,11 @@ class ResidentPoints:
                 raise ClusteringParameterError(
                     f"min_samples = {k} is more than the {n} points of the set.", field="min_samples"
                 )
-            if n < 2:
-                labels, probabilities, reused = np.full(1, -1, dtype=np.int64), np.zeros(1), False
+            if n < 2:  # no tree, no index: nothing to compute or reuse
+                labels, probabilities = np.full(1, -1, dtype=np.int64), np.zeros(1)
+                reused, reused_index = False, False
             else:
-                linkage, reused = self.linkage(k)
+                linkage, reused, reused_index = self.linkage(k)
                 labels, probabilities = labels_from_tree(
                     linkage,
                     min_cluster_size,
@@ -129,9 +147,9 @@ class ResidentPoints:
                 )
             arrays = {"labels": labels, "probabilities": probabilities}
             clusters = int(labels.max()) + 1 if labels.size else 0
-            summary = {"num_edges": n - 1, "total_weight": None, "num_components": clusters,
-                       "reused_tree": reused}  # fmt: skip
+            summary = {"num_edges": n - 1, "total_weight": None, "num_components": clusters}
         else:
             raise InvalidUploadError(f"point sets have no task {task!r}.", field="task")
+        summary.update(reused_tree=reused, reused_index=reused_index)
         summary["compute_ms"] = (time.perf_counter() - started) * 1e3
         return summary, arrays

@@ -76,6 +76,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     weights_version INTEGER NOT NULL DEFAULT 0,
     cached         INTEGER NOT NULL DEFAULT 0,
     reused_tree    INTEGER,
+    reused_index   INTEGER,
     owner          TEXT NOT NULL DEFAULT '',
     coalesced      INTEGER NOT NULL DEFAULT 0
 );
@@ -96,6 +97,7 @@ _ADDED_COLUMNS = (
     ("jobs", "owner", "TEXT NOT NULL DEFAULT ''"),
     ("graphs", "shards", "INTEGER NOT NULL DEFAULT 1"),
     ("jobs", "coalesced", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "reused_index", "INTEGER"),
 )
 _CACHE_INDEX = "CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs (graph_id, weights_version, task, params)"
 _OWNER_INDEX = "CREATE INDEX IF NOT EXISTS graphs_by_owner ON graphs (owner, created_at)"
@@ -170,6 +172,8 @@ class JobRecord:
     cached: bool = False
     #: point-set jobs: the tree of an earlier job was reused (None: not a point-set clustering)
     reused_tree: bool | None = None
+    #: point-set jobs: no spatial index was built (an earlier job's served; None: not a point-set job)
+    reused_index: bool | None = None
     #: the API key's owner id that submitted it ("" without API keys)
     owner: str = ""
     #: answered by the computation of an identical job queued right before it (MST_COALESCE_JOBS)
@@ -196,8 +200,9 @@ def _job_from_row(row: sqlite3.Row) -> JobRecord:
             values[name] = float(values[name])
     values["cached"] = bool(values["cached"])
     values["coalesced"] = bool(values["coalesced"])
-    if values["reused_tree"] is not None:
-        values["reused_tree"] = bool(values["reused_tree"])
+    for flag in ("reused_tree", "reused_index"):
+        if values[flag] is not None:
+            values[flag] = bool(values[flag])
     return JobRecord(**values)
 
 

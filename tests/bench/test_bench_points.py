@@ -44,3 +44,15 @@ def test_points_part_of_python_m_bench(tmp_path: Path, monkeypatch) -> None:
     assert got == [("emst", "uniform"), ("hdbscan", "uniform"), ("emst", "blobs"), ("hdbscan", "blobs")]
     md = (tmp_path / "results.md").read_text()
     assert "## Point sets (EMST and HDBSCAN*)" in md and "| blobs | 6e+02 | 3 |" in md
+
+
+def test_point_index_benchmark(tmp_path: Path) -> None:
+    from bench import point_index
+
+    out = tmp_path / "index.json"
+    args = ["--n", "1500", "--backend", "cpu", "--min-samples", "5,16", "--repeats", "1", "--out", str(out)]
+    assert point_index.main(args) == 0
+    rec = json.loads(out.read_text())
+    assert rec["backend"] == "cpu" and rec["min_samples"] == [5, 16] and rec["index_bytes"] > 0
+    assert rec["index_build_s"] > 0 and all(rec["reused_s"][k] > 0 for k in ("5", "16"))
+    assert rec["saved_s"] == rec["fresh_total_s"] - rec["reused_total_s"]

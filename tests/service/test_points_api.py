@@ -203,3 +203,46 @@ def test_cli_point_verbs(live: LiveServer, tmp_path: Path, capsys: pytest.Captur
     assert json.loads(capsys.readouterr().out)["labels"] == [80]
     assert main(["--url", live.url, "single-linkage", points_id]) == 0
     assert json.loads(capsys.readouterr().out)["linkage"] == [79, 4]
+
+
+def test_another_min_samples_reuses_the_index(server_factory: ServerFactory, tmp_path: Path) -> None:
+    """The first tree of a point set builds its spatial index; a tree of another min_samples, or an
+    emst after an hdbscan, is computed on it (``reused_index``); a restart builds it again. The
+    answers are the engine's own, computed from the points with no index kept."""
+    data = tmp_path / "data"
+    server = server_factory(data)
+    points = blobs(5, 400, 3)
+    points_id = upload(server, points)["id"]
+
+    def hdbscan(server: LiveServer, mcs: int, ms: int, reused_index: bool) -> dict[str, Any]:
+        job, result = run(server, points_id, "hdbscan", {"min_cluster_size": mcs, "min_samples": ms})
+        expected = gpu_core.hdbscan(points, min_cluster_size=mcs, min_samples=ms, backend="cpu")
+        assert result["labels"] == expected.labels.tolist()
+        assert result["probabilities"] == expected.probabilities.tolist()
+        assert job["result"]["reused_index"] is reused_index and result["reused_index"] is reused_index
+        assert job["result"]["reused_tree"] is False
+        return job
+
+    def emst(server: LiveServer, ms: int, reused_tree: bool) -> dict[str, Any]:
+        job, result = run(server, points_id, "emst", {"min_samples": ms})
+        expected = gpu_core.euclidean_mst(points, min_samples=ms, backend="cpu")
+        assert result["src"] == expected.src.tolist() and result["dst"] == expected.dst.tolist()
+        assert result["weights"] == expected.weights.tolist()
+        assert job["result"]["total_weight"] == expected.total_weight
+        assert job["result"]["reused_index"] is True and job["result"]["reused_tree"] is reused_tree
+        return job
+
+    first = hdbscan(server, 10, 5, reused_index=False)  # builds the index
+    second = hdbscan(server, 10, 16, reused_index=True)  # a new tree on the same index
+    emst(server, 1, reused_tree=False)  # the Euclidean tree on it too
+    emst(server, 16, reused_tree=True)  # hdbscan's tree: neither tree nor index built
+    graph_id = server.upload_npz([0, 1], [1, 2], [1.0, 2.0])["id"]
+    graph_job = server.submit(graph_id, wait=30).json()
+    assert graph_job["result"]["reused_index"] is None and graph_job["result"]["reused_tree"] is None
+    # a restart reloads the points, not the index: the first tree builds it again, the same answers
+    server.stop()
+    server = server_factory(data)
+    hdbscan(server, 12, 16, reused_index=False)
+    emst(server, 5, reused_tree=False)
+    for job, flag in ((first, False), (second, True)):  # stored with the jobs
+        assert server.client.get(f"/v1/jobs/{job['id']}").json()["result"]["reused_index"] is flag
