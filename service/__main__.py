@@ -9,6 +9,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from .app import create_app
+from .runtime.fronts import RunPaths, bind_unix
 from .settings import Settings
 
 
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if settings.api_processes > 1:
+        return _serve_with_fronts(settings)
     app = create_app(settings)
     uvicorn.run(
         app,
@@ -42,6 +45,20 @@ def main(argv: list[str] | None = None) -> int:
         access_log=settings.log_level == "debug",
         timeout_graceful_shutdown=10,
     )
+    return 0
+
+
+def _serve_with_fronts(settings: Settings) -> int:
+    """The runtime process: the app on a private Unix socket; its lifespan starts the fronts."""
+    paths = RunPaths.make(settings)
+    sock = bind_unix(paths.api)
+    config = uvicorn.Config(
+        create_app(settings, fronts=paths),
+        log_level=settings.log_level,
+        access_log=settings.log_level == "debug",
+        timeout_graceful_shutdown=10,
+    )
+    uvicorn.Server(config).run(sockets=[sock])  # the lifespan's end removes the sockets
     return 0
 
 
