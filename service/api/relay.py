@@ -28,6 +28,8 @@ HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
 )
 _REQUEST_ONLY = frozenset({b"expect"})
+#: set by the front's own server on every answer (a second copy would be a list of two)
+_SERVER_SET = frozenset({b"server", b"date"})
 
 
 async def _body(receive: Receive) -> AsyncIterator[bytes]:
@@ -80,7 +82,9 @@ class Relay:
                     "type": "http.response.start",
                     "status": upstream.status_code,
                     "headers": [
-                        (k.lower(), v) for k, v in upstream.headers.raw if k.lower() not in HOP_BY_HOP
+                        (k.lower(), v)
+                        for k, v in upstream.headers.raw
+                        if k.lower() not in HOP_BY_HOP and k.lower() not in _SERVER_SET
                     ],
                 }
             )
