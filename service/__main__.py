@@ -9,7 +9,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from .app import create_app
-from .runtime.fronts import RunPaths, bind_unix
+from .runtime.fronts import RunPaths, RuntimeServer, bind_unix
 from .settings import Settings
 
 
@@ -52,13 +52,16 @@ def _serve_with_fronts(settings: Settings) -> int:
     """The runtime process: the app on a private Unix socket; its lifespan starts the fronts."""
     paths = RunPaths.make(settings)
     sock = bind_unix(paths.api)
+    app = create_app(settings, fronts=paths)
     config = uvicorn.Config(
-        create_app(settings, fronts=paths),
+        app,
         log_level=settings.log_level,
         access_log=settings.log_level == "debug",
         timeout_graceful_shutdown=10,
     )
-    uvicorn.Server(config).run(sockets=[sock])  # the lifespan's end removes the sockets
+    RuntimeServer(config, lambda: app.state.front_processes).run(
+        sockets=[sock]
+    )  # the lifespan's end removes the sockets
     return 0
 
 

@@ -95,9 +95,11 @@ async def _fronts(app: FastAPI) -> AsyncIterator[None]:
         return
     fronts = Fronts(app.state.settings, paths, runtime_calls(lambda: app.state.services, app.state.metrics))
     await fronts.start()
+    app.state.front_processes = fronts
     try:
         yield
     finally:
+        app.state.front_processes = None
         await fronts.stop()  # before the workers: the fronts finish their requests first
 
 
@@ -170,6 +172,7 @@ def create_app(settings: Settings | None = None, fronts: RunPaths | None = None)
     app.state.metrics = Metrics()
     app.state.services = None
     app.state.fronts = fronts
+    app.state.front_processes = None
     install_handlers(app)
     for router in (graphs.router, points.router, jobs.router, mst.router, health.router):
         app.include_router(router)

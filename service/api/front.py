@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -173,7 +174,9 @@ class Front:
     """The front's ASGI app: metrics, authentication, then :class:`FrontRoutes`; its lifespan
     flushes metrics and ends the process when the runtime process that started it is gone."""
 
-    def __init__(self, settings: Settings, rpc_path: Path, api_path: Path) -> None:
+    def __init__(
+        self, settings: Settings, rpc_path: Path, api_path: Path, runtime_pid: int | None = None
+    ) -> None:
         from ..app import create_app  # for route templates only: its lifespan never runs here
 
         self.rpc = RpcClient(rpc_path)
@@ -182,7 +185,8 @@ class Front:
         self.metrics = FrontMetrics(
             AuthMiddleware(routes, keys=KeyRing.from_settings(settings)), self.rpc, create_app(settings)
         )
-        self.parent = os.getppid()
+        #: the runtime process that started this front (its parent while it lives)
+        self.parent = os.getppid() if runtime_pid is None else runtime_pid
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -204,6 +208,7 @@ class Front:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 task = asyncio.ensure_future(self._background())
+                gc.freeze()  # what lives as long as the process: out of the collector's full passes
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if task is not None:

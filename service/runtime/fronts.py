@@ -24,6 +24,7 @@ import signal
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -89,8 +90,9 @@ def bind_shared(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_front(settings: Settings, paths: RunPaths, index: int) -> None:
-    """The body of a front process (spawned): serve the public port until SIGTERM."""
+def run_front(settings: Settings, paths: RunPaths, index: int, runtime_pid: int) -> None:
+    """The body of a front process (spawned): serve the public port until SIGTERM, or until the
+    runtime process ``runtime_pid`` is no longer its parent."""
     from ..api.front import Front
 
     logging.basicConfig(
@@ -98,9 +100,12 @@ def run_front(settings: Settings, paths: RunPaths, index: int) -> None:
         format=f"%(asctime)s %(levelname)s front{index} %(name)s: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per relayed request otherwise
+    front = Front(settings, paths.rpc, paths.api, runtime_pid)
+    if os.getppid() != runtime_pid:
+        return  # the runtime died while this front started
     sock = bind_shared(settings.host, settings.port)
     config = uvicorn.Config(
-        Front(settings, paths.rpc, paths.api),
+        front,
         log_level=settings.log_level,
         access_log=settings.log_level == "debug",
         timeout_graceful_shutdown=10,
@@ -115,6 +120,22 @@ class FrontServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig != signal.SIGINT:
             super().handle_exit(sig, frame)
+
+
+class RuntimeServer(uvicorn.Server):
+    """uvicorn's server of the runtime process: on SIGTERM or SIGINT it stops the fronts at once
+    (``fronts()`` gives them once the app has started them), so they stop taking connections while
+    this process finishes its own requests, rather than after."""
+
+    def __init__(self, config: uvicorn.Config, fronts: Callable[[], Fronts | None]) -> None:
+        super().__init__(config)
+        self.fronts = fronts
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        fronts = self.fronts()
+        if fronts is not None:
+            fronts.interrupt()
+        super().handle_exit(sig, frame)
 
 
 class Fronts:
@@ -139,7 +160,10 @@ class Fronts:
 
     def _spawn(self, index: int) -> None:
         proc = self._context.Process(
-            target=run_front, args=(self.settings, self.paths, index), name=f"mst-front-{index}", daemon=False
+            target=run_front,
+            args=(self.settings, self.paths, index, os.getpid()),
+            name=f"mst-front-{index}",
+            daemon=False,
         )
         proc.start()
         self._procs[index] = proc
@@ -172,6 +196,14 @@ class Fronts:
                         return
                 self._spawn(index)
                 self._write_pids()
+
+    def interrupt(self) -> None:
+        """SIGTERM every front now, so they stop taking connections (safe in a signal handler)."""
+        self._stopping = True
+        for proc in self._procs:
+            if proc is not None and proc.exitcode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
 
     async def stop(self) -> None:
         """SIGTERM the fronts and wait for them (they finish their requests), then close the RPC."""
