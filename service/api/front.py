@@ -15,7 +15,7 @@ relayed, streaming, to the runtime's own HTTP listener (:mod:`service.api.relay`
 Authentication runs here with the same :class:`~service.api.auth.AuthMiddleware`
 (the runtime checks relayed requests again). The requests a front answers are
 counted in the runtime's ``/metrics``: each front sends its observations there
-once a second.
+as it answers (in batches under load, one call in flight at most).
 """
 
 from __future__ import annotations
@@ -139,13 +139,16 @@ class FrontRoutes:
 
 
 class FrontMetrics:
-    """Observes the requests the front answers itself and sends them to the runtime once a second."""
+    """Observes the requests the front answers itself and sends them to the runtime's metrics: at
+    once when no send is in flight, else with the next one (one call in flight at most, so under
+    load the observations go in batches)."""
 
     def __init__(self, app: ASGIApp, rpc: RpcClient, labels: Any) -> None:
         self.app = app
         self.rpc = rpc
         self.labels = labels  # an app whose routes name the templates (the runtime's, never started)
         self.observed: list[tuple[str, str, int, float]] = []
+        self._sending: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -155,13 +158,24 @@ class FrontMetrics:
 
         async def observing(message: Message) -> None:
             if message["type"] == "http.response.start" and not scope.get(RELAYED):
-                route = route_template({**scope, "app": self.labels})
+                route = (
+                    scope["route"].path if "route" in scope else route_template({**scope, "app": self.labels})
+                )
                 self.observed.append(
                     (scope["method"], route, int(message["status"]), time.perf_counter() - start)
                 )
+                if self._sending is None:
+                    self._sending = asyncio.ensure_future(self._send_all())
             await send(message)
 
         await self.app(scope, receive, observing)
+
+    async def _send_all(self) -> None:
+        try:
+            while self.observed:
+                await self.flush()
+        finally:
+            self._sending = None
 
     async def flush(self) -> None:
         if self.observed:
@@ -172,7 +186,7 @@ class FrontMetrics:
 
 class Front:
     """The front's ASGI app: metrics, authentication, then :class:`FrontRoutes`; its lifespan
-    flushes metrics and ends the process when the runtime process that started it is gone."""
+    ends the process when the runtime process that started it is gone."""
 
     def __init__(
         self, settings: Settings, rpc_path: Path, api_path: Path, runtime_pid: int | None = None
@@ -200,7 +214,6 @@ class Front:
             if os.getppid() != self.parent:  # the runtime process died: nothing to front for
                 log.warning("the runtime process is gone; this front stops")
                 os.kill(os.getpid(), signal.SIGTERM)
-            await self.metrics.flush()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         task: asyncio.Task[None] | None = None

@@ -4,19 +4,26 @@ Every request a front does not answer itself goes through :class:`Relay`:
 method, path, query and headers (``Authorization`` included) as they came, the
 body streamed as it arrives (uploads can be gigabytes: nothing is buffered
 whole), and the answer's status, headers and body streamed back the same way.
-Only hop-by-hop headers are left to each connection. A runtime that cannot
-be reached is a 503 problem with ``Retry-After``, never a hang.
+Only hop-by-hop headers are left to each connection.
+
+It is written on :mod:`h11` rather than an HTTP client because the runtime may
+answer before the body is complete (a declared ``Content-Length`` over the cap
+is a 413 at once): the body is sent by one task while the answer is read, and
+an early answer is passed on at once. Each relayed request has a connection of
+its own (a Unix socket costs no handshake; the relayed routes are not the hot
+ones). A runtime that cannot be reached is a 503 problem with ``Retry-After``,
+never a hang.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
-from starlette.requests import ClientDisconnect, Request
+import h11
+from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from ..errors import RuntimeUnreachableError, error_response
@@ -30,69 +37,128 @@ HOP_BY_HOP = frozenset(
 _REQUEST_ONLY = frozenset({b"expect"})
 #: set by the front's own server on every answer (a second copy would be a list of two)
 _SERVER_SET = frozenset({b"server", b"date"})
-
-
-async def _body(receive: Receive) -> AsyncIterator[bytes]:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        if chunk:
-            yield chunk
-        if not message.get("more_body", False):
-            return
+_READ_SIZE = 1 << 20
 
 
 class Relay:
     """Relays requests to the runtime's HTTP listener on the Unix socket ``path``."""
 
     def __init__(self, path: Path, connect_timeout: float = 2.0) -> None:
-        self.client = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(uds=str(path), retries=1),
-            timeout=httpx.Timeout(None, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-        )
+        self.path = path
+        self.connect_timeout = connect_timeout
 
     async def close(self) -> None:
-        await self.client.aclose()
+        """Nothing held between requests (a connection per request)."""
+
+    async def _unreachable(self, scope: Scope, receive: Receive, send: Send, why: object) -> None:
+        log.warning("relay of %s %s failed: %s", scope["method"], scope["path"], why)
+        problem = RuntimeUnreachableError("the service's runtime process does not answer; retry shortly.")
+        response = await error_response(Request(scope, receive), problem)
+        await response(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [(k, v) for k, v in scope["headers"] if k not in HOP_BY_HOP and k not in _REQUEST_ONLY]
-        has_body = any(k in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"])
-        query = scope.get("query_string", b"")
-        target = scope.get("raw_path") or scope["path"].encode("latin-1")
-        url = httpx.URL(scheme="http", host="runtime", raw_path=target + (b"?" + query if query else b""))
-        request = self.client.build_request(
-            scope["method"], url, headers=headers, content=_body(receive) if has_body else None
-        )
         try:
-            upstream = await self.client.send(request, stream=True)
-        except ClientDisconnect:
-            return  # the client left mid-body: nobody to answer
-        except httpx.TransportError as exc:
-            log.warning("relay of %s %s failed: %s", scope["method"], scope["path"], exc)
-            problem = RuntimeUnreachableError("the service's runtime process does not answer; retry shortly.")
-            response = await error_response(Request(scope, receive), problem)
-            await response(scope, receive, send)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(str(self.path), limit=_READ_SIZE), self.connect_timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            await self._unreachable(scope, receive, send, exc)
             return
         try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": upstream.status_code,
-                    "headers": [
-                        (k.lower(), v)
-                        for k, v in upstream.headers.raw
-                        if k.lower() not in HOP_BY_HOP and k.lower() not in _SERVER_SET
-                    ],
-                }
-            )
-            async for chunk in upstream.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except httpx.HTTPError as exc:  # the runtime went away mid-answer: the connection is closed
-            log.warning("relay of %s %s broke off: %s", scope["method"], scope["path"], exc)
+            await self._relay(scope, receive, send, reader, writer)
         finally:
-            with contextlib.suppress(httpx.HTTPError):
-                await upstream.aclose()
+            writer.close()
+
+    async def _relay(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        given = scope["headers"]
+        chunked = any(k == b"transfer-encoding" for k, _ in given)
+        headers = [(k, v) for k, v in given if k not in HOP_BY_HOP and k not in _REQUEST_ONLY]
+        if chunked and not any(k == b"content-length" for k, _ in given):
+            headers.append((b"transfer-encoding", b"chunked"))
+        headers.append((b"connection", b"close"))
+        if not any(k == b"host" for k, _ in headers):
+            headers.append((b"host", b"runtime"))
+        query = scope.get("query_string", b"")
+        target = (scope.get("raw_path") or scope["path"].encode("latin-1")) + (b"?" + query if query else b"")
+        conn = h11.Connection(h11.CLIENT)
+        try:
+            head = conn.send(h11.Request(method=scope["method"], target=target, headers=headers))
+        except h11.LocalProtocolError as exc:  # nothing uvicorn accepted should be refused here
+            await self._unreachable(scope, receive, send, exc)
+            return
+        writer.write(head)
+        pump = asyncio.ensure_future(self._pump(conn, receive, writer))
+        started = False
+        try:
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    reading = asyncio.ensure_future(reader.read(_READ_SIZE))
+                    await asyncio.wait({reading, pump}, return_when=asyncio.FIRST_COMPLETED)
+                    if not reading.done():
+                        await reading  # the body is sent (or the pump failed): only the answer is left
+                    conn.receive_data(reading.result())
+                    continue
+                if isinstance(event, h11.InformationalResponse):
+                    continue
+                if isinstance(event, h11.Response):
+                    started = True
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": event.status_code,
+                            "headers": [
+                                (k, v)
+                                for k, v in event.headers
+                                if k not in HOP_BY_HOP and k not in _SERVER_SET
+                            ],
+                        }
+                    )
+                elif isinstance(event, h11.Data):
+                    await send({"type": "http.response.body", "body": bytes(event.data), "more_body": True})
+                elif isinstance(event, h11.EndOfMessage):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
+                else:  # ConnectionClosed before the answer ended
+                    raise h11.RemoteProtocolError("the runtime closed the connection mid-answer")
+        except (OSError, h11.ProtocolError) as exc:
+            if pump.done() and not pump.cancelled() and pump.exception() is None and pump.result():
+                return  # the client is gone: nobody to answer
+            if not started:
+                await self._unreachable(scope, receive, send, exc)
+            else:  # the answer is half sent: closing the client's connection is all that is left
+                log.warning("relay of %s %s broke off: %s", scope["method"], scope["path"], exc)
+        finally:
+            pump.cancel()
+            with contextlib.suppress(BaseException):
+                await pump
+
+    @staticmethod
+    async def _pump(conn: h11.Connection, receive: Receive, writer: asyncio.StreamWriter) -> bool:
+        """Send the request body to the runtime as it arrives (the answer may come first); True when
+        the client went away before its body ended."""
+        if conn.our_state is h11.SEND_BODY:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    # the client closed its side mid-body: so does the relay, and the runtime answers
+                    # the short body as it would the client itself (it may still be read)
+                    if writer.can_write_eof():
+                        writer.write_eof()
+                    return True
+                chunk = message.get("body", b"")
+                if chunk:
+                    writer.write(conn.send(h11.Data(data=chunk)))
+                    await writer.drain()
+                if not message.get("more_body", False):
+                    break
+            writer.write(conn.send(h11.EndOfMessage()))
+        await writer.drain()
+        return False
