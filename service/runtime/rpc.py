@@ -194,9 +194,13 @@ class RpcClient:
             raise RuntimeUnreachableError(
                 "the connection to the service's runtime process was lost; retry shortly."
             ) from None
+        deadline = asyncio.timeout(timeout)  # no task per call, unlike wait_for
         try:
-            return await asyncio.wait_for(future, timeout)
+            async with deadline:
+                return await future
         except TimeoutError:
+            if not deadline.expired():
+                raise  # a TimeoutError the call itself raised in the runtime
             raise RuntimeUnreachableError(
                 f"the service's runtime process did not answer {method} within {timeout:g} s; retry shortly."
             ) from None
