@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from pathlib import Path
 
 import h11
@@ -57,26 +58,22 @@ class Relay:
         await response(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(str(self.path), limit=_READ_SIZE), self.connect_timeout
-            )
-        except (OSError, TimeoutError) as exc:
-            await self._unreachable(scope, receive, send, exc)
-            return
-        try:
-            await self._relay(scope, receive, send, reader, writer)
+            try:
+                async with asyncio.timeout(self.connect_timeout):
+                    await loop.sock_connect(sock, str(self.path))
+            except (OSError, TimeoutError) as exc:
+                await self._unreachable(scope, receive, send, exc)
+                return
+            await self._relay(scope, receive, send, sock)
         finally:
-            writer.close()
+            sock.close()
 
-    async def _relay(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _relay(self, scope: Scope, receive: Receive, send: Send, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
         given = scope["headers"]
         chunked = any(k == b"transfer-encoding" for k, _ in given)
         headers = [(k, v) for k, v in given if k not in HOP_BY_HOP and k not in _REQUEST_ONLY]
@@ -93,18 +90,15 @@ class Relay:
         except h11.LocalProtocolError as exc:  # nothing uvicorn accepted should be refused here
             await self._unreachable(scope, receive, send, exc)
             return
-        writer.write(head)
-        pump = asyncio.ensure_future(self._pump(conn, receive, writer))
+        # Plain socket calls, not streams: a stream raises a reset (the runtime closing with body
+        # bytes unread, after an early answer) before handing over the answer it holds.
+        pump = asyncio.ensure_future(self._pump(conn, head, receive, sock))
         started = False
         try:
             while True:
                 event = conn.next_event()
                 if event is h11.NEED_DATA:
-                    reading = asyncio.ensure_future(reader.read(_READ_SIZE))
-                    await asyncio.wait({reading, pump}, return_when=asyncio.FIRST_COMPLETED)
-                    if not reading.done():
-                        await reading  # the body is sent (or the pump failed): only the answer is left
-                    conn.receive_data(reading.result())
+                    conn.receive_data(await loop.sock_recv(sock, _READ_SIZE))
                     continue
                 if isinstance(event, h11.InformationalResponse):
                     continue
@@ -141,24 +135,23 @@ class Relay:
                 await pump
 
     @staticmethod
-    async def _pump(conn: h11.Connection, receive: Receive, writer: asyncio.StreamWriter) -> bool:
-        """Send the request body to the runtime as it arrives (the answer may come first); True when
-        the client went away before its body ended."""
+    async def _pump(conn: h11.Connection, head: bytes, receive: Receive, sock: socket.socket) -> bool:
+        """Send the request, its body as it arrives, to the runtime (whose answer may come first);
+        True when the client went away before its body ended."""
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(sock, head)
         if conn.our_state is h11.SEND_BODY:
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     # the client closed its side mid-body: so does the relay, and the runtime answers
-                    # the short body as it would the client itself (it may still be read)
-                    if writer.can_write_eof():
-                        writer.write_eof()
+                    # the short body as it would the client itself
+                    sock.shutdown(socket.SHUT_WR)
                     return True
                 chunk = message.get("body", b"")
                 if chunk:
-                    writer.write(conn.send(h11.Data(data=chunk)))
-                    await writer.drain()
+                    await loop.sock_sendall(sock, conn.send(h11.Data(data=chunk)))
                 if not message.get("more_body", False):
                     break
-            writer.write(conn.send(h11.EndOfMessage()))
-        await writer.drain()
+            await loop.sock_sendall(sock, conn.send(h11.EndOfMessage()))
         return False

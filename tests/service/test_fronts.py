@@ -43,6 +43,7 @@ VARYING_HEADERS = {
     "content-length",
     "etag",
     "last-modified",
+    "server-timing",
 }
 _ID = re.compile(r"\b[gjpo]_[0-9a-f]{32}\b")
 
