@@ -146,6 +146,25 @@ def test_graphs_jobs_and_results_answer_as_one_process(pair: tuple[LiveServer, L
     assert listed[0].status_code == listed[1].status_code
 
 
+def test_a_chunked_upload_streams_through_the_relay(pair: tuple[LiveServer, LiveServer]) -> None:
+    g = random_graph(21, 20_000, 45_000, dtype=np.float32, num_weights=None)  # MST_MAX_EDGES: 50,000
+    body = npz_body(g.src, g.dst, g.weight, g.num_vertices)
+    assert len(body) > 500_000
+
+    def pieces() -> Iterator[bytes]:  # no Content-Length: Transfer-Encoding: chunked
+        for start in range(0, len(body), 65_536):
+            yield body[start : start + 65_536]
+
+    uploads = [s.client.post("/v1/graphs", content=pieces(), headers={"content-type": OCTET}) for s in pair]
+    same(*uploads)
+    assert uploads[0].status_code == 201
+    server = pair[0]
+    job = server.submit(uploads[0].json()["id"], wait=30).json()
+    edge_ids, weights, headers = server.result_npz(job["id"])
+    total, components = json.loads(headers["x-mst-total-weight"]), int(headers["x-mst-num-components"])
+    check_forest(edge_ids, weights, total, components, g)
+
+
 def test_weights_points_and_deletes_answer_as_one_process(pair: tuple[LiveServer, LiveServer]) -> None:
     graphs = both(pair, "POST", "/v1/graphs", json={"src": [0, 1, 2], "dst": [1, 2, 0], "weight": [1, 2, 3]})
     same(*graphs)
