@@ -59,9 +59,8 @@ def _serve_with_fronts(settings: Settings) -> int:
         access_log=settings.log_level == "debug",
         timeout_graceful_shutdown=10,
     )
-    RuntimeServer(config, lambda: app.state.front_processes).run(
-        sockets=[sock]
-    )  # the lifespan's end removes the sockets
+    # the lifespan's end removes the sockets (uvicorn ends the process by raising SIGTERM again)
+    RuntimeServer(config, lambda: app.state.front_processes).run(sockets=[sock])
     return 0
 
 
