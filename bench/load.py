@@ -14,7 +14,9 @@ drawing requests from a fixed mix:
 Meanwhile one more thread keeps the worker busy with jobs on a large graph (``big_job``), so
 the status polls are measured while the device computes. Reported per level: p50/p99 per
 route, errors (transport errors and unexpected statuses), 5xx answers, and the API process's
-resident memory (VmRSS, sampled every 0.25 s) at the start, the end and its maximum.
+resident memory (VmRSS, sampled every 0.25 s; with ``MST_API_PROCESSES`` > 1 the runtime's plus
+its fronts') at the start, the end and its maximum. Server settings come from the environment
+(``MST_*``), e.g. ``MST_API_PROCESSES=4``.
 
 Targets (issue 9): 0 errors, 0 5xx, ``status`` p99 <= 10 ms while the device is busy, RSS flat.
 The client threads share the host with the server: on a small machine they measure both.
@@ -28,6 +30,7 @@ import http.client
 import io
 import json
 import multiprocessing
+import os
 import signal
 import sys
 import threading
@@ -286,11 +289,13 @@ def run_level(
     rss: list[int] = []
     done = threading.Event()
 
+    from .service import api_pids  # bench.service imports the suites, which import this module
+
     def sample() -> None:
         while not done.is_set():
-            value = _rss_bytes(pid)
-            if value is not None:
-                rss.append(value)
+            values = [_rss_bytes(p) for p in api_pids(pid)]  # with MST_API_PROCESSES: the fronts too
+            if values[0] is not None:
+                rss.append(sum(v for v in values if v is not None))
             done.wait(0.25)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -389,6 +394,8 @@ def run_load_benchmark(
         "type": "load",
         "status": "ok" if checks["no_errors"] and checks["no_5xx"] else "error",
         "backend": backend_used,
+        # the server's settings from the environment (MST_API_PROCESSES, ...), as bench/jobs.py records
+        "settings": {k: v for k, v in os.environ.items() if k.startswith("MST_")},
         "busy_job_compute_ms": (busy_job.get("result") or {}).get("compute_ms"),
         "mix": MIX,
         "spec": {

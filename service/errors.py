@@ -29,7 +29,8 @@ short machine-readable ``code`` and a title::
     ├── ServiceUnavailableError          503 service_unavailable
     │   ├── StorageUnavailableError      503 storage_unavailable
     │   ├── WorkerLostError              503 worker_lost
-    │   └── QueueFullError               503 queue_full          (Retry-After)
+    │   ├── QueueFullError               503 queue_full          (Retry-After)
+    │   └── RuntimeUnreachableError      503 runtime_unreachable (Retry-After; MST_API_PROCESSES > 1)
     └── WorkerInternalError              500 worker_internal_error
 
 Errors of :mod:`gpu_core` (raised in a worker, pickled back) map here too: a
@@ -44,6 +45,7 @@ import errno
 import logging
 import re
 import sqlite3
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -377,6 +379,17 @@ class QueueFullError(ServiceUnavailableError):
         return {"Retry-After": "1"}
 
 
+class RuntimeUnreachableError(ServiceUnavailableError):
+    """A front process (``MST_API_PROCESSES`` > 1) cannot reach the runtime process that holds the
+    service's state (starting, stopping or restarting); retry after the ``Retry-After`` seconds."""
+
+    code = "runtime_unreachable"
+    title = "Runtime unreachable"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
 class WorkerInternalError(ServiceError):
     """The worker failed in an unexpected way; this is a bug in the service, please report it."""
 
@@ -537,12 +550,31 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+ErrorHandler = Callable[[Request, Exception], Awaitable[JSONResponse]]
+
+#: the one handler of each error family, most specific first
+HANDLERS: dict[type[Exception], ErrorHandler] = {
+    ServiceError: service_error_response,
+    core_errors.MSTError: _core_error,
+    RequestValidationError: _validation_error,
+    StarletteHTTPException: _http_error,
+    OSError: _storage_or_unexpected,
+    sqlite3.Error: _storage_or_unexpected,
+    Exception: _unexpected,
+}
+
+
+async def error_response(request: Request, exc: Exception) -> JSONResponse:
+    """The response of the handler of ``exc``'s family (the nearest class on its MRO), as the app's
+    handlers answer it: used where no FastAPI app runs (the front processes)."""
+    for klass in type(exc).__mro__:
+        handler = HANDLERS.get(klass)
+        if handler is not None:
+            return await handler(request, exc)
+    return await _unexpected(request, exc)  # pragma: no cover - Exception is on every MRO
+
+
 def install_handlers(app: FastAPI) -> None:
     """Register the one handler of each error family on ``app``."""
-    app.add_exception_handler(ServiceError, service_error_response)
-    app.add_exception_handler(core_errors.MSTError, _core_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(OSError, _storage_or_unexpected)
-    app.add_exception_handler(sqlite3.Error, _storage_or_unexpected)
-    app.add_exception_handler(Exception, _unexpected)
+    for klass, handler in HANDLERS.items():
+        app.add_exception_handler(klass, handler)

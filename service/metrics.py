@@ -148,13 +148,14 @@ class MetricsMiddleware:
             raise
 
     def _observe(self, scope: Scope, status: int, start: float) -> None:
-        route = _route_template(scope)
+        route = route_template(scope)
         method = str(scope.get("method", ""))
         self.metrics.requests.labels(method, route, str(status)).inc()
         self.metrics.request_seconds.labels(method, route).observe(time.perf_counter() - start)
 
 
-def _route_template(scope: Scope) -> str:
+def route_template(scope: Scope) -> str:
+    """The route template of a request (its metrics label): a router's, else matched on the app's routes."""
     route: Any = scope.get("route")
     if route is not None and hasattr(route, "path"):
         return str(route.path)

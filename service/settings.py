@@ -126,6 +126,15 @@ class Settings(BaseSettings):
         description="Serve the job hot path (submit, status, result) through the plain-ASGI lane "
         "(service/api/fastpath.py) instead of FastAPI's routing; the answers are the same.",
     )
+    api_processes: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Processes that serve HTTP. 1: one process does everything. N > 1: a runtime "
+        "process holds the workers, jobs and SQLite, and N front processes share MST_HOST:MST_PORT "
+        "(SO_REUSEPORT), answer job submit/status/result and one-shot requests over an RPC to it and "
+        "relay every other request to it.",
+    )
     dispatch_depth: int = Field(
         default=16,
         ge=1,

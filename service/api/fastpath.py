@@ -24,7 +24,7 @@ OpenAPI document.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -45,10 +45,26 @@ _RESULT = re.compile(r"/v1/jobs/([^/]+)/result")
 _WAIT = re.compile(rb"wait=(\d{1,9}(?:\.\d{1,9})?)")
 _CACHE = {b"cache=true": True, b"cache=false": False}
 
-Handler = Callable[[Services, str], Awaitable[Response]]
+
+@dataclass(frozen=True)
+class HotRequest:
+    """A plain request of the hot path: which route, on which id, with which options."""
+
+    #: the route template (the metrics' label)
+    route: str
+    #: the graph id (submit) or job id (status, result), as given
+    target: str
+    wait: float = 0.0
+    cache: bool = False
+    accept: str | None = None
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+SUBMIT_ROUTE = "/v1/graphs/{graph_id}/mst"
+JOB_ROUTE = "/v1/jobs/{job_id}"
+RESULT_ROUTE = "/v1/jobs/{job_id}/result"
+
+
+def header(scope: Scope, name: bytes) -> str | None:
     """The first value of a request header, as Starlette's ``request.headers.get`` gives it."""
     for key, value in scope["headers"]:
         if key == name:
@@ -56,8 +72,9 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _route(scope: Scope) -> tuple[str, Handler] | None:
-    """The route template and handler for a plain hot-path request; None for anything else."""
+def match(scope: Scope) -> HotRequest | None:
+    """The plain hot-path request ``scope`` is; None for anything else (also used by the fronts,
+    :mod:`service.api.front`, so both take exactly the same requests)."""
     method, path, query = scope["method"], scope["path"], scope["query_string"]
     if scope.get("root_path"):
         return None  # mounted under a prefix: leave the path arithmetic to Starlette
@@ -77,27 +94,26 @@ def _route(scope: Scope) -> tuple[str, Handler] | None:
                 seen.add(b"cache")
             else:
                 return None
-        graph_id = submit.group(1)
-        return "/v1/graphs/{graph_id}/mst", lambda s, owner: submit_response(
-            s, graph_id, wait, owner, cache=cache
-        )
+        return HotRequest(SUBMIT_ROUTE, submit.group(1), wait=wait, cache=cache)
     if method != "GET" or query:
         return None
     result = _RESULT.fullmatch(path)
     if result is not None:
-        if _header(scope, b"range") is not None:
+        if header(scope, b"range") is not None:
             return None
-        job_id, accept = result.group(1), _header(scope, b"accept")
-        return "/v1/jobs/{job_id}/result", lambda s, owner: result_response(s, job_id, accept, None, owner)
+        return HotRequest(RESULT_ROUTE, result.group(1), accept=header(scope, b"accept"))
     job = _JOB.fullmatch(path)
     if job is not None:
-        job_id = job.group(1)
-
-        async def status(services: Services, owner: str) -> Response:
-            return job_response(services.jobs.get(checked_job_id(job_id), owner))
-
-        return "/v1/jobs/{job_id}", status
+        return HotRequest(JOB_ROUTE, job.group(1))
     return None
+
+
+async def _answer(services: Services, hot: HotRequest, owner: str) -> Response:
+    if hot.route == SUBMIT_ROUTE:
+        return await submit_response(services, hot.target, hot.wait, owner, cache=hot.cache)
+    if hot.route == RESULT_ROUTE:
+        return await result_response(services, hot.target, hot.accept, None, owner)
+    return job_response(services.jobs.get(checked_job_id(hot.target), owner))
 
 
 class FastPathMiddleware:
@@ -107,15 +123,14 @@ class FastPathMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = _route(scope) if scope["type"] == "http" else None
-        if found is None:
+        hot = match(scope) if scope["type"] == "http" else None
+        if hot is None:
             await self.app(scope, receive, send)
             return
-        template, handler = found
-        scope["route"] = RouteLabel(template)  # the metrics label the request by its route
+        scope["route"] = RouteLabel(hot.route)  # the metrics label the request by its route
         request = Request(scope, receive)
         try:
-            response: Response = await handler(services_of(request), owner_of(scope))
+            response: Response = await _answer(services_of(request), hot, owner_of(scope))
         except ServiceError as exc:
             response = await service_error_response(request, exc)
         await response(scope, receive, send)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 
@@ -59,12 +60,23 @@ async def result_response(
     """A succeeded job's forest, negotiated by ``Accept`` (also served by :mod:`service.api.fastpath`)."""
     representation = negotiate(accept)  # 406 before anything is looked up
     job, path = await services.jobs.result_path(checked_job_id(job_id), owner)
-    summary = job_summary(job)
+    return await result_body(representation, path, job_summary(job), job.id, job.graph_id, byte_range)
+
+
+async def result_body(
+    representation: str,
+    path: Path,
+    summary: dict[str, Any],
+    job_id: str,
+    graph_id: str,
+    byte_range: str | None = None,
+) -> Response:
+    """A job's result file in a representation :func:`negotiate` chose (also used by the fronts)."""
     if representation == "npz":
-        return await npz_response(path, summary, filename=f"{job.id}.npz", byte_range=byte_range)
+        return await npz_response(path, summary, filename=f"{job_id}.npz", byte_range=byte_range)
     if representation == "arrow":
-        return await arrow_result(path, summary, filename=f"{job.id}.arrows")
-    return json_result(path, summary, job_id=job.id, graph_id=job.graph_id)
+        return await arrow_result(path, summary, filename=f"{job_id}.arrows")
+    return json_result(path, summary, job_id=job_id, graph_id=graph_id)
 
 
 @router.delete(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
@@ -49,6 +50,11 @@ async def compute_mst(
         summary, result = await services.jobs.one_shot(upload.path, upload.format, upload.size, owner)
     finally:
         upload.discard()
+    return await one_shot_body(representation, result, summary)
+
+
+async def one_shot_body(representation: str, result: Path, summary: dict[str, Any]) -> Response:
+    """A one-shot forest in a representation :func:`negotiate` chose; its file is removed."""
     if representation == "npz":
         return await npz_response(result, summary, filename="forest.npz", delete_after=True)
     try:

@@ -41,7 +41,7 @@ from ..errors import (
 from ..limits import check_vertices
 from ..models import GraphUpload, PointsUpload, WeightsPatch, WeightsUpload
 from ..settings import Settings
-from ..storage.store import SpoolFile, Store
+from ..storage.store import SpoolFile, TmpPaths
 from .encoders import ARROW_STREAM_MEDIA_TYPE
 
 _EXACT_FLOAT_INT = 2**53
@@ -89,7 +89,7 @@ def check_encoding(request: Request) -> None:
 
 
 async def receive_graph(
-    request: Request, store: Store, settings: Settings, fmt: str | None, *, durable: bool = True
+    request: Request, store: TmpPaths, settings: Settings, fmt: str | None, *, durable: bool = True
 ) -> Upload:
     """Store the body of a graph upload in the spool, whatever its media type.
 
@@ -187,7 +187,7 @@ TEXT_FORMATS = ("edgelist", "mtx", "dimacs")
 
 async def _receive_binary(
     request: Request,
-    store: Store,
+    store: TmpPaths,
     settings: Settings,
     fmt: str,
     source: str | None = None,
@@ -329,7 +329,7 @@ def _json_to_npz(body: bytes, path: Path, max_edges: int, max_vertices: int) -> 
 
 
 async def _json_to_spool(
-    request: Request, store: Store, settings: Settings, suffix: str, write: Callable[[bytes, Path], str]
+    request: Request, store: TmpPaths, settings: Settings, suffix: str, write: Callable[[bytes, Path], str]
 ) -> Upload:
     """Read a JSON body (capped) and have ``write`` turn it into the spool file the worker reads
     (in a thread; it returns the file's format); nothing is left behind when it refuses the body."""
@@ -353,7 +353,7 @@ def _refuse_format_with_json(fmt: str | None) -> None:
         )
 
 
-async def _receive_json(request: Request, store: Store, settings: Settings) -> Upload:
+async def _receive_json(request: Request, store: TmpPaths, settings: Settings) -> Upload:
     def write(body: bytes, path: Path) -> str:
         _json_to_npz(body, path, settings.max_edges, settings.max_vertices)
         return "npz"
@@ -389,7 +389,7 @@ def _json_weights_file(body: bytes, path: Path, partial: bool) -> str:
 
 
 async def receive_weights(
-    request: Request, store: Store, settings: Settings, fmt: str | None, partial: bool
+    request: Request, store: TmpPaths, settings: Settings, fmt: str | None, partial: bool
 ) -> Upload:
     """Store the body of a weights update in the spool: JSON, or binary ``.npy`` (all) / ``.npz``."""
     check_encoding(request)
@@ -461,7 +461,7 @@ def _json_points_file(body: bytes, path: Path) -> str:
     return "points.npy"
 
 
-async def receive_points(request: Request, store: Store, settings: Settings, fmt: str | None) -> Upload:
+async def receive_points(request: Request, store: TmpPaths, settings: Settings, fmt: str | None) -> Upload:
     """Store the body of a point-set upload in the spool: JSON rows, or a binary ``.npy``/``.npz``."""
     check_encoding(request)
     kind = media_type(request)

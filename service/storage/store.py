@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, Protocol
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
@@ -228,6 +228,24 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class TmpPaths(Protocol):
+    """Makes paths in the spool's tmp folder: a :class:`Store`, or a :class:`Spool` without SQLite."""
+
+    def tmp_path(self, suffix: str = ".part") -> Path: ...
+
+
+class Spool:
+    """The spool's tmp folder of a data dir, for processes that write uploads but hold no records
+    (the fronts of ``MST_API_PROCESSES``); the runtime process's :class:`Store` made it."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.tmp_dir = Path(data_dir) / "spool" / "tmp"
+
+    def tmp_path(self, suffix: str = ".part") -> Path:
+        """A fresh path in the spool's tmp folder (nothing is created)."""
+        return self.tmp_dir / f"{secrets.token_hex(16)}{suffix}"
 
 
 class Store:
@@ -481,7 +499,7 @@ class SpoolFile:
     its path on the H200 host). Durability still comes from :meth:`sync` alone.
     """
 
-    def __init__(self, store: Store, suffix: str = ".part", *, write_behind: bool = False) -> None:
+    def __init__(self, store: TmpPaths, suffix: str = ".part", *, write_behind: bool = False) -> None:
         self.path = store.tmp_path(suffix)
         self._file: BinaryIO = open(self.path, "xb")  # noqa: SIM115 - closed in finish/close
         self.size = 0

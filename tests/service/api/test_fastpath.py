@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from service.api.fastpath import _route
+from service.api.fastpath import match
 
 from ..live import LiveServer
 from .test_jobs import frozen_worker
@@ -155,5 +155,5 @@ def _scope(
     ],
 )
 def test_the_fast_lane_takes_only_plain_hot_path_requests(scope: Any, template: str | None) -> None:
-    found = _route(scope)
-    assert (found[0] if found else None) == template
+    found = match(scope)
+    assert (found.route if found else None) == template
