@@ -23,6 +23,7 @@ which matters as every result and every upload is checksummed once.
 
 from __future__ import annotations
 
+import functools
 import io
 import mmap
 import os
@@ -128,6 +129,38 @@ def map_file(fd: int, size: int) -> mmap.mmap:
     return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
 
 
+def _read_npy_header(head: bytes) -> tuple[tuple[int, ...], bool, np.dtype[Any], int] | None:
+    """(shape, fortran order, dtype, offset of the data) of an ``.npy`` header, None if it is not one.
+
+    The header's dictionary is parsed by numpy (``ast.literal_eval``, ~0.1 ms); requests of one
+    kind repeat the same few headers, so the parse of each distinct header is kept.
+    """
+    if len(head) < 10 or head[:6] != b"\x93NUMPY" or head[6:8] not in (b"\x01\x00", b"\x02\x00"):
+        return None
+    fixed = 10 if head[6] == 1 else 12
+    if len(head) < fixed:
+        return None
+    length = int.from_bytes(head[8:fixed], "little")
+    if fixed + length > len(head):
+        return None
+    parsed = _parse_npy_header(head[: fixed + length])
+    return None if parsed is None else (*parsed, fixed + length)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_npy_header(head: bytes) -> tuple[tuple[int, ...], bool, np.dtype[Any]] | None:
+    fp = io.BytesIO(head)
+    try:
+        version = np.lib.format.read_magic(fp)
+        reader = (
+            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = reader(fp)
+    except ValueError:
+        return None
+    return tuple(int(x) for x in shape), bool(fortran), dtype
+
+
 def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | None:
     """One stored ``.npy`` member as a view of the mapped archive, or None when it is not that simple."""
     start = info.header_offset
@@ -143,21 +176,13 @@ def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | N
     member = view[begin:end]
     if crc32(member) != info.CRC:
         return None  # numpy.load says what is wrong
-    fp = io.BytesIO(member[: min(len(member), 1 << 16)])  # the header only
-    try:
-        version = np.lib.format.read_magic(fp)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
-        else:
-            return None
-    except ValueError:
+    parsed = _read_npy_header(bytes(member[: min(len(member), 1 << 16)]))  # the header only
+    if parsed is None:
         return None
+    shape, fortran, dtype, offset = parsed
     if dtype.hasobject or (fortran and len(shape) > 1):
         return None
     count = int(np.prod(shape, dtype=np.int64))
-    offset = fp.tell()
     if offset + count * dtype.itemsize != len(member):
         return None
     return np.frombuffer(member, dtype=dtype, count=count, offset=offset).reshape(shape)
