@@ -230,6 +230,30 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
 #pragma unroll
         for (int q = 0; q < KMAX; ++q) best[q] = inf;
         double kth = inf;  // best[k - 1], kept apart: a variable index would put the list in local memory
+        // insert into the sorted list, dropping its last: b[q] = max(a[q-1], min(a[q], w)); unrolled
+        // with constant indices, so the list lives in registers
+        auto insert = [&](double w) {
+            if (w < kth) {
+#pragma unroll
+                for (int q = KMAX - 1; q > 0; --q)
+                    if (q < k) best[q] = fmax(best[q - 1], fmin(best[q], w));
+                best[0] = fmin(best[0], w);
+#pragma unroll
+                for (int q = 0; q < KMAX; ++q)
+                    if (q == k - 1) kth = best[q];
+            }
+        };
+        // A first bound: the k-th smallest distance to the (up to) 2k + 1 points around i in Morton
+        // order, i itself included. They are real points, so it is at least the true k-th distance
+        // T; a box is then searched while its bound is at most min(list's k-th, this bound) (`<=`:
+        // every point at distance <= T is still visited, so the list ends at T exactly).
+        const int span = min(n, 2 * k + 1);
+        const int first_near = max(0, min(i - k, n - span));
+        for (int p = first_near; p < first_near + span; ++p) insert(sq_dist(x, pts + static_cast<long long>(p) * d, d));
+        const double near_bound = kth;
+#pragma unroll
+        for (int q = 0; q < KMAX; ++q) best[q] = inf;
+        kth = inf;
         int stack[kStack];
         float stack_lb[kStack];
         int top = 0;
@@ -238,23 +262,11 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
             if (node >= num_leaves) {
                 const int first = (node - num_leaves) * kLeaf;
                 const int last = min(first + kLeaf, n);
-                for (int p = first; p < last; ++p) {
-                    const double w = sq_dist(x, pts + static_cast<long long>(p) * d, d);
-                    if (w < kth) {
-                        // insert into the sorted list, dropping its last: b[q] = max(a[q-1], min(a[q], w));
-                        // unrolled with constant indices, so the list lives in registers
-#pragma unroll
-                        for (int q = KMAX - 1; q > 0; --q)
-                            if (q < k) best[q] = fmax(best[q - 1], fmin(best[q], w));
-                        best[0] = fmin(best[0], w);
-#pragma unroll
-                        for (int q = 0; q < KMAX; ++q)
-                            if (q == k - 1) kth = best[q];
-                    }
-                }
+                for (int p = first; p < last; ++p) insert(sq_dist(x, pts + static_cast<long long>(p) * d, d));
                 node = 0;
             } else {
-                // a box at the current k-th distance or farther cannot lower it: strict test
+                // a box whose bound is past min(the current k-th, the first bound) cannot lower it
+                const double limit = fmin(kth, near_bound);
                 const int l = 2 * node, r = l + 1;
                 double dl, dr;
                 if (kPacked) {
@@ -264,7 +276,7 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
                     dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
                     dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
                 }
-                const bool gl = dl < kth, gr = dr < kth;
+                const bool gl = dl <= limit, gr = dr <= limit;
                 if (gl && gr) {
                     const bool left = dl <= dr;
                     stack[top] = left ? r : l;
@@ -277,7 +289,7 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
             }
             while (node == 0 && top > 0) {
                 --top;
-                if (static_cast<double>(stack_lb[top]) < kth) node = stack[top];
+                if (static_cast<double>(stack_lb[top]) <= fmin(kth, near_bound)) node = stack[top];
             }
         }
         core2[i] = kth;
