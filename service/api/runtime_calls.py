@@ -17,6 +17,8 @@ from typing import Any
 
 from starlette.responses import Response
 
+from gpu_core.formats import EdgeArrays
+
 from ..errors import ServiceUnavailableError
 from ..metrics import Metrics
 from ..runtime.rpc import Handler
@@ -54,8 +56,10 @@ def runtime_calls(services_now: Callable[[], Services | None], metrics: Metrics)
     async def admit(owner: str) -> None:
         services().jobs.admit(owner)
 
-    async def one_shot(path: str, fmt: str, size: int, owner: str) -> tuple[dict[str, Any], str]:
-        summary, result_file = await services().jobs.one_shot(Path(path), fmt, size, owner)
+    async def one_shot(path: str | EdgeArrays, fmt: str, size: int, owner: str) -> tuple[dict[str, Any], str]:
+        """``path``: the upload's spool file, or its edges the front parsed (format ``PARSED``)."""
+        source = path if isinstance(path, EdgeArrays) else Path(path)
+        summary, result_file = await services().jobs.one_shot(source, fmt, size, owner)
         return summary, str(result_file)
 
     async def observe(requests: list[tuple[str, str, int, float]]) -> None:

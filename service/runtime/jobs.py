@@ -39,6 +39,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from gpu_core.formats import EdgeArrays
+
 from ..errors import (
     GraphNotFoundError,
     JobNotCancellableError,
@@ -172,7 +174,8 @@ class OneShotTask(_WorkerRequest):
     pipelined: ClassVar[bool] = True
 
     task_id: str
-    path: str
+    #: the upload's spool file, or its edges already parsed (format ``worker.PARSED``)
+    path: str | EdgeArrays
     fmt: str
     result_path: str
     done: asyncio.Future[Any] = field(default_factory=_future)
@@ -718,8 +721,11 @@ class Jobs:
         if self._active[owner] <= 0:
             del self._active[owner]
 
-    async def one_shot(self, path: Path, fmt: str, estimate: int, owner: str) -> tuple[dict[str, Any], Path]:
-        """Compute the forest of an uploaded file without storing anything; (summary, result file)."""
+    async def one_shot(
+        self, path: Path | EdgeArrays, fmt: str, estimate: int, owner: str
+    ) -> tuple[dict[str, Any], Path]:
+        """Compute the forest of an uploaded file (or of its edges, parsed by a front: format
+        ``worker.PARSED``) without storing anything; (summary, result file)."""
         self.admit(owner)
         self._active[owner] += 1
         try:
@@ -727,10 +733,12 @@ class Jobs:
         finally:
             self._release(owner)
 
-    async def _one_shot(self, path: Path, fmt: str, estimate: int) -> tuple[dict[str, Any], Path]:
+    async def _one_shot(
+        self, path: Path | EdgeArrays, fmt: str, estimate: int
+    ) -> tuple[dict[str, Any], Path]:
         handle = self._supervisor.place(estimate)
         result = self._store.tmp_path(".npz")
-        task = OneShotTask(new_id("o"), str(path), fmt, str(result))
+        task = OneShotTask(new_id("o"), path if isinstance(path, EdgeArrays) else str(path), fmt, str(result))
         try:
             summary: dict[str, Any] = await _queued(handle, task)
         except BaseException:

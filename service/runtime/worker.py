@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from gpu_core.errors import GraphValidationError
+from gpu_core.formats import EdgeArrays
 
 from ..errors import (
     GraphExceedsWorkerError,
@@ -93,6 +94,8 @@ LOAD = "load"
 MST = "mst"
 WEIGHTS = "weights"
 ONESHOT = "oneshot"
+#: the format of a one-shot whose edges come parsed (an EdgeArrays instead of a path)
+PARSED = "arrays"
 DROP = "drop"
 PING = "ping"
 #: a sharded upload's sizes and memory needs (see :meth:`_Worker.describe`)
@@ -530,17 +533,20 @@ class _Worker:
             return _portable(exc)
         return None
 
-    def _parse(self, path: str, fmt: str) -> Any:
-        """The edge arrays of a spool file: a plain npz is mapped (no copy), the rest is parsed."""
-        import gpu_core
-        from gpu_core.formats import EdgeArrays
+    def _parse(self, path: str | EdgeArrays, fmt: str) -> Any:
+        """The edge arrays of a spool file: a plain npz is mapped (no copy), the rest is parsed.
 
+        ``fmt`` ``"arrays"``: ``path`` holds the edges already (a one-shot a front parsed, see
+        :data:`PARSED`); the limits and the engine's checks still apply to them here.
+        """
+        import gpu_core
+
+        if isinstance(path, EdgeArrays):  # fmt PARSED
+            return path
         if fmt == "npz":
-            arrays = npzio.read_npz(path, ("src", "dst", "weight"))
-            nv = None if arrays is None else arrays.get("num_vertices")
-            if arrays is not None and (nv is None or (nv.shape == () and nv.dtype.kind in "iu")):
-                n = None if nv is None else int(nv)
-                return EdgeArrays(arrays["src"], arrays["dst"], arrays["weight"], n)
+            edges = npzio.plain_graph(path)
+            if edges is not None:
+                return edges
             # anything unusual: the engine's reader decides, and words its errors
         config = self.config
         data = Path(path).read_bytes()
@@ -549,7 +555,7 @@ class _Worker:
         )
 
     def _read(
-        self, path: str, fmt: str, num_vertices: int | None, steps: Steps | None = None
+        self, path: str | EdgeArrays, fmt: str, num_vertices: int | None, steps: Steps | None = None
     ) -> tuple[Any, gpu_core.Graph]:
         """Parse a spool file and make it a resident graph; (the parsed edge arrays, the graph)."""
         import gpu_core
@@ -566,11 +572,11 @@ class _Worker:
         steps.lap("build")
         return edges, graph
 
-    def _checked_edges(self, path: str, fmt: str, num_vertices: int | None) -> tuple[Any, int | None]:
+    def _checked_edges(
+        self, path: str | EdgeArrays, fmt: str, num_vertices: int | None
+    ) -> tuple[Any, int | None]:
         """A spool file's edge arrays and vertex count, within the service's limits (not yet the
         engine's validation)."""
-        from gpu_core.formats import EdgeArrays
-
         shard = parse_shard_format(fmt)
         edges = self._parse(path, "npz" if shard is not None else fmt)
         if shard is not None:  # one shard of a sharded graph: a slice of its edges (a view, no copy)
@@ -771,7 +777,9 @@ class _Worker:
             tmp.unlink(missing_ok=True)
             raise
 
-    def oneshot(self, path: str, fmt: str, num_vertices: int | None, result_path: str) -> dict[str, Any]:
+    def oneshot(
+        self, path: str | EdgeArrays, fmt: str, num_vertices: int | None, result_path: str
+    ) -> dict[str, Any]:
         edges, graph = self._read(path, fmt, num_vertices)
         del edges
         forest = graph.minimum_spanning_forest()

@@ -36,6 +36,8 @@ from typing import Any, BinaryIO
 import numpy as np
 from zlib_ng.zlib_ng import crc32
 
+from gpu_core.formats import EdgeArrays
+
 _LOCAL = struct.Struct("<4s2B4HL2L2H")  # local file header (30 bytes)
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # central directory entry (46 bytes)
 _END = struct.Struct("<4s4H2LH")  # end of central directory (22 bytes)
@@ -186,6 +188,18 @@ def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | N
     if offset + count * dtype.itemsize != len(member):
         return None
     return np.frombuffer(member, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+
+def plain_graph(path: str | os.PathLike[str]) -> EdgeArrays | None:
+    """The edges of a plain graph ``.npz`` (``src``, ``dst``, ``weight``, optionally an integer
+    ``num_vertices``), mapped; None for anything else (the engine's reader decides and words it)."""
+    arrays = read_npz(path, ("src", "dst", "weight"))
+    if arrays is None:
+        return None
+    nv = arrays.get("num_vertices")
+    if nv is not None and not (nv.shape == () and nv.dtype.kind in "iu"):
+        return None
+    return EdgeArrays(arrays["src"], arrays["dst"], arrays["weight"], None if nv is None else int(nv))
 
 
 def read_npz(

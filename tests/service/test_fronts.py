@@ -238,6 +238,31 @@ def test_one_shots_answer_as_one_process(pair: tuple[LiveServer, LiveServer]) ->
 
 
 @pytest.mark.parametrize(
+    "arrays",
+    [
+        {"src": [0, 5], "dst": [1, 2], "weight": [1, 2], "num_vertices": 3},  # a vertex id past n
+        {"src": [0, -1], "dst": [1, 2], "weight": [1, 2]},  # a negative id
+        {"src": [0.5, 1.0], "dst": [1, 2], "weight": [1, 2]},  # float ids
+        {"src": [0, 1], "dst": [1, 2], "weight": [1.0, float("nan")]},  # a NaN weight
+        {"src": [0, 1], "dst": [1, 2, 3], "weight": [1, 2]},  # lengths differ
+        {"src": [0, 1], "dst": [1, 2], "weight": [1, 2], "num_vertices": 1 << 40},  # past MST_MAX_VERTICES
+        {"src": [[0, 1]], "dst": [[1, 2]], "weight": [[1, 2]]},  # two-dimensional
+        {"src": [0], "dst": [1], "weight": [True]},  # boolean weights
+    ],
+)
+def test_plain_npz_one_shots_the_engine_refuses_answer_as_one_process(
+    pair: tuple[LiveServer, LiveServer], arrays: dict[str, Any]
+) -> None:
+    """A front parses a plain npz one-shot itself and sends the worker its edges: the worker's
+    limits and the engine's checks still apply, and word the same problem."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **{name: np.asarray(value) for name, value in arrays.items()})
+    front, single = both(pair, "POST", "/v1/mst", content=buffer.getvalue(), headers={"content-type": OCTET})
+    assert 400 <= single.status_code < 500, single.text
+    same(front, single)
+
+
+@pytest.mark.parametrize(
     ("method", "path", "kwargs"),
     [
         ("GET", "/v1/jobs/nope", {}),
