@@ -256,7 +256,8 @@ def test_plain_npz_one_shots_the_engine_refuses_answer_as_one_process(
     """A front parses a plain npz one-shot itself and sends the worker its edges: the worker's
     limits and the engine's checks still apply, and word the same problem."""
     buffer = io.BytesIO()
-    np.savez(buffer, **{name: np.asarray(value) for name, value in arrays.items()})
+    members: dict[str, Any] = {name: np.asarray(value) for name, value in arrays.items()}
+    np.savez(buffer, **members)
     front, single = both(pair, "POST", "/v1/mst", content=buffer.getvalue(), headers={"content-type": OCTET})
     assert 400 <= single.status_code < 500, single.text
     same(front, single)
