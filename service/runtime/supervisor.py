@@ -65,11 +65,13 @@ import itertools
 import logging
 import multiprocessing
 import os
+import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Literal, Protocol
 
 from ..errors import InsufficientMemoryError, ServiceUnavailableError, WorkerLostError
@@ -166,6 +168,9 @@ class WorkerHandle:
         self._notes: dict[int, asyncio.Future[None]] = {}
         self._outbox: deque[tuple[Any, ...]] = deque()
         self._in_flight = 0
+        #: framed requests not yet written to the pipe (whole messages are appended, see _flush)
+        self._unsent = bytearray()
+        self._writing = False  # the loop waits for the pipe to drain (add_writer)
         self._ids = itertools.count(1)
         self._stopping = False
         self._dispatcher: asyncio.Task[None] | None = None
@@ -215,6 +220,8 @@ class WorkerHandle:
         self.started_at = time.monotonic()
         self._in_flight = 0
         self._outbox.clear()
+        self._unsent.clear()
+        self._writing = False
         assert self._loop is not None
         self._loop.add_reader(conn.fileno(), self._readable, conn, process, self.generation)
         log.info("worker %d started (pid %d, backend %s)", self.index, process.pid, self.config.backend)
@@ -349,6 +356,8 @@ class WorkerHandle:
         self._notes.clear()
         self._outbox.clear()
         self._in_flight = 0
+        self._stop_writing()
+        self._unsent.clear()
         if self._conn is not None:
             self._conn.close()
         for residency in self.graphs.values():
@@ -402,8 +411,8 @@ class WorkerHandle:
         if process is None:
             return
         if self.state in ("reloading", "ready") and self._conn is not None:
-            with contextlib.suppress(OSError, ValueError):
-                self._conn.send((worker_module.STOP, 0))
+            self._unsent += _framed((worker_module.STOP, 0))  # after any request half written
+            self._flush()
         await asyncio.to_thread(process.join, timeout)
         if process.is_alive():
             process.kill()
@@ -436,13 +445,38 @@ class WorkerHandle:
         return fut
 
     def _flush(self) -> None:
-        while self._outbox and self._in_flight < MAX_IN_FLIGHT and self._conn is not None:
-            message = self._outbox.popleft()
-            try:
-                self._conn.send(message)
-            except (OSError, ValueError):
-                return  # the worker is gone; the reader thread reports it
+        """Write queued requests to the pipe without blocking the event loop.
+
+        Once the loop watches the pipe its socket is non-blocking (uvloop makes it so), so a
+        request larger than the room left in the socket's buffer (a one-shot's edges) is written
+        in parts: the rest waits until the pipe drains (``add_writer``). Requests are framed
+        whole into ``_unsent`` before any byte is written, so a part of one is never followed by
+        another (``Connection.send`` raised midway there and left the stream corrupt).
+        """
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        while self._outbox and self._in_flight < MAX_IN_FLIGHT:
+            self._unsent += _framed(self._outbox.popleft())
             self._in_flight += 1
+        fd = conn.fileno()
+        while self._unsent:
+            try:
+                written = os.write(fd, self._unsent)
+            except BlockingIOError:
+                if not self._writing and self._loop is not None:
+                    self._loop.add_writer(fd, self._flush)
+                    self._writing = True
+                return
+            except OSError:
+                return  # the worker is gone; its reader reports it
+            del self._unsent[:written]
+        self._stop_writing()
+
+    def _stop_writing(self) -> None:
+        if self._writing and self._loop is not None and self._conn is not None and not self._conn.closed:
+            self._loop.remove_writer(self._conn.fileno())
+        self._writing = False
 
     async def wait_accepting(self, timeout: float) -> None:
         assert self._accepting is not None
@@ -677,6 +711,16 @@ class WorkerHandle:
             "queue_depth": self.queue_depth,
             "last_error": self.last_error,
         }
+
+
+def _framed(message: tuple[Any, ...]) -> bytes:
+    """``message`` as ``multiprocessing.Connection.send`` frames it (a length, then the pickle), so
+    the worker's ``Connection.recv`` reads it."""
+    payload = ForkingPickler.dumps(message)
+    size = len(payload)
+    if size > 0x7FFFFFFF:
+        return struct.pack("!i", -1) + struct.pack("!Q", size) + bytes(payload)
+    return struct.pack("!i", size) + bytes(payload)
 
 
 def _settle(fut: asyncio.Future[Any] | None, result: Any, error: BaseException | None) -> None:

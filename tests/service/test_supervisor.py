@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
 import gpu_core
 
@@ -102,3 +105,44 @@ def test_sigkill_mid_job_fails_it_with_worker_lost_and_the_worker_comes_back(
     assert stuck_job["status"] == "failed" and stuck_job["error"]["type"] == "worker_lost"
     assert server.submit(small["id"], wait=30).json()["result"]["total_weight"] == 11
     assert 'mst_worker_restarts{worker="0"} 2.0' in server.client.get("/metrics").text
+
+
+@pytest.mark.timeout(60)  # before the fix the reader waited forever for the rest of a cut request
+def test_requests_larger_than_the_pipe_are_written_whole_without_blocking(tmp_path: Path) -> None:
+    """The API's end of a worker's pipe is non-blocking once the event loop watches it (uvloop does
+    that). Requests larger than the pipe holds (a one-shot's parsed edges, a long ``exclude``) are
+    written in parts as the worker reads, each whole and in order; before, ``Connection.send``
+    raised midway and the next request followed the part already written."""
+    import asyncio
+    import multiprocessing
+
+    from service.runtime.supervisor import WorkerHandle, plan_config
+    from service.settings import Settings
+
+    settings = Settings(data_dir=tmp_path, backend="cpu")
+    requests = [list(range(i, i + 150_000)) for i in range(6)]  # ~0.75 MB pickled each
+
+    def read_all(conn: Any) -> list[Any]:
+        got: list[Any] = []
+        while len(got) < len(requests) and conn.poll(10):
+            got.append(conn.recv())
+        return got
+
+    async def scenario() -> tuple[list[Any], int]:
+        handle = WorkerHandle(plan_config(settings, 0, "cpu", None), settings, lambda _: None)
+        handle._loop = asyncio.get_running_loop()
+        parent, child = multiprocessing.Pipe(duplex=True)
+        os.set_blocking(parent.fileno(), False)
+        handle._conn, handle.state = parent, "ready"
+        for payload in requests:
+            handle._send("mst", payload)
+        pending = len(getattr(handle, "_unsent", b""))  # the pipe took a part: the rest waits for it
+        got = await asyncio.to_thread(read_all, child)
+        parent.close()
+        child.close()
+        return got, pending
+
+    got, pending = asyncio.run(scenario())
+    assert pending > 0
+    assert [(op, payload) for op, _, payload in got] == [("mst", payload) for payload in requests]
+    assert [req_id for _, req_id, _ in got] == sorted(req_id for _, req_id, _ in got)
