@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import io
 import json
-import multiprocessing
 import os
 import threading
 import time
@@ -36,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
+from .clients import run_client_processes
 from .load import NPZ, Conn
 from .timing import percentile
 
 JOBS_PER_S_TARGET = 1000.0
 JOBS_P99_TARGET_MS = 50.0
 ONESHOT_PER_S_TARGET = 2000.0
-_MP = multiprocessing.get_context("spawn")
 
 
 @dataclass(frozen=True)
@@ -202,7 +201,7 @@ def _oneshot_loop(
 
 
 def _client_process(
-    port: int, mode: str, threads: int, duration_s: float, work: Any, barrier: Any, out: Any, first: int
+    port: int, mode: str, threads: int, duration_s: float, work: Any, first: int, barrier: Any, out: Any
 ) -> None:
     """One client process: ``threads`` connections, started together with the other processes."""
     tally = _Tally()
@@ -237,26 +236,13 @@ def run_level(
     port: int, mode: str, clients: int, processes: int, duration_s: float, work: Any
 ) -> dict[str, Any]:
     """``clients`` connections in ``min(processes, clients)`` processes for ``duration_s`` seconds."""
-    procs = max(1, min(processes, clients))
-    shares = [clients // procs + (i < clients % procs) for i in range(procs)]
-    barrier = _MP.Barrier(procs + 1)
-    out = _MP.Queue()
-    children = [
-        _MP.Process(
-            target=_client_process,
-            args=(port, mode, share, duration_s, work, barrier, out, sum(shares[:i])),
-            daemon=True,
-        )
-        for i, share in enumerate(shares)
-    ]
-    for child in children:
-        child.start()
-    barrier.wait(timeout=120)
-    started = time.perf_counter()
-    parts = [out.get(timeout=duration_s + 300) for _ in children]
-    elapsed = time.perf_counter() - started
-    for child in children:
-        child.join(30)
+    parts, elapsed, procs = run_client_processes(
+        _client_process,
+        clients,
+        processes,
+        duration_s,
+        lambda share, first: (port, mode, share, duration_s, work, first),
+    )
     ms = [x for p in parts for x in p["ms"]]
     done = len(ms)
     return {

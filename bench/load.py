@@ -29,7 +29,6 @@ import functools
 import http.client
 import io
 import json
-import multiprocessing
 import os
 import signal
 import sys
@@ -42,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from .clients import run_client_processes
 from .timing import percentile
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +49,6 @@ NPZ = "application/octet-stream"
 #: the request mix: route -> share of a client's requests
 MIX: dict[str, float] = {"status": 0.55, "small_job": 0.2, "big_result": 0.1, "upload": 0.15}
 STATUS_P99_TARGET_MS = 10.0
-_MP = multiprocessing.get_context("spawn")
 
 
 @dataclass(frozen=True)
@@ -302,27 +301,15 @@ def run_level(
     busy = threading.Thread(target=_busy, args=(port, ids["busy"], done, rec), daemon=True)
     sampler.start()
     busy.start()
-    procs = max(1, min(processes, clients))
-    shares = [clients // procs + (i < clients % procs) for i in range(procs)]
-    barrier = _MP.Barrier(procs + 1)
-    queue = _MP.Queue()
-    children = [
-        _MP.Process(
-            target=_client_process,
-            args=(port, ids, upload, share, duration_s, 1000 * clients + sum(shares[:i]), barrier, queue),
-            daemon=True,
-        )
-        for i, share in enumerate(shares)
-    ]
-    for child in children:
-        child.start()
-    barrier.wait(timeout=120)
-    started = time.perf_counter()
-    for _ in children:
-        rec.merge(queue.get(timeout=duration_s + 300))
-    elapsed = time.perf_counter() - started
-    for child in children:
-        child.join(30)
+    parts, elapsed, procs = run_client_processes(
+        _client_process,
+        clients,
+        processes,
+        duration_s,
+        lambda share, first: (port, ids, upload, share, duration_s, 1000 * clients + first),
+    )
+    for part in parts:
+        rec.merge(part)
     done.set()
     busy.join(600)
     sampler.join(5)
