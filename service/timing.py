@@ -2,9 +2,10 @@
 
 Uploads and weight updates answer with where their time went on the server: the API's steps
 (``receive``: the body into the spool; ``worker``: the worker's round trip; ``durable``: the wait
-for the fsync and the commit) and the worker's own steps inside its round trip (``w-parse``,
-``w-build``, ``w-apply``, ``w-prepare``, ...). Clients see it; the benchmarks read it to split a
-figure into its parts without a profiler on the host.
+for the fsync and the commit, which a weights update splits into ``fsync``, ``publish``, the
+rename into place with its folder fsynced, and ``commit``, the record) and the worker's own steps
+inside its round trip (``w-parse``, ``w-build``, ``w-apply``, ``w-prepare``, ...). Clients see it;
+the benchmarks read it to split a figure into its parts without a profiler on the host.
 """
 
 from __future__ import annotations

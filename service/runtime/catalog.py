@@ -372,10 +372,14 @@ class Catalog:
         weights_file = Path(summary["weights_file"])
         try:
             await upload.synced
+            if steps is not None:
+                steps.lap("fsync")
             Store.publish(weights_file, self._store.weights_path(graph_id))
         finally:
             upload.discard()
             weights_file.unlink(missing_ok=True)
+        if steps is not None:
+            steps.lap("publish")
         record = self._store.set_graph_weights(
             graph_id,
             int(summary["weights_version"]),
@@ -385,7 +389,7 @@ class Catalog:
         if record is None:  # deleted meanwhile
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
         if steps is not None:
-            steps.lap("durable")
+            steps.lap("commit")
         handle = self._supervisor.holder(graph_id)
         placed = None if handle is None else handle.graphs.get(graph_id)
         if placed is not None:

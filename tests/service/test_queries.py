@@ -311,7 +311,7 @@ def test_uploads_and_weight_updates_say_where_their_time_went(live: LiveServer) 
     )
     assert response.status_code == 200, response.text
     steps = _server_timing(response.headers["server-timing"])
-    assert list(steps) == ["receive", "worker", "w-apply", "w-prepare", "durable"]
+    assert list(steps) == ["receive", "worker", "w-apply", "w-prepare", "fsync", "publish", "commit"]
     assert steps["w-apply"] + steps["w-prepare"] <= steps["worker"]
     _, result = run_job(live, graph_id, "mst")
     assert result["edge_ids"] == kruskal(graph, new)
