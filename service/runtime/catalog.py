@@ -54,6 +54,10 @@ class Catalog:
         self._jobs = jobs
         #: uploads in progress per owner (they count against MST_QUOTA_GRAPHS already)
         self._creating: Counter[str] = Counter()
+        #: per graph: weight updates make their new weights durable one at a time, in version order
+        self._publishing: dict[str, asyncio.Lock] = {}
+        #: replaced weight files being removed off the request's path (references keep the tasks alive)
+        self._removals: set[asyncio.Task[None]] = set()
 
     def source(self, key: str) -> GraphSource | None:
         """Where a worker reloads a stored graph (or one shard of one) from (None when it was deleted)."""
@@ -370,22 +374,32 @@ class Catalog:
             steps.lap("worker")
             steps.add(summary.get("timings_ms", {}), "w-")
         weights_file = Path(summary["weights_file"])
-        try:
-            await upload.synced
+        # The worker answers in version order and nothing awaits between its answer and this lock
+        # (FIFO), so the file in place and the record always hold the latest acknowledged weights,
+        # even when an earlier update's fsync ends after a later one's.
+        async with self._publishing.setdefault(graph_id, asyncio.Lock()):
+            try:
+                await upload.synced
+                if steps is not None:
+                    steps.lap("fsync")
+                replaced = await asyncio.to_thread(
+                    self._store.publish_replacing, weights_file, self._store.weights_path(graph_id)
+                )
+            finally:
+                upload.discard()
+                weights_file.unlink(missing_ok=True)
+            if replaced is not None:  # freeing 100s of MB takes the disk tens of ms: not on this path
+                removal = asyncio.ensure_future(asyncio.to_thread(replaced.unlink, missing_ok=True))
+                self._removals.add(removal)
+                removal.add_done_callback(self._removals.discard)
             if steps is not None:
-                steps.lap("fsync")
-            Store.publish(weights_file, self._store.weights_path(graph_id))
-        finally:
-            upload.discard()
-            weights_file.unlink(missing_ok=True)
-        if steps is not None:
-            steps.lap("publish")
-        record = self._store.set_graph_weights(
-            graph_id,
-            int(summary["weights_version"]),
-            str(summary["weight_dtype"]),
-            int(summary["device_bytes"]),  # a new dtype changes it (the device-bytes quota counts it)
-        )
+                steps.lap("publish")
+            record = self._store.set_graph_weights(
+                graph_id,
+                int(summary["weights_version"]),
+                str(summary["weight_dtype"]),
+                int(summary["device_bytes"]),  # a new dtype changes it (the device-bytes quota counts it)
+            )
         if record is None:  # deleted meanwhile
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
         if steps is not None:
@@ -403,6 +417,9 @@ class Catalog:
         if not self._store.delete_graph(graph_id):
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
         self._jobs.graph_owners.pop(graph_id, None)
+        lock = self._publishing.get(graph_id)
+        if lock is not None and not lock.locked():
+            del self._publishing[graph_id]
         if handle is not None:
             handle.forget(graph_id)
         for key, holder in self._supervisor.shard_holders(graph_id) or []:

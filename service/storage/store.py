@@ -302,6 +302,20 @@ class Store:
         os.replace(tmp, final)
         fsync_dir(final.parent)
 
+    def publish_replacing(self, tmp: Path, final: Path) -> Path | None:
+        """:meth:`publish`, but the file it replaces (if any) keeps a link in the tmp folder, whose
+        path is returned: the caller removes it later, so that the rename does not wait for the
+        file system to free the old data (tens of ms for a large file on a disk). A crash leaves it
+        in the tmp folder, which is emptied at start."""
+        keep = self.tmp_path(".replaced")
+        try:
+            os.link(final, keep)
+        except FileNotFoundError:  # nothing to replace
+            self.publish(tmp, final)
+            return None
+        self.publish(tmp, final)
+        return keep
+
     # -- graphs -------------------------------------------------------------------------------
 
     def add_graph(self, graph: GraphRecord) -> None:

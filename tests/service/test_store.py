@@ -218,3 +218,16 @@ def test_a_database_of_the_first_schema_is_upgraded_in_place(tmp_path: Path) -> 
     assert s.graph_usage("k:1") == (1, 30) and s.graph_usage("") == (1, 80) and s.graph_usage("k:2") == (0, 0)
     assert get("j_new", s).owner == "k:1"
     s.close()
+
+
+def test_publish_replacing_keeps_the_replaced_data_for_later_removal(store: Store) -> None:
+    final = store.weights_path("g1")
+    first = store.tmp_path(".npy")
+    first.write_bytes(b"old weights")
+    assert store.publish_replacing(first, final) is None  # nothing replaced
+    second = store.tmp_path(".npy")
+    second.write_bytes(b"new weights")
+    replaced = store.publish_replacing(second, final)
+    assert final.read_bytes() == b"new weights" and not second.exists()
+    assert replaced is not None and replaced.parent == store.tmp_dir
+    assert replaced.read_bytes() == b"old weights"  # the old data, still linked, for the caller to remove
