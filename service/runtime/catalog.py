@@ -56,8 +56,10 @@ class Catalog:
         self._creating: Counter[str] = Counter()
         #: per graph: weight updates make their new weights durable one at a time, in version order
         self._publishing: dict[str, asyncio.Lock] = {}
-        #: replaced weight files being removed off the request's path (references keep the tasks alive)
-        self._removals: set[asyncio.Task[None]] = set()
+        #: replaced or deleted payloads being removed off the event loop (references keep the tasks alive)
+        self._removals: set[asyncio.Future[None]] = set()
+        #: per owner: a new graph's quota check, publication and record, one upload at a time
+        self._committing: dict[str, asyncio.Lock] = {}
 
     def source(self, key: str) -> GraphSource | None:
         """Where a worker reloads a stored graph (or one shard of one) from (None when it was deleted)."""
@@ -319,27 +321,16 @@ class Catalog:
         final = self._store.graph_path(graph_id)
         try:
             await upload.synced
-            # with the real size, against the stored graphs only: nothing awaits from here to
-            # add_graph, so concurrent uploads of the owner are counted one after the other
-            self.check_quotas(owner, int(summary["device_bytes"]))
-            if canonical is None:
-                Store.publish(upload.path, final)
-            else:
-                Store.publish(canonical, final)
-                upload.discard()
-            record = GraphRecord(
-                id=graph_id,
-                created_at=time.time(),
-                num_vertices=int(summary["num_vertices"]),
-                num_edges=int(summary["num_edges"]),
-                weight_dtype=str(summary["weight_dtype"]),
-                source_format=upload.source,
-                payload_bytes=final.stat().st_size,
-                device_bytes=int(summary["device_bytes"]),
-                owner=owner,
-                kind=kind,
-            )
-            self._store.add_graph(record)
+            # with the real size, against the stored graphs only: under the owner's lock from the
+            # check to add_graph, so concurrent uploads of the owner are counted one after the other
+            # (the rename and its folder's fsync run in a thread: milliseconds on a disk)
+            async with self._committing.setdefault(owner, asyncio.Lock()):
+                self.check_quotas(owner, int(summary["device_bytes"]))
+                await asyncio.to_thread(Store.publish, upload.path if canonical is None else canonical, final)
+                if canonical is not None:
+                    upload.discard()
+                record = self._new_record(graph_id, summary, upload.source, final, owner, kind)
+                self._store.add_graph(record)
             if steps is not None:
                 steps.lap("durable")
         except BaseException:
@@ -350,6 +341,23 @@ class Catalog:
         self._jobs.graph_owners[graph_id] = owner
         handle.adopt(graph_id, record.device_bytes, generation)
         return record
+
+    @staticmethod
+    def _new_record(
+        graph_id: str, summary: dict[str, Any], source: str, final: Path, owner: str, kind: str
+    ) -> GraphRecord:
+        return GraphRecord(
+            id=graph_id,
+            created_at=time.time(),
+            num_vertices=int(summary["num_vertices"]),
+            num_edges=int(summary["num_edges"]),
+            weight_dtype=str(summary["weight_dtype"]),
+            source_format=source,
+            payload_bytes=final.stat().st_size,
+            device_bytes=int(summary["device_bytes"]),
+            owner=owner,
+            kind=kind,
+        )
 
     async def update_weights(
         self, graph_id: str, owner: str, upload: Upload, partial: bool, steps: Steps | None = None
@@ -389,9 +397,7 @@ class Catalog:
                 upload.discard()
                 weights_file.unlink(missing_ok=True)
             if replaced is not None:  # freeing 100s of MB takes the disk tens of ms: not on this path
-                removal = asyncio.ensure_future(asyncio.to_thread(replaced.unlink, missing_ok=True))
-                self._removals.add(removal)
-                removal.add_done_callback(self._removals.discard)
+                self._remove_later(replaced)
             if steps is not None:
                 steps.lap("publish")
             record = self._store.set_graph_weights(
@@ -414,8 +420,11 @@ class Catalog:
         self.get(graph_id, owner, kind)
         self._jobs.cancel_for_graph(graph_id)
         handle = self._supervisor.holder(graph_id)
-        if not self._store.delete_graph(graph_id):
+        if not self._store.delete_graph(graph_id, remove_payload=False):
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
+        # the record is gone: nothing reads the files now (a crash before they are removed leaves
+        # payloads without a record, which the next start removes)
+        self._remove_later(self._store.graph_path(graph_id), self._store.weights_path(graph_id))
         self._jobs.graph_owners.pop(graph_id, None)
         lock = self._publishing.get(graph_id)
         if lock is not None and not lock.locked():
@@ -426,6 +435,22 @@ class Catalog:
             if holder is not None:
                 holder.forget(key)
         self._supervisor.sharded.pop(graph_id, None)
+
+    def _remove_later(self, *paths: Path) -> None:
+        """Remove files in a thread: unlinking a large file (or a dozen small ones a second) on a disk
+        would hold the event loop, and every request behind it, for milliseconds each."""
+
+        def remove() -> None:
+            for path in paths:
+                path.unlink(missing_ok=True)
+
+        try:
+            removal = asyncio.ensure_future(asyncio.to_thread(remove))
+        except RuntimeError:  # no running event loop (a synchronous caller)
+            remove()
+            return
+        self._removals.add(removal)
+        removal.add_done_callback(self._removals.discard)
 
     def restore(self) -> None:
         """Place every stored graph on a worker; each worker reloads its own when it is up."""

@@ -380,11 +380,12 @@ class Store:
             ).fetchone()
         return int(row[0]), int(row[1])
 
-    def delete_graph(self, graph_id: str) -> bool:
-        """Delete the record, then its payload; True when there was one."""
+    def delete_graph(self, graph_id: str, *, remove_payload: bool = True) -> bool:
+        """Delete the record, then its payload (unless the caller removes it later); True when there
+        was one."""
         with self._tx() as db:
             gone = db.execute("DELETE FROM graphs WHERE id = ?", (graph_id,)).rowcount > 0
-        if gone:
+        if gone and remove_payload:
             self.graph_path(graph_id).unlink(missing_ok=True)
             self.weights_path(graph_id).unlink(missing_ok=True)
         return gone

@@ -315,3 +315,32 @@ def test_uploads_and_weight_updates_say_where_their_time_went(live: LiveServer) 
     assert steps["w-apply"] + steps["w-prepare"] <= steps["worker"]
     _, result = run_job(live, graph_id, "mst")
     assert result["edge_ids"] == kruskal(graph, new)
+
+
+def _until_gone(paths: list[Any], timeout_s: float = 10.0) -> list[Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(p.exists() for p in paths):
+        time.sleep(0.02)
+    return [p for p in paths if p.exists()]
+
+
+def test_replaced_weights_and_deleted_graphs_leave_no_files(live: LiveServer) -> None:
+    """The files a weights update replaces and a deleted graph's payload are removed after the
+    answer (in a thread, off the event loop), but removed: nothing is left in the spool."""
+    graph = random_graph(5, 300, 2_000, dtype="int64")
+    graph_id = upload(live, graph)
+    spool = live.data_dir / "spool"
+    for seed in (1, 2, 3):  # the second and the third replace the weights file of the one before
+        new = np.random.default_rng(seed).integers(-50, 50, graph.num_edges)
+        response = live.client.put(
+            f"/v1/graphs/{graph_id}/weights", content=npy_body(new), headers={"content-type": OCTET}
+        )
+        assert response.status_code == 200, response.text
+    assert np.array_equal(np.load(spool / "graphs" / f"{graph_id}.weights.npy"), new)
+    assert _until_gone(list((spool / "tmp").glob("*.replaced"))) == []
+    _, result = run_job(live, graph_id, "mst")
+    assert result["edge_ids"] == kruskal(graph, new)
+    assert live.client.delete(f"/v1/graphs/{graph_id}").status_code == 204
+    payload = [spool / "graphs" / f"{graph_id}.npz", spool / "graphs" / f"{graph_id}.weights.npy"]
+    assert _until_gone(payload) == []
+    assert live.client.get(f"/v1/graphs/{graph_id}").status_code == 404
