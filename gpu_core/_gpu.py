@@ -114,6 +114,8 @@ class GpuGraph:
         self._pairs: dict[str, tuple[int, ...]] = {}
         #: per order: the captured whole-run CUDA graph, once its plan is known
         self._graph_exec: dict[str, Any] = {}
+        #: (objective, forest size, ms) of the forest prepare() computed, while the buffers hold it
+        self._prepared: tuple[str, int, float] | None = None
         self._can_capture = True
 
     # -- building -----------------------------------------------------------------------
@@ -450,6 +452,7 @@ class GpuGraph:
                     self._forest_weights = cp.empty(max(self.num_vertices, 1), dtype=self.weight.dtype)
                 self._pairs.clear()
                 self._graph_exec.clear()  # plans and captured runs belong to the old weights
+                self._prepared = None
                 self.weight_bound = _weight_bound(self.weight)
                 self._rerank(edge_order(cp, self.weight, "min"))
                 self._objective = "min"
@@ -555,7 +558,8 @@ class GpuGraph:
         self._ensure_order(objective)
         key = self._objective
         if key not in self._pairs and self.num_loop_free:
-            self.compute(objective)
+            ids, _, elapsed_ms = self.compute(objective)
+            self._prepared = (key, int(ids.shape[0]), elapsed_ms)  # capturing below runs nothing
         if key not in self._graph_exec and key in self._pairs and self._can_capture:
             cp = _cupy()
             with cp.cuda.Device(self.device_id), self._stream:
@@ -576,12 +580,21 @@ class GpuGraph:
         bits = cp.packbits(padded.reshape(-1, 8)[:, ::-1].ravel())  # little-endian bits in each byte
         return bits.view(cp.uint32)
 
+    def take_prepared(self, objective: Objective) -> tuple[Any, Any, float] | None:
+        """The forest :meth:`prepare` computed for ``objective``, once, if the buffers still hold it."""
+        held, self._prepared = self._prepared, None
+        if held is None or held[0] != objective or self._objective != objective:
+            return None
+        _, count, elapsed_ms = held
+        return self._forest[:count], self._forest_weights[:count], elapsed_ms
+
     def compute(self, objective: Objective = "min", exclude: Any = None) -> tuple[Any, Any, float]:
         """Run on the device: (edge ids int64 ascending, their weights, milliseconds).
 
         The two arrays are views of this graph's device buffers, valid until its next computation.
         """
         cp = _cupy()
+        self._prepared = None  # the buffers are about to hold this run's forest
         if self.num_loop_free == 0:
             return cp.empty(0, dtype=cp.int64), self.weight[:0], 0.0
         try:

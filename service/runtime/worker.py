@@ -743,7 +743,7 @@ class _Worker:
         of the graph's edges, when they are not its positions (the union graph of :meth:`merge`)."""
         if task == "mst":
             forest = graph.minimum_spanning_forest(
-                objective=params.get("objective", "min"), exclude=params.get("exclude")
+                objective=params.get("objective", "min"), exclude=params.get("exclude"), reuse_prepared=True
             )
             if edge_ids is not None:
                 forest = dataclasses.replace(forest, edge_ids=edge_ids[forest.edge_ids])

@@ -202,3 +202,36 @@ def test_cuts_follow_the_tie_rule_and_components(backend: str) -> None:
         g.cluster_labels()
     with pytest.raises(GraphValidationError, match="connected graph"):
         g.single_linkage()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_prepared_forest_is_taken_once_and_never_stale(backend: str, dtype: np.dtype[Any]) -> None:
+    """``reuse_prepared``: the first forest after ``prepare`` may be the one it computed, but only
+    while the device buffers still hold it for the same weights and objective."""
+    rng = np.random.default_rng(11)
+    for graph in graphs(dtype):
+        g = gpu_core.Graph(graph.src, graph.dst, graph.weight, graph.num_vertices, backend=backend)
+        g.prepare()
+        prepared = g.minimum_spanning_forest(reuse_prepared=True)
+        assert prepared.edge_ids.tolist() == kruskal(graph)
+        assert getattr(g._impl, "_prepared", None) is None  # taken once: the next one runs
+        again = g.minimum_spanning_forest(reuse_prepared=True)
+        assert again.edge_ids.tolist() == kruskal(graph)
+        assert again.weights.tolist() == prepared.weights.tolist()
+        # a what-if after prepare overwrites the buffers: the next forest must not be that one
+        out = rng.choice(graph.num_edges, size=max(graph.num_edges // 4, 1), replace=False)
+        g.prepare()
+        assert g.minimum_spanning_forest(exclude=out).edge_ids.tolist() == kruskal(graph, exclude=out)
+        assert g.minimum_spanning_forest(reuse_prepared=True).edge_ids.tolist() == kruskal(graph)
+        # new weights after prepare: the prepared forest belongs to the old ones
+        new = graph.weight[rng.permutation(graph.num_edges)]
+        g.prepare()
+        g.set_weights(new)
+        assert g.minimum_spanning_forest(reuse_prepared=True).edge_ids.tolist() == kruskal(graph, new)
+        # the other objective: prepared for min, asked for max
+        g.prepare()
+        got = g.minimum_spanning_forest(objective="max", reuse_prepared=True).edge_ids.tolist()
+        assert got == kruskal(graph, new, objective="max")
+        g.prepare("max")
+        assert g.minimum_spanning_forest(reuse_prepared=True).edge_ids.tolist() == kruskal(graph, new)
