@@ -211,7 +211,7 @@ def test_the_prepared_forest_is_taken_once_and_never_stale(backend: str, dtype: 
     while the device buffers still hold it for the same weights and objective."""
     rng = np.random.default_rng(11)
     for graph in graphs(dtype):
-        g = gpu_core.Graph(graph.src, graph.dst, graph.weight, graph.num_vertices, backend=backend)
+        g = gpu_core.Graph(*graph.arrays, graph.num_vertices, backend=backend)  # type: ignore[arg-type]
         g.prepare()
         prepared = g.minimum_spanning_forest(reuse_prepared=True)
         assert prepared.edge_ids.tolist() == kruskal(graph)
