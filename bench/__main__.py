@@ -96,6 +96,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--load-clients", help="load benchmark: comma-separated client counts (e.g. 1,8,64,256)")
     p.add_argument("--load-duration", type=float, help="load benchmark: seconds per client count")
     p.add_argument(
+        "--load-switch-interval",
+        type=float,
+        help="load benchmark: the client processes' GIL switch interval in seconds (default 0.0005)",
+    )
+    p.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help="graph cache folder (default bench/cache)"
     )
     p.add_argument("--no-cache", action="store_true", help="generate graphs in memory only")
@@ -154,6 +159,10 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
 def load_spec(item: LoadSpec | JobsSpec, args: argparse.Namespace) -> Any:
     clients = item.clients if not args.load_clients else tuple(int(c) for c in args.load_clients.split(","))
     duration = item.duration_s if args.load_duration is None else args.load_duration
+    if isinstance(item, LoadSpec) and args.load_switch_interval is not None:
+        return dataclasses.replace(
+            item, clients=clients, duration_s=duration, switch_interval_s=args.load_switch_interval
+        )
     return dataclasses.replace(item, clients=clients, duration_s=duration)
 
 
@@ -194,6 +203,7 @@ def _child_argv(args: argparse.Namespace, name: str, record: Path) -> list[str]:
         ("--uploads", args.uploads),
         ("--load-clients", args.load_clients),
         ("--load-duration", args.load_duration),
+        ("--load-switch-interval", args.load_switch_interval),
         ("--cache", args.cache),
     ):
         if value is not None:
