@@ -98,7 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--load-switch-interval",
         type=float,
-        help="load benchmark: the client processes' GIL switch interval in seconds (default 0.0005)",
+        help="load benchmark: the client processes' GIL switch interval in seconds (default 0.005)",
     )
     p.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help="graph cache folder (default bench/cache)"

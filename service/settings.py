@@ -148,6 +148,13 @@ class Settings(BaseSettings):
         description="A worker answers identical jobs (same dataset, task, parameters and weights) that "
         "wait back to back in its pipe with one computation; each job still gets its own result file.",
     )
+    max_result_bytes: int = Field(
+        default=32 << 30,
+        ge=0,
+        description="Bytes the spool's result files may take together; past it the least recently used "
+        "are removed, and a request for one of them computes it again from the stored graph (410 if "
+        "the graph was deleted or its weights changed since). 0: no cap.",
+    )
     oneshot_batch_edges: int = Field(
         default=1 << 20,
         ge=0,

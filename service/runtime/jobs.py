@@ -58,6 +58,7 @@ from ..errors import (
 from ..metrics import Metrics
 from ..storage.store import JobRecord, Store, new_id
 from . import worker as worker_module
+from .result_files import ResultFiles
 from .sharding import Abandoned, ShardedRun
 from .supervisor import Supervisor, WorkerHandle, settle_from
 
@@ -262,6 +263,8 @@ class Jobs:
         #: jobs on sharded graphs not finished yet, by job id (see :mod:`service.runtime.sharding`)
         self._sharded_runs: dict[str, ShardedRun] = {}
         self._coordinators: set[asyncio.Future[None]] = set()
+        #: the result files, kept under MST_MAX_RESULT_BYTES
+        self.result_files = ResultFiles(store, supervisor.settings.max_result_bytes)
 
     def get(self, job_id: str, owner: str) -> JobRecord:
         """The job's record; 404 when there is none or it is another owner's (the same answer)."""
@@ -435,6 +438,7 @@ class Jobs:
                 os.link(source, target)
             except OSError:
                 return None  # its file is gone (or links are not possible here): compute afresh
+            self.result_files.stored(job.id)
         else:  # the earlier result is being written: link it once it is, and hold requests till then
             linked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -551,8 +555,11 @@ class Jobs:
                 f"job {job_id} is {job.status}{why}; only succeeded jobs have a result."
             )
         path = self._store.result_path(job_id)
-        if not path.exists():
+        if path.exists():
+            self.result_files.used(job_id)
+        else:  # lost to a crash, or removed to keep the results under MST_MAX_RESULT_BYTES
             await self._recompute(job)
+            self.result_files.stored(job_id)
         return job, path
 
     async def _recompute(self, job: JobRecord) -> None:
@@ -642,6 +649,7 @@ class Jobs:
     def _store_behind(self, job_id: str, note: asyncio.Future[None]) -> None:
         """Hold requests for the job's result until ``note`` says the worker has written it."""
         if note.done() and note.exception() is None:
+            self.result_files.stored(job_id)
             return
         self._storing[job_id] = note
         note.add_done_callback(functools.partial(self._stored, job_id))
@@ -651,7 +659,9 @@ class Jobs:
         succeeded, and a request for its result computes it again)."""
         del self._storing[job_id]
         error = note.exception()
-        if error is not None:
+        if error is None:
+            self.result_files.stored(job_id)
+        else:
             log.error(
                 "job %s: the result could not be stored (%s); it is computed again if asked for",
                 job_id,

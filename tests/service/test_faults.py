@@ -9,6 +9,8 @@
   is not retried (at most one run, documented in the README);
 * a result lost to a crash after its job succeeded is computed again when asked for; once
   the graph is deleted, that request is a 410;
+* past MST_MAX_RESULT_BYTES the least recently used result files are removed (the newest stays);
+  asking for one computes it again, or is a 410 once the graph's weights changed;
 * SIGTERM: the running job finishes, queued ones run after the restart, SQLite is intact;
 * a full data dir (a 4 MB tmpfs, when this runs as root): 507 ``storage_full``, nothing half
   written in the spool, SQLite intact, earlier graphs and results still there; made
@@ -18,6 +20,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sqlite3
@@ -198,6 +201,45 @@ def test_a_result_lost_to_a_crash_is_computed_again_and_410_once_its_graph_is_go
     gone = server.client.get(f"/v1/jobs/{job['id']}/result")
     assert gone.status_code == 410 and gone.json()["code"] == "result_gone", gone.text
     assert server.client.get(f"/v1/jobs/{job['id']}").json()["status"] == "succeeded"
+
+
+def _until(check: Any, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_results_past_the_cap_are_removed_oldest_first_and_computed_again(
+    server_factory: ServerFactory,
+) -> None:
+    """MST_MAX_RESULT_BYTES: the files of the least recently used results go; their jobs stay
+    succeeded, and asking for one computes it again (the same arrays), or 410 once the graph's
+    weights changed. The newest result always stays."""
+    graphs = [random_graph(20 + k, 300, 2000) for k in range(3)]
+    server = server_factory(MST_MAX_RESULT_BYTES="1")  # any second result is over the cap
+    results = server.data_dir / "spool" / "results"
+    ids = [server.upload_npz(*g)["id"] for g in graphs]
+    jobs = [server.submit(graph_id, wait=30).json()["id"] for graph_id in ids]
+    files = [results / f"{job_id}.npz" for job_id in jobs]
+    assert _until(lambda: not files[0].exists() and not files[1].exists()), sorted(results.iterdir())
+    assert files[2].exists()  # the newest stays
+    check_result(server, jobs[0], graphs[0])  # computed again from the stored graph
+    assert files[0].exists() and _until(lambda: not files[2].exists())  # now the newest: the other goes
+    new = np.random.default_rng(5).integers(-9, 9, 2000).astype(np.int32)
+    buffer = io.BytesIO()
+    np.save(buffer, new, allow_pickle=False)
+    put = server.client.put(
+        f"/v1/graphs/{ids[1]}/weights", content=buffer.getvalue(), headers={"content-type": OCTET}
+    )
+    assert put.status_code == 200, put.text
+    gone = server.client.get(f"/v1/jobs/{jobs[1]}/result")
+    assert gone.status_code == 410 and gone.json()["code"] == "result_gone", gone.text
+    for job_id in jobs:
+        assert server.client.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
+    check_result(server, jobs[2], graphs[2])
 
 
 def test_sigterm_finishes_the_running_job_and_keeps_the_queued_ones(server_factory: ServerFactory) -> None:
