@@ -5,8 +5,9 @@ jobs, SQLite, the spool) and N fronts share the public port (``SO_REUSEPORT``).
 A front answers itself what :func:`service.api.fastpath.match` takes (job
 submit with ``wait=``/``cache=``, job status, job result without ``Range``),
 plus the plain one-shot ``POST /v1/mst`` and ``/healthz``: it does the HTTP and
-the files (result encoding, one-shot uploads into the shared spool) and asks
-the runtime for the state over :mod:`service.runtime.rpc`
+the files (result encoding, one-shot uploads into the shared spool), reads job
+status polls from the SQLite file itself (:class:`~service.storage.store.JobReader`),
+and asks the runtime for the rest of the state over :mod:`service.runtime.rpc`
 (:mod:`service.api.runtime_calls` is the other side). Errors raised there come
 back and are rendered here by the same handlers, so every answer is the one
 the single-process service gives, byte for byte. Every other request is
@@ -26,6 +27,7 @@ import gc
 import logging
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any, get_args
@@ -36,16 +38,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpu_core.formats import EdgeArrays
 
-from ..errors import error_response
+from ..errors import JobNotFoundError, error_response
 from ..metrics import RouteLabel, route_template
 from ..models import GraphFormat
 from ..runtime.rpc import RpcClient
 from ..runtime.worker import PARSED
 from ..settings import Settings
 from ..storage.npzio import plain_graph
-from ..storage.store import Spool
+from ..storage.store import JobReader, Spool
 from .auth import AuthMiddleware, KeyRing, owner_of
-from .encoders import negotiate
+from .deps import checked_job_id
+from .encoders import job_response, negotiate
 from .fastpath import JOB_ROUTE, RESULT_ROUTE, SUBMIT_ROUTE, HotRequest, header, match
 from .jobs import result_body
 from .mst import one_shot_body
@@ -91,6 +94,7 @@ class FrontRoutes:
         self.rpc = rpc
         self.relay = relay
         self.spool = Spool(settings.data_dir)
+        self.jobs = JobReader(settings.data_dir)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -123,11 +127,22 @@ class FrontRoutes:
                 *await self.rpc.call("submit", hot.target, hot.wait, owner, hot.cache, timeout=timeout)
             )
         if hot.route == JOB_ROUTE:
-            return RawResponse(*await self.rpc.call("job", hot.target, owner, timeout=CALL_TIMEOUT_S))
+            try:
+                return self._job(hot.target, owner)
+            except sqlite3.Error:  # the store is not readable from here (yet): ask the runtime
+                return RawResponse(*await self.rpc.call("job", hot.target, owner, timeout=CALL_TIMEOUT_S))
         assert hot.route == RESULT_ROUTE
         representation = negotiate(hot.accept)  # 406 before anything is looked up
         job_id, graph_id, summary, path = await self.rpc.call("result", hot.target, owner)
         return await result_body(representation, Path(path), summary, job_id, graph_id)
+
+    def _job(self, job_id: str, owner: str) -> Response:
+        """A status poll, from the SQLite file: no round trip to the runtime, whose event loop may be
+        busy with uploads (p99 of the polls under load); the same answer as ``Jobs.get``."""
+        job = self.jobs.get_job(checked_job_id(job_id))
+        if job is None or job.owner != owner:
+            raise JobNotFoundError(f"no job has id {job_id!r}.")
+        return job_response(job)
 
     async def _one_shot(self, request: Request, fmt: str | None, owner: str) -> Response:
         representation = negotiate(header(request.scope, b"accept"))  # 406 before the upload is read

@@ -47,6 +47,7 @@ def runtime_calls(services_now: Callable[[], Services | None], metrics: Metrics)
         return _raw(await submit_response(services(), graph_id, wait, owner, cache=cache))
 
     async def job(job_id: str, owner: str) -> RawResponse:
+        """A status poll, where a front cannot read the SQLite file itself (not made yet)."""
         return _raw(job_response(services().jobs.get(checked_job_id(job_id), owner)))
 
     async def result(job_id: str, owner: str) -> tuple[str, str, dict[str, Any], str]:

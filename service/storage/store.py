@@ -502,6 +502,38 @@ def _start_write_out() -> Callable[[int, int, int], int] | None:
     return lambda fd, offset, nbytes: int(call(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE))
 
 
+class JobReader:
+    """Job records read straight from a store's SQLite file, for another process (a front).
+
+    The runtime process writes every record a client can know of before giving its id out (see
+    :meth:`service.runtime.jobs.Jobs.publish`), and each transition as it happens, so a read here
+    answers what the runtime's own :meth:`Store.get_job` would. Read-only (``query_only``); the
+    connection opens on first use, once the runtime has made the schema.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self._path = Path(data_dir) / "mst.sqlite3"
+        self._db: sqlite3.Connection | None = None
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        """The job's record, or None; raises :class:`sqlite3.Error` while the store is not there
+        (no file, no schema yet)."""
+        if self._db is None:
+            if not self._path.exists():  # never made here: this reader only reads
+                raise sqlite3.OperationalError(f"{self._path} does not exist (yet)")
+            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=30)
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA query_only = ON")
+            self._db = db
+        row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if row is None else _job_from_row(row)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
 class SpoolFile:
     """A file being written into the spool's tmp folder: write, then :meth:`finish` (fsync).
 

@@ -476,3 +476,28 @@ def test_32_parallel_clients_get_every_forest_right(pair: tuple[LiveServer, Live
         thread.join()
     assert not failures, failures[:3]
     assert done[0] >= 32
+
+
+def test_status_polls_are_answered_by_the_fronts_while_the_runtime_is_stopped(
+    server_factory: ServerFactory,
+) -> None:
+    """A front reads a status poll from SQLite itself: with the runtime process stopped (SIGSTOP, as
+    a runtime busy with uploads would be, only longer), polls still answer at once, the same bytes;
+    an unknown id is still a 404."""
+    server = server_factory(**FRONTS)
+    g = random_graph(3, 50, 200)
+    graph_id = server.upload_npz(g.src, g.dst, g.weight, g.num_vertices)["id"]
+    job = server.client.post(f"/v1/graphs/{graph_id}/mst", params={"wait": 30})
+    assert job.json()["status"] == "succeeded", job.text
+    before = server.client.get(f"/v1/jobs/{job.json()['id']}")
+    assert server.proc is not None
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        for _ in range(10):
+            now = server.client.get(f"/v1/jobs/{job.json()['id']}", timeout=5)
+            assert now.status_code == 200 and now.content == before.content
+        missing = server.client.get("/v1/jobs/j_0123456789abcdef0123456789abcdef", timeout=5)
+        assert missing.status_code == 404 and missing.json()["code"] == "job_not_found", missing.text
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    assert server.client.get(f"/v1/jobs/{job.json()['id']}").content == before.content
