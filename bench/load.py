@@ -102,6 +102,8 @@ class Conn:
     def __init__(self, port: int, timeout: float = 120.0) -> None:
         self.port, self.timeout = port, timeout
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        #: the last answer's Server-Timing header
+        self.server_timing = ""
 
     def call(
         self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
@@ -110,6 +112,7 @@ class Conn:
             try:
                 self.conn.request(method, path, body=body, headers=headers or {})
                 response = self.conn.getresponse()
+                self.server_timing = response.getheader("server-timing", "")
                 return response.status, response.read()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 self.conn.close()
@@ -158,6 +161,8 @@ class Recorder:
         self.ms: dict[str, list[float]] = {}
         self.errors: list[str] = []
         self.server_errors = 0
+        #: the Server-Timing of the slowest uploads (where their time went on the server)
+        self.slow_uploads: list[tuple[float, str]] = []
 
     def add(self, route: str, ms: float, status: int | None, ok: tuple[int, ...], detail: str = "") -> None:
         with self.lock:
@@ -177,9 +182,19 @@ class Recorder:
                 self.ms.setdefault(route, []).extend(ms)
             self.errors.extend(part["errors"])
             self.server_errors += part["server_errors"]
+            self.slow_uploads = sorted([*self.slow_uploads, *map(tuple, part["slow_uploads"])])[-5:]
+
+    def slow_upload(self, ms: float, server_timing: str) -> None:
+        with self.lock:
+            self.slow_uploads = sorted([*self.slow_uploads, (ms, server_timing)])[-5:]
 
     def export(self) -> dict[str, Any]:
-        return {"ms": self.ms, "errors": self.errors, "server_errors": self.server_errors}
+        return {
+            "ms": self.ms,
+            "errors": self.errors,
+            "server_errors": self.server_errors,
+            "slow_uploads": self.slow_uploads,
+        }
 
     def summary(self) -> dict[str, Any]:
         routes = {
@@ -196,6 +211,9 @@ class Recorder:
             "errors": len(self.errors),
             "error_samples": [e for e in self.errors if e][:10],
             "server_errors": self.server_errors,
+            "slowest_uploads": [
+                {"ms": round(ms, 1), "server_timing": st} for ms, st in self.slow_uploads[::-1]
+            ],
         }
 
 
@@ -226,12 +244,14 @@ def _client(port: int, ids: dict[str, str], upload: bytes, stop: float, seed: in
                 path = f"/v1/jobs/{ids['result_job']}/result"
                 _timed(rec, route, (200,), functools.partial(conn.call, "GET", path, headers={"accept": NPZ}))
             else:
+                t0 = time.perf_counter()
                 body = _timed(
                     rec,
                     "upload",
                     (201,),
                     lambda: conn.call("POST", "/v1/graphs", upload, {"content-type": NPZ}),
                 )
+                rec.slow_upload((time.perf_counter() - t0) * 1e3, conn.server_timing)
                 if body:
                     graph_id = json.loads(body)["id"]
                     _timed(
