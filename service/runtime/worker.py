@@ -703,8 +703,8 @@ class _Worker:
             raise WorkerInternalError(f"graph {graph_id} is not resident on worker {self.config.index}.")
         return graph
 
-    def _write_result(self, forest: Any, result_path: str) -> None:
-        self._write_arrays({"edge_ids": forest.edge_ids, "weights": forest.weights}, result_path)
+    def _write_result(self, forest: Any, result_path: str, write_out: bool = True) -> None:
+        self._write_arrays({"edge_ids": forest.edge_ids, "weights": forest.weights}, result_path, write_out)
 
     @staticmethod
     def _forest_summary(forest: Any) -> dict[str, Any]:
@@ -768,10 +768,12 @@ class _Worker:
         summary.update(total_weight=None, compute_ms=(time.perf_counter() - started) * 1e3)
         return Reply(summary, lambda: self._write_arrays(arrays, result_path))
 
-    def _write_arrays(self, arrays: dict[str, Any], result_path: str) -> None:
+    def _write_arrays(self, arrays: dict[str, Any], result_path: str, write_out: bool = True) -> None:
+        """A result file, written out to the disk at once (``write_out``: see
+        :func:`npzio.write_npz_file`); a one-shot's, read once and removed, is not."""
         tmp = self.tmp_dir / f"{os.path.basename(result_path)}.{os.getpid()}.part"
         try:
-            npzio.write_npz_file(tmp, arrays)
+            npzio.write_npz_file(tmp, arrays, write_out=write_out)
             os.replace(tmp, result_path)
         except BaseException:
             tmp.unlink(missing_ok=True)
@@ -784,7 +786,7 @@ class _Worker:
         del edges
         forest = graph.minimum_spanning_forest()
         del graph
-        self._write_result(forest, result_path)
+        self._write_result(forest, result_path, write_out=False)
         return self._forest_summary(forest)
 
     def oneshots(self, requests: list[tuple[int, list[Any]]]) -> tuple[list[tuple[int, bool, Any]], bool]:
@@ -841,7 +843,7 @@ class _Worker:
                 continue
             for (req_id, args, _), forest in zip(members, forests, strict=True):
                 try:
-                    self._write_result(forest, args[3])
+                    self._write_result(forest, args[3], write_out=False)
                 except Exception as exc:
                     replies.append((req_id, False, _portable(exc)))
                 else:

@@ -489,7 +489,7 @@ _SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start write-out of the range's dirty
 
 
 @functools.cache
-def _start_write_out() -> Callable[[int, int, int], int] | None:
+def start_write_out() -> Callable[[int, int, int], int] | None:
     """Linux's ``sync_file_range(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE)``; None elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
@@ -551,7 +551,7 @@ class SpoolFile:
         self._file: BinaryIO = open(self.path, "xb")  # noqa: SIM115 - closed in finish/close
         self.size = 0
         self._keep = False
-        self._write_out = _start_write_out() if write_behind else None
+        self._write_out = start_write_out() if write_behind else None
         self._written_out = 0  # bytes already handed to the disk
 
     def write(self, chunk: bytes) -> None:
