@@ -10,8 +10,8 @@ of random int32 weights W0 and W1 taken in turn, times until the client holds th
 * **update**: ``PUT /v1/graphs/{id}/weights`` (an ``.npy`` of the new weights), ``POST
   .../mst?wait=``, ``GET`` the result.
 
-The two are measured in turn (one re-upload, then one update, ``repeats`` times), so both meet the
-same host: the page cache, the disk still writing back the uploads before them. Both are also given
+The two are measured in turn (one re-upload, then one update, ``repeats`` times), each after an
+``os.sync()``, so that neither waits for the disk to write back what the other wrote. Both are also given
 until the MST job has succeeded (the forest computed, not yet downloaded).
 
 Each updated forest must equal (same arrays) the forest of the upload with the same weights.
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import statistics
 import time
 from typing import Any
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.repeats + 1):
             which = (r + 1) % 2
             if r:
+                os.sync()  # each starts with the disk's write-back done (the same host: loopback)
                 t0 = time.perf_counter()
                 body = _body(npz_bodies[which], NPZ)
                 answer = _check(client.post("/v1/graphs", **body, params={"format": "npz"}), 201)
@@ -120,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not same_forest(forest, which):
                     raise RuntimeError("two uploads of the same graph gave different forests")
                 _check(client.delete(f"/v1/graphs/{graph['id']}"), 204)
+            os.sync()
             t0 = time.perf_counter()
             put = _check(
                 client.put(f"/v1/graphs/{resident}/weights", **_body(npy_bodies[which], NPZ)), 200
