@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 import gpu_core
+from gpu_core._estimate import pool_peak
 
 GENERATE_CHUNK = 1 << 27
 
@@ -100,25 +101,11 @@ def build_measured(
 ) -> tuple[gpu_core.Graph, dict[str, Any]]:
     """Build on the GPU, counting the pool's high-water mark over what was held before."""
     cp = _cupy()
-    pool = cp.get_default_memory_pool()
-    pool.free_all_blocks()
-    cp.cuda.Device().synchronize()
-    base = pool.used_bytes()
-    high = [base]
-
-    def counting(size: int) -> Any:
-        block = pool.malloc(size)
-        high[0] = max(high[0], pool.used_bytes())
-        return block
-
     steps = _timed_steps()
-    cp.cuda.set_allocator(counting)
-    start = time.perf_counter()
-    try:
+    with pool_peak() as seen:
+        start = time.perf_counter()
         graph = gpu_core.Graph(src, dst, weight, num_vertices, backend="gpu")
         cp.cuda.Device().synchronize()
-    finally:
-        cp.cuda.set_allocator(pool.malloc)
     build_s = time.perf_counter() - start
     steps = _untimed_steps(steps)  # later builds (the check's) must not add to this one's
     m = graph.num_edges
@@ -132,10 +119,10 @@ def build_measured(
         "threshold": int(impl.threshold),
         "resident_bytes": graph.nbytes,
         "resident_b_per_edge": graph.nbytes / m,
-        "build_peak_bytes": high[0] - base,
-        "build_peak_b_per_edge": (high[0] - base) / m,
-        "build_peak_over_resident": (high[0] - base) / graph.nbytes,
-        "absolute_peak_gb": high[0] / 1e9,
+        "build_peak_bytes": seen.peak,
+        "build_peak_b_per_edge": seen.peak / m,
+        "build_peak_over_resident": seen.peak / graph.nbytes,
+        "absolute_peak_gb": seen.high / 1e9,
         "estimate": _estimate(num_vertices, m, graph.weight_dtype),
         "build_s": build_s,
         "build_steps_s": steps,  # the rest: validation, rows, workspace

@@ -17,6 +17,7 @@ import pytest
 
 import gpu_core
 from gpu_core import estimate_device_bytes
+from gpu_core._estimate import pool_peak
 
 SIZES = [(1_000, 3_000), (50_000, 400_000), (400_000, 800_000), (20, 300_000)]
 WEIGHTS = [np.int32, np.int64, np.float32, np.float64]
@@ -61,26 +62,12 @@ def test_estimate_grows_with_the_graph_and_refuses_nonsense() -> None:
 @pytest.mark.parametrize(("n", "m"), [*SIZES, (2_000_000, 10_000_000), (10_000_000, 20_000_000)])
 @pytest.mark.parametrize("weight_dtype", WEIGHTS)
 def test_gpu_estimate_bounds_the_pool(n: int, m: int, weight_dtype: Any) -> None:
-    import cupy as cp
 
     gpu_core.warm_up("gpu")
     src, dst, weight = loop_free_edges(n, m, np.int32, weight_dtype)
-    pool = cp.get_default_memory_pool()
-    pool.free_all_blocks()
-    base = pool.used_bytes()
-    high = [base]
-
-    def counting(size: int) -> Any:
-        block = pool.malloc(size)
-        high[0] = max(high[0], pool.used_bytes())
-        return block
-
-    cp.cuda.set_allocator(counting)
-    try:
+    with pool_peak() as seen:
         graph = gpu_core.Graph(src, dst, weight, n, backend="gpu")
-    finally:
-        cp.cuda.set_allocator(pool.malloc)
-    peak = high[0] - base
+    peak = seen.peak
     estimate = estimate_device_bytes(n, m, weight_dtype, backend="gpu")
     assert abs(estimate.resident - graph.nbytes) <= 0.01 * graph.nbytes, (estimate, graph.nbytes)
     assert peak <= estimate.peak <= 1.6 * peak + (2 << 20), (peak, estimate)

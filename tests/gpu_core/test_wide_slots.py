@@ -16,7 +16,7 @@ import pytest
 
 import gpu_core
 from gpu_core import _layout
-from gpu_core._estimate import _gpu_bytes
+from gpu_core._estimate import _gpu_bytes, pool_peak
 from gpu_core._layout import MAX_GPU_EDGES, WIDE_SLOTS_FROM, slot_layout
 from tests.utils.graphs import DTYPES, EdgeGraph, random_graph, rmat_graph, star_graph
 from tests.utils.oracles import kruskal_edge_ids
@@ -198,22 +198,9 @@ def test_build_peak_and_resident_bytes(
         if dtype != np.int32
         else rng.integers(-(2**31), 2**31 - 1, m, dtype=cp.int32)
     )
-    pool = cp.get_default_memory_pool()
-    pool.free_all_blocks()
-    base = pool.used_bytes()
-    high = [base]
-
-    def counting(size: int) -> Any:
-        block = pool.malloc(size)
-        high[0] = max(high[0], pool.used_bytes())
-        return block
-
-    cp.cuda.set_allocator(counting)
-    try:
+    with pool_peak() as seen:
         graph = gpu_core.Graph(src, dst, weight, n, backend="gpu")
-    finally:
-        cp.cuda.set_allocator(pool.malloc)
-    peak = high[0] - base
+    peak = seen.peak
     assert graph._impl.wide is wide_layout  # type: ignore[attr-defined]
     bound = 1.3 if np.dtype(dtype).itemsize == 4 else 1.6
     assert peak <= bound * graph.nbytes, (peak / m, graph.nbytes / m)
