@@ -62,7 +62,6 @@ def test_estimate_grows_with_the_graph_and_refuses_nonsense() -> None:
 @pytest.mark.parametrize(("n", "m"), [*SIZES, (2_000_000, 10_000_000), (10_000_000, 20_000_000)])
 @pytest.mark.parametrize("weight_dtype", WEIGHTS)
 def test_gpu_estimate_bounds_the_pool(n: int, m: int, weight_dtype: Any) -> None:
-
     gpu_core.warm_up("gpu")
     src, dst, weight = loop_free_edges(n, m, np.int32, weight_dtype)
     with pool_peak() as seen:
