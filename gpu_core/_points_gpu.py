@@ -296,6 +296,7 @@ def _compute(
     pair = cp.empty(n, dtype=cp.uint64)
     best_w = cp.empty(n, dtype=cp.float64)
     best_pair = cp.empty(n, dtype=cp.uint64)
+    lower = cp.zeros(n, dtype=cp.float64)  # per point: no lighter edge leaves its component
     edges = cp.empty(n - 1, dtype=cp.int64)
     edge_w2 = cp.empty(n - 1, dtype=cp.float64)
     num_edges = cp.zeros(1, dtype=cp.int32)
@@ -315,7 +316,7 @@ def _compute(
         nearest(
             grid, (BLOCK,),
             (dev.pts, core2, np.int32(n), np.int32(d), np.int32(dev.num_leaves), dev.lo, dev.hi,
-             min_core2, node_comp, packed_nodes, comp, dev.orig, bound, best_w, best_pair),
+             min_core2, node_comp, packed_nodes, comp, dev.orig, bound, best_w, best_pair, lower),
         )  # fmt: skip
         clock.stop("nearest_ms", t1)
         _k("offer_pairs")(grid, (BLOCK,), (np.int32(n), comp, best_w, best_pair, bound, pair))

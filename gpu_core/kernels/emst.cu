@@ -339,15 +339,25 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
                                 const double* __restrict__ min_core2, const int* __restrict__ node_comp,
                                 const PackedNode* __restrict__ packed, const int* __restrict__ comp,
                                 const int* __restrict__ orig, unsigned long long* __restrict__ bound,
-                                double* __restrict__ best_w, unsigned long long* __restrict__ best_pair) {
+                                double* __restrict__ best_w, unsigned long long* __restrict__ best_pair,
+                                double* __restrict__ lower) {
     const int d = D > 0 ? D : dims;
     constexpr bool kPacked = D >= 1 && D <= 3;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        // lower[i]: no edge from i leaves its component lighter than this (from earlier rounds; a
+        // component only grows, so it stays true). A point that cannot beat its component's bound
+        // has nothing to search.
+        const int c = comp[i];
+        const double lb = lower[i];
+        if (lb > bits_to_double(*(volatile unsigned long long*)&bound[c])) {
+            best_w[i] = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
+            best_pair[i] = EMST_NO_PAIR;
+            continue;
+        }
         double x[D > 0 ? D : kMaxDims];
         for (int q = 0; q < d; ++q) x[q] = pts[static_cast<long long>(i) * d + q];
         float xd[3], xu[3];
         if (kPacked) outward<D>(x, xd, xu);
-        const int c = comp[i];
         const unsigned long long oi = static_cast<unsigned long long>(orig[i]);
         const double ci = MR ? core2[i] : 0.0;
         double bw = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
@@ -377,6 +387,7 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
             } else {
                 const int l = 2 * node, r = l + 1;
                 const double limit = fmin(bw, bits_to_double(*(volatile unsigned long long*)&bound[c]));
+                if (lb > limit) break;  // every edge left to see weighs at least lb: none can win
                 PackedNode pl, pr;
                 if (kPacked) {
                     pl = load_node(packed, l);
@@ -424,6 +435,9 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
         }
         best_w[i] = bw;
         best_pair[i] = bp;
+        // what was not seen weighs more than the limit when it was skipped, which never fell
+        // below min(bw, the component's bound now); what was seen weighs at least bw
+        lower[i] = fmax(lb, fmin(bw, bits_to_double(*(volatile unsigned long long*)&bound[c])));
     }
 }
 
@@ -498,11 +512,11 @@ extern "C" __global__ void compress(int n, int* parent, int* __restrict__ comp, 
     template __global__ void nearest_outside<D, false>(                                                  \
         const double*, const double*, int, int, int, const double*, const double*, const double*,       \
         const int*, const PackedNode*, const int*, const int*, unsigned long long*, double*,             \
-        unsigned long long*);                                                                            \
+        unsigned long long*, double*);                                                                   \
     template __global__ void nearest_outside<D, true>(                                                   \
         const double*, const double*, int, int, int, const double*, const double*, const double*,       \
         const int*, const PackedNode*, const int*, const int*, unsigned long long*, double*,             \
-        unsigned long long*);                                                                            \
+        unsigned long long*, double*);                                                                   \
     template __global__ void core_distances<D, 8>(const double*, int, int, int, const double*,           \
                                                   const double*, const PackedNode*, int, double*);      \
     template __global__ void core_distances<D, 16>(const double*, int, int, int, const double*,          \
