@@ -65,7 +65,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         return catalog_ref[0].source(graph_id)
 
     supervisor = Supervisor(settings, source)
-    jobs_ = Jobs(store, supervisor, metrics)
+    jobs_ = Jobs(store, supervisor, metrics, settings.max_result_bytes)
     catalog = Catalog(store, supervisor, jobs_)
     catalog_ref.append(catalog)
     try:

@@ -243,7 +243,9 @@ def canonical_params(params: dict[str, Any] | None) -> str:
 class Jobs:
     """The jobs of the service (records in the store, tasks on the workers' queues)."""
 
-    def __init__(self, store: Store, supervisor: Supervisor, metrics: Metrics) -> None:
+    def __init__(
+        self, store: Store, supervisor: Supervisor, metrics: Metrics, max_result_bytes: int = 0
+    ) -> None:
         self._store = store
         self._supervisor = supervisor
         self._metrics = metrics
@@ -263,8 +265,8 @@ class Jobs:
         #: jobs on sharded graphs not finished yet, by job id (see :mod:`service.runtime.sharding`)
         self._sharded_runs: dict[str, ShardedRun] = {}
         self._coordinators: set[asyncio.Future[None]] = set()
-        #: the result files, kept under MST_MAX_RESULT_BYTES
-        self.result_files = ResultFiles(store, supervisor.settings.max_result_bytes)
+        #: the result files, kept under MST_MAX_RESULT_BYTES (0: no cap)
+        self.result_files = ResultFiles(store, max_result_bytes)
 
     def get(self, job_id: str, owner: str) -> JobRecord:
         """The job's record; 404 when there is none or it is another owner's (the same answer)."""
