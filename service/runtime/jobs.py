@@ -174,6 +174,8 @@ class OneShotTask(_WorkerRequest):
     """A one-shot computation (POST /v1/mst) waiting for its turn on a worker."""
 
     pipelined: ClassVar[bool] = True
+    #: handed to the worker beyond MST_DISPATCH_DEPTH (see supervisor.BATCHED_DEPTH)
+    batched: ClassVar[bool] = True
 
     task_id: str
     #: the upload's spool file, or its edges already parsed or located (format ``worker.PARSED``)

@@ -23,7 +23,11 @@ resident now, a one-shot computation) go ahead of an unfinished one; any other
 step) waits until everything handed before it has finished, and everything
 after it waits for it. A handed job is ``running`` (no longer cancellable);
 if the worker dies, every handed task fails with :class:`WorkerLostError`.
-Depth 1 is the old dispatch: one task at a time.
+Depth 1 is the old dispatch: one task at a time. One-shot computations (``batched = True``) are
+handed up to :data:`BATCHED_DEPTH` at once whatever the depth: the worker computes those waiting
+together in its pipe as one run, so the pipe must hold the next batch while it computes one
+(with 16, a batch's members were all handed, the pipe was empty until their replies came back,
+and the worker waited for the event loop between batches).
 
 With ``MST_WORKER_POOL=ray`` each handle is a :class:`~.ray_pool.RayWorkerHandle` instead: the
 same handle over Ray actor calls, the worker a Ray actor on any host of a Ray cluster; placement,
@@ -83,7 +87,9 @@ log = logging.getLogger("service.runtime.supervisor")
 
 WorkerState = Literal["starting", "reloading", "ready", "dead", "stopped"]
 #: requests in the pipe at once; more wait in an outbox, so a send never blocks the event loop
-MAX_IN_FLIGHT = 32
+MAX_IN_FLIGHT = 2 * worker_module.MAX_COALESCED
+#: batched tasks (one-shots) handed at once, whatever MST_DISPATCH_DEPTH says: two batches' worth
+BATCHED_DEPTH = 2 * worker_module.MAX_COALESCED
 _MP = multiprocessing.get_context("spawn")
 
 
@@ -678,7 +684,7 @@ class WorkerHandle:
                 continue
             head = self._tasks[0]
             if self.running and (
-                len(self.running) >= depth
+                len(self.running) >= (max(depth, BATCHED_DEPTH) if getattr(head, "batched", False) else depth)
                 or not self._may_pipeline(head)
                 or not all(self._may_pipeline_running(t) for t in self.running)
             ):
