@@ -262,6 +262,21 @@ def run_level(
     }
 
 
+def _batch_members(port: int) -> tuple[float, float]:
+    """(count, sum) of the server's ``mst_oneshot_batch_members`` histogram; zeros without it."""
+    conn = Conn(port, timeout=60)
+    try:
+        _, body = conn.call("GET", "/metrics")
+    finally:
+        conn.close()
+    values = {"count": 0.0, "sum": 0.0}
+    for line in body.decode(errors="replace").splitlines():
+        for key in values:
+            if line.startswith(f"mst_oneshot_batch_members_{key} "):
+                values[key] = float(line.split()[1])
+    return values["count"], values["sum"]
+
+
 def run_jobs_benchmark(
     spec: JobsSpec, backend: str, log_dir: Path | None, log: Callable[[str], None]
 ) -> dict[str, Any]:
@@ -298,13 +313,18 @@ def run_jobs_benchmark(
                 f"p99 {level['p99_ms']} ms, errors {level['errors']}, mismatches {level['mismatches']}"
             )
         if oneshot_part:
+            before = _batch_members(port)
             oneshot = run_level(
                 port, "oneshot", spec.oneshot_clients, spec.processes, spec.duration_s, smalls
             )
+            after = _batch_members(port)
+            runs = after[0] - before[0]
+            oneshot["batch_members_mean"] = round((after[1] - before[1]) / runs, 1) if runs else None
             log(
                 f"[{spec.name}] one-shot, {spec.oneshot_clients} clients: {oneshot['per_s']} req/s, "
                 f"p50 {oneshot['p50_ms']} ms, p99 {oneshot['p99_ms']} ms, errors {oneshot['errors']}, "
-                f"mismatches {oneshot['mismatches']}"
+                f"mismatches {oneshot['mismatches']}, one-shots per engine run (mean over one-shots) "
+                f"{oneshot['batch_members_mean']}"
             )
     at64 = next((lv for lv in levels if lv["clients"] == 64), None)
     measured = [*levels, *([oneshot] if oneshot is not None else [])]

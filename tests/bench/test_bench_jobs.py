@@ -60,4 +60,5 @@ def test_the_one_shot_part_runs_alone() -> None:
     assert record["levels"] == [] and record["spec"]["graph"] is None
     assert record["oneshot"]["completed"] > 0 and record["oneshot"]["mismatches"] == 0
     assert record["checks"]["oneshot_per_s"] == record["oneshot"]["per_s"]
+    assert record["oneshot"]["batch_members_mean"] >= 1  # from the server's mst_oneshot_batch_members
     assert table(record).count("| one-shot | 2 |") == 1 and "| jobs |" not in table(record)
