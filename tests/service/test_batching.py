@@ -215,3 +215,36 @@ def test_batched_forests_larger_than_the_pipe_come_back_exact(server_factory: Se
     total = float(re.search(r"^mst_oneshot_batch_members_sum (\S+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
     assert count >= len(members) and total > count, metrics  # some one-shots shared a run
     assert server.client.get("/readyz").json()["workers"][0]["restarts"] == 0
+
+
+def test_one_shots_in_a_killed_workers_pipe_end_worker_lost(server_factory: ServerFactory) -> None:
+    """One-shots handed to a worker (in its pipe behind a running job) when it is SIGKILLed: each
+    answers 503 worker_lost, none hangs, and the next one-shot runs on the new worker."""
+    import os
+    import signal
+    import time
+
+    server = server_factory(MST_MAX_EDGES="10000000", MST_MAX_UPLOAD_BYTES="200000000")
+    members = _members(np.int32, count=4)
+    bodies = [npz_body(g.src, g.dst, g.weight, g.num_vertices) for g in members]
+    pid = server.worker_pid()
+    _big_job(server)
+    os.kill(pid, signal.SIGSTOP)  # mid-job: the one-shots below wait in its pipe
+    answers: list[Any] = [None] * len(bodies)
+    threads = [threading.Thread(target=_oneshot, args=(server, b, answers, i)) for i, b in enumerate(bodies)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)  # uploaded, queued and handed: one-shots go into the pipe behind a running job
+    assert server.client.get("/readyz").json()["workers"][0]["queue_depth"] == 0
+    assert answers == [None] * len(bodies)
+    os.kill(pid, signal.SIGKILL)
+    for t in threads:
+        t.join(60)
+    for response in answers:
+        assert response is not None and response.status_code == 503, response
+        assert response.json()["type"].endswith("worker_lost"), response.text
+    graph = members[0]
+    again = server.client.post("/v1/mst", content=bodies[0], headers={"content-type": OCTET})
+    assert again.status_code == 200, again.text
+    alone = gpu_core.Graph(graph.src, graph.dst, graph.weight, graph.num_vertices, backend="cpu")
+    assert again.json()["edge_ids"] == alone.minimum_spanning_forest().edge_ids.tolist()
