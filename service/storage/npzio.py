@@ -312,7 +312,12 @@ def _read_array(f: Any, member: tuple[int, str, tuple[int, ...]]) -> np.ndarray[
 
 def plain_graph(path: str | os.PathLike[str]) -> EdgeArrays | None:
     """The edges of a plain graph ``.npz`` (``src``, ``dst``, ``weight``, optionally an integer
-    ``num_vertices``), mapped; None for anything else (the engine's reader decides and words it)."""
+    ``num_vertices``); None for anything else (the engine's reader decides and words it). A small
+    file's arrays are read into arrays of their own (aligned, see :func:`map_layout`), a large
+    one's are views of the mapped file."""
+    if os.stat(path).st_size <= _READ_LIMIT:
+        layout = graph_layout(path)
+        return None if layout is None else map_layout(layout)
     arrays = read_npz(path, ("src", "dst", "weight"))
     if arrays is None:
         return None
