@@ -262,6 +262,33 @@ def run_level(
     }
 
 
+def server_cpu_s(runtime_pid: int, worker_pids: set[int]) -> dict[str, float]:
+    """CPU seconds (user + system) the server's processes have used so far, by role: ``runtime``
+    (the process started, the only one with MST_API_PROCESSES=1), ``fronts`` (its other children,
+    together) and ``worker`` (the worker processes); empty where /proc cannot tell (not Linux)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def stat(pid: int) -> list[str] | None:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+
+    def seconds(fields: list[str]) -> float:
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    own = stat(runtime_pid)
+    if own is None:
+        return {}
+    out = {"runtime": seconds(own), "fronts": 0.0, "worker": 0.0}
+    for entry in os.listdir("/proc"):
+        fields = stat(int(entry)) if entry.isdigit() else None
+        if fields is not None and int(fields[1]) == runtime_pid:
+            out["worker" if int(entry) in worker_pids else "fronts"] += seconds(fields)
+    return out
+
+
 def _batch_members(port: int) -> tuple[float, float]:
     """(count, sum) of the server's ``mst_oneshot_batch_members`` histogram; zeros without it."""
     conn = Conn(port, timeout=60)
@@ -297,10 +324,12 @@ def run_jobs_benchmark(
     levels: list[dict[str, Any]] = []
     oneshot: dict[str, Any] | None = None
     first: dict[str, Any] = {}
-    with started_server(backend, log_path, 300.0, limits) as (base, _proc):
+    with started_server(backend, log_path, 300.0, limits) as (base, proc):
         port = int(base.rsplit(":", 1)[1])
         conn = Conn(port, timeout=600)
-        backend_used = conn.json("GET", "/readyz")["workers"][0]["backend"]
+        ready = conn.json("GET", "/readyz")
+        backend_used = ready["workers"][0]["backend"]
+        worker_pids = {int(w["pid"]) for w in ready["workers"] if w.get("pid")}
         if jobs_part:
             graph_id = conn.json("POST", "/v1/graphs", body, (201,))["id"]
             first = conn.json("POST", f"/v1/graphs/{graph_id}/mst?wait=300")
@@ -313,18 +342,23 @@ def run_jobs_benchmark(
                 f"p99 {level['p99_ms']} ms, errors {level['errors']}, mismatches {level['mismatches']}"
             )
         if oneshot_part:
-            before = _batch_members(port)
+            before, cpu_before = _batch_members(port), server_cpu_s(proc.pid, worker_pids)
             oneshot = run_level(
                 port, "oneshot", spec.oneshot_clients, spec.processes, spec.duration_s, smalls
             )
-            after = _batch_members(port)
+            after, cpu_after = _batch_members(port), server_cpu_s(proc.pid, worker_pids)
             runs = after[0] - before[0]
             oneshot["batch_members_mean"] = round((after[1] - before[1]) / runs, 1) if runs else None
+            done = max(oneshot["completed"], 1)
+            oneshot["cpu_ms_per_request"] = {
+                role: round((cpu_after[role] - cpu_before.get(role, 0.0)) / done * 1e3, 3)
+                for role in cpu_after
+            }
             log(
                 f"[{spec.name}] one-shot, {spec.oneshot_clients} clients: {oneshot['per_s']} req/s, "
                 f"p50 {oneshot['p50_ms']} ms, p99 {oneshot['p99_ms']} ms, errors {oneshot['errors']}, "
                 f"mismatches {oneshot['mismatches']}, one-shots per engine run (mean over one-shots) "
-                f"{oneshot['batch_members_mean']}"
+                f"{oneshot['batch_members_mean']}, server CPU ms per request {oneshot['cpu_ms_per_request']}"
             )
     at64 = next((lv for lv in levels if lv["clients"] == 64), None)
     measured = [*levels, *([oneshot] if oneshot is not None else [])]
