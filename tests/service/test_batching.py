@@ -248,3 +248,32 @@ def test_one_shots_in_a_killed_workers_pipe_end_worker_lost(server_factory: Serv
     assert again.status_code == 200, again.text
     alone = gpu_core.Graph(graph.src, graph.dst, graph.weight, graph.num_vertices, backend="cpu")
     assert again.json()["edge_ids"] == alone.minimum_spanning_forest().edge_ids.tolist()
+
+
+@pytest.mark.gpu
+def test_gpu_one_shots_at_once_through_fronts_are_exact(server_factory: ServerFactory) -> None:
+    """On a GPU worker, through two fronts: many one-shots at once (batched, their forests sent back
+    in the replies; one larger than MST_ONESHOT_INLINE_BYTES, through a file) each answer exactly
+    the CPU backend's forest of the graph alone."""
+    server = server_factory(
+        MST_BACKEND="gpu", MST_API_PROCESSES="2", MST_ONESHOT_INLINE_BYTES="40000", MST_MAX_EDGES="1000000"
+    )
+    assert server.client.get("/readyz").json()["workers"][0]["backend"] == "gpu"
+    members = [random_graph(200 + i, 2500, 10_000, dtype=np.int32, num_weights=None) for i in range(40)]
+    members.append(random_graph(300, 5000, 20_000, dtype=np.int32, num_weights=None))  # ~60 kB: a file
+    members += _members(np.float64)
+    bodies = [npz_body(g.src, g.dst, g.weight, g.num_vertices) for g in members]
+    answers: list[Any] = [None] * len(bodies)
+    threads = [threading.Thread(target=_oneshot, args=(server, b, answers, i)) for i, b in enumerate(bodies)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for graph, response in zip(members, answers, strict=True):
+        assert response is not None and response.status_code == 200, response
+        alone = gpu_core.Graph(
+            graph.src, graph.dst, graph.weight, graph.num_vertices, backend="cpu"
+        ).minimum_spanning_forest()
+        edge_ids, weights, headers = _forest_of(response)
+        assert edge_ids == alone.edge_ids.tolist() and weights == alone.weights.tobytes(), graph.name
+        assert headers["x-mst-total-weight"] == json.dumps(alone.total_weight), graph.name
