@@ -563,7 +563,7 @@ class _Worker:
         return None
 
     def _parse(self, path: str | EdgeArrays | npzio.GraphLayout, fmt: str) -> Any:
-        """The edge arrays of a spool file: a plain npz is mapped (no copy), the rest is parsed.
+        """The edge arrays of a spool file: a plain npz is read (mapped when large), the rest is parsed.
 
         ``fmt`` ``"arrays"``: ``path`` holds the edges already, or where they lie in the upload (a
         one-shot a front parsed, see :data:`PARSED`); the limits and the engine's checks still
