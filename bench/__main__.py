@@ -101,6 +101,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="load benchmark: the client processes' GIL switch interval in seconds (default 0.005)",
     )
     p.add_argument(
+        "--jobs-parts",
+        choices=("all", "jobs", "oneshot"),
+        help="jobs benchmark: run only its jobs levels or only its one-shot level (default all)",
+    )
+    p.add_argument("--oneshot-clients", type=int, help="jobs benchmark: clients of the one-shot level")
+    p.add_argument("--oneshot-edges", type=int, help="jobs benchmark: edges of each one-shot graph")
+    p.add_argument("--client-processes", type=int, help="load and jobs benchmarks: most client processes")
+    p.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help="graph cache folder (default bench/cache)"
     )
     p.add_argument("--no-cache", action="store_true", help="generate graphs in memory only")
@@ -159,11 +167,20 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
 def load_spec(item: LoadSpec | JobsSpec, args: argparse.Namespace) -> Any:
     clients = item.clients if not args.load_clients else tuple(int(c) for c in args.load_clients.split(","))
     duration = item.duration_s if args.load_duration is None else args.load_duration
-    if isinstance(item, LoadSpec) and args.load_switch_interval is not None:
-        return dataclasses.replace(
-            item, clients=clients, duration_s=duration, switch_interval_s=args.load_switch_interval
-        )
-    return dataclasses.replace(item, clients=clients, duration_s=duration)
+    spec = dataclasses.replace(item, clients=clients, duration_s=duration)
+    if isinstance(spec, LoadSpec) and args.load_switch_interval is not None:
+        spec = dataclasses.replace(spec, switch_interval_s=args.load_switch_interval)
+    if args.client_processes is not None:
+        spec = dataclasses.replace(spec, processes=args.client_processes)
+    if isinstance(spec, JobsSpec):
+        for field, value in (
+            ("parts", None if args.jobs_parts in (None, "all") else (args.jobs_parts,)),
+            ("oneshot_clients", args.oneshot_clients),
+            ("oneshot_edges", args.oneshot_edges),
+        ):
+            if value is not None:
+                spec = dataclasses.replace(spec, **{field: value})
+    return spec
 
 
 def _kind(item: Item) -> str:
@@ -204,6 +221,10 @@ def _child_argv(args: argparse.Namespace, name: str, record: Path) -> list[str]:
         ("--load-clients", args.load_clients),
         ("--load-duration", args.load_duration),
         ("--load-switch-interval", args.load_switch_interval),
+        ("--jobs-parts", args.jobs_parts),
+        ("--oneshot-clients", args.oneshot_clients),
+        ("--oneshot-edges", args.oneshot_edges),
+        ("--client-processes", args.client_processes),
         ("--cache", args.cache),
     ):
         if value is not None:

@@ -58,6 +58,8 @@ class JobsSpec:
     #: most client processes (each runs clients / processes threads)
     processes: int
     oneshot_graphs: int = 16
+    #: which parts run: ``jobs`` (the client levels on the resident graph), ``oneshot``, or both
+    parts: tuple[str, ...] = ("jobs", "oneshot")
 
 
 QUICK_JOBS = JobsSpec(
@@ -260,6 +262,48 @@ def run_level(
     }
 
 
+def server_cpu_s(runtime_pid: int, worker_pids: set[int]) -> dict[str, float]:
+    """CPU seconds (user + system) the server's processes have used so far, by role: ``runtime``
+    (the process started, the only one with MST_API_PROCESSES=1), ``fronts`` (its other children,
+    together) and ``worker`` (the worker processes); empty where /proc cannot tell (not Linux)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def stat(pid: int) -> list[str] | None:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+
+    def seconds(fields: list[str]) -> float:
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    own = stat(runtime_pid)
+    if own is None:
+        return {}
+    out = {"runtime": seconds(own), "fronts": 0.0, "worker": 0.0}
+    for entry in os.listdir("/proc"):
+        fields = stat(int(entry)) if entry.isdigit() else None
+        if fields is not None and int(fields[1]) == runtime_pid:
+            out["worker" if int(entry) in worker_pids else "fronts"] += seconds(fields)
+    return out
+
+
+def _batch_members(port: int) -> tuple[float, float]:
+    """(count, sum) of the server's ``mst_oneshot_batch_members`` histogram; zeros without it."""
+    conn = Conn(port, timeout=60)
+    try:
+        _, body = conn.call("GET", "/metrics")
+    finally:
+        conn.close()
+    values = {"count": 0.0, "sum": 0.0}
+    for line in body.decode(errors="replace").splitlines():
+        for key in values:
+            if line.startswith(f"mst_oneshot_batch_members_{key} "):
+                values[key] = float(line.split()[1])
+    return values["count"], values["sum"]
+
+
 def run_jobs_benchmark(
     spec: JobsSpec, backend: str, log_dir: Path | None, log: Callable[[str], None]
 ) -> dict[str, Any]:
@@ -268,46 +312,69 @@ def run_jobs_benchmark(
 
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-    log(f"[{spec.name}] making RMAT 2^{spec.rmat_scale} and {spec.oneshot_graphs} one-shot graphs")
-    body, expected, num_edges = _rmat_graph(spec.rmat_scale)
-    smalls = _small_graphs(spec.oneshot_graphs, spec.oneshot_edges)
+    jobs_part, oneshot_part = "jobs" in spec.parts, "oneshot" in spec.parts
+    what = [f"RMAT 2^{spec.rmat_scale}"] if jobs_part else []
+    what += [f"{spec.oneshot_graphs} one-shot graphs of {spec.oneshot_edges} edges"] if oneshot_part else []
+    log(f"[{spec.name}] making {' and '.join(what)}")
+    body, expected, num_edges = _rmat_graph(spec.rmat_scale) if jobs_part else (b"", None, 0)
+    smalls = _small_graphs(spec.oneshot_graphs, spec.oneshot_edges) if oneshot_part else []
     limits = {"MST_LOG_LEVEL": "warning", "MST_MAX_QUEUED_JOBS": "100000"}
     settings = {k: v for k, v in os.environ.items() if k.startswith("MST_")}
     log_path = None if log_dir is None else log_dir / f"{spec.name}.log"
-    with started_server(backend, log_path, 300.0, limits) as (base, _proc):
+    levels: list[dict[str, Any]] = []
+    oneshot: dict[str, Any] | None = None
+    first: dict[str, Any] = {}
+    with started_server(backend, log_path, 300.0, limits) as (base, proc):
         port = int(base.rsplit(":", 1)[1])
         conn = Conn(port, timeout=600)
-        graph_id = conn.json("POST", "/v1/graphs", body, (201,))["id"]
-        first = conn.json("POST", f"/v1/graphs/{graph_id}/mst?wait=300")
-        backend_used = conn.json("GET", "/readyz")["workers"][0]["backend"]
+        ready = conn.json("GET", "/readyz")
+        backend_used = ready["workers"][0]["backend"]
+        worker_pids = {int(w["pid"]) for w in ready["workers"] if w.get("pid")}
+        if jobs_part:
+            graph_id = conn.json("POST", "/v1/graphs", body, (201,))["id"]
+            first = conn.json("POST", f"/v1/graphs/{graph_id}/mst?wait=300")
         conn.close()
-        levels = []
-        for clients in spec.clients:
+        for clients in spec.clients if jobs_part else ():
             level = run_level(port, "jobs", clients, spec.processes, spec.duration_s, (graph_id, expected))
             levels.append(level)
             log(
                 f"[{spec.name}] {clients:>3} clients: {level['per_s']} jobs/s, p50 {level['p50_ms']} ms, "
                 f"p99 {level['p99_ms']} ms, errors {level['errors']}, mismatches {level['mismatches']}"
             )
-        oneshot = run_level(port, "oneshot", spec.oneshot_clients, spec.processes, spec.duration_s, smalls)
-        log(
-            f"[{spec.name}] one-shot, {spec.oneshot_clients} clients: {oneshot['per_s']} req/s, "
-            f"p50 {oneshot['p50_ms']} ms, p99 {oneshot['p99_ms']} ms, errors {oneshot['errors']}, "
-            f"mismatches {oneshot['mismatches']}"
-        )
+        if oneshot_part:
+            before, cpu_before = _batch_members(port), server_cpu_s(proc.pid, worker_pids)
+            oneshot = run_level(
+                port, "oneshot", spec.oneshot_clients, spec.processes, spec.duration_s, smalls
+            )
+            after, cpu_after = _batch_members(port), server_cpu_s(proc.pid, worker_pids)
+            runs = after[0] - before[0]
+            oneshot["batch_members_mean"] = round((after[1] - before[1]) / runs, 1) if runs else None
+            done = max(oneshot["completed"], 1)
+            oneshot["cpu_ms_per_request"] = {
+                role: round((cpu_after[role] - cpu_before.get(role, 0.0)) / done * 1e3, 3)
+                for role in cpu_after
+            }
+            log(
+                f"[{spec.name}] one-shot, {spec.oneshot_clients} clients: {oneshot['per_s']} req/s, "
+                f"p50 {oneshot['p50_ms']} ms, p99 {oneshot['p99_ms']} ms, errors {oneshot['errors']}, "
+                f"mismatches {oneshot['mismatches']}, one-shots per engine run (mean over one-shots) "
+                f"{oneshot['batch_members_mean']}, server CPU ms per request {oneshot['cpu_ms_per_request']}"
+            )
     at64 = next((lv for lv in levels if lv["clients"] == 64), None)
+    measured = [*levels, *([oneshot] if oneshot is not None else [])]
     checks: dict[str, Any] = {
-        "all_checked_equal": all(lv["mismatches"] == 0 for lv in [*levels, oneshot]),
-        "no_errors": all(lv["errors"] == 0 for lv in [*levels, oneshot]),
+        "all_checked_equal": all(lv["mismatches"] == 0 for lv in measured),
+        "no_errors": all(lv["errors"] == 0 for lv in measured),
         "jobs_per_s_64": None if at64 is None else at64["per_s"],
         "jobs_p99_ms_64": None if at64 is None else at64["p99_ms"],
-        "oneshot_per_s": oneshot["per_s"],
+        "oneshot_per_s": None if oneshot is None else oneshot["per_s"],
     }
     if at64 is not None:
         checks["jobs_target_met"] = (
             at64["per_s"] >= JOBS_PER_S_TARGET and (at64["p99_ms"] or 1e9) <= JOBS_P99_TARGET_MS
         )
-    checks["oneshot_target_met"] = spec.oneshot_clients == 64 and oneshot["per_s"] >= ONESHOT_PER_S_TARGET
+    if oneshot is not None:
+        checks["oneshot_target_met"] = spec.oneshot_clients == 64 and oneshot["per_s"] >= ONESHOT_PER_S_TARGET
     ok = checks["all_checked_equal"] and checks["no_errors"]
     record = {
         "name": spec.name,
@@ -319,7 +386,8 @@ def run_jobs_benchmark(
         "spec": {
             "clients": list(spec.clients),
             "duration_s": spec.duration_s,
-            "graph": f"rmat-{spec.rmat_scale} ({num_edges} edges)",
+            "parts": list(spec.parts),
+            "graph": f"rmat-{spec.rmat_scale} ({num_edges} edges)" if jobs_part else None,
             "oneshot_edges": spec.oneshot_edges,
             "oneshot_clients": spec.oneshot_clients,
             "client_processes": spec.processes,
@@ -330,8 +398,7 @@ def run_jobs_benchmark(
     }
     if not ok:
         record["error"] = (
-            "errors or wrong forests: "
-            + "; ".join(s for lv in [*levels, oneshot] for s in lv["error_samples"])[:1000]
+            "errors or wrong forests: " + "; ".join(s for lv in measured for s in lv["error_samples"])[:1000]
         )
     log(table(record))
     return record

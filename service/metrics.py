@@ -100,6 +100,13 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.oneshot_batch_members = Histogram(
+            "mst_oneshot_batch_members",
+            "One-shot computations (POST /v1/mst) that shared the engine run of each one-shot "
+            "(1: it ran alone; see MST_ONESHOT_BATCH_EDGES).",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=self.registry,
+        )
         self.registry.register(_WorkerCollector(lambda: self.supervisor))
 
     def job_finished(self, job: JobRecord) -> None:

@@ -163,6 +163,14 @@ class Settings(BaseSettings):
         "computed as one disjoint-union graph of up to this many edges (the forest of a disjoint union "
         "is the union of the forests: the answers are exact); 0: each on its own.",
     )
+    oneshot_inline_bytes: int = Field(
+        default=1 << 20,
+        ge=0,
+        le=16 << 20,
+        description="A one-shot forest (POST /v1/mst) of at most this many bytes (edge ids and weights) "
+        "comes back from the worker in its reply, without a result file; larger ones go through a file "
+        "in the spool. 0: always a file.",
+    )
     worker_spin_ms: float = Field(
         default=2.0,
         ge=0,

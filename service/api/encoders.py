@@ -13,6 +13,7 @@ socket: no read() copy, no thread per piece. The summary rides along in
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 from pathlib import Path
@@ -27,7 +28,7 @@ from gpu_core.formats import pyarrow_available
 
 from ..errors import NotAcceptableError
 from ..models import JobError, JobOut, JobSummary, timestamp
-from ..storage.npzio import map_file, read_npz
+from ..storage.npzio import map_file, read_npz, write_npz
 from ..storage.store import JobRecord
 
 NPZ_MEDIA_TYPE = "application/octet-stream"
@@ -216,6 +217,15 @@ async def npz_response(
     return _MappedResponse(body, media_type=NPZ_MEDIA_TYPE, headers=headers)
 
 
+def npz_arrays_response(arrays: dict[str, Any], summary: dict[str, Any], filename: str) -> Response:
+    """A result held in memory (a one-shot's forest the worker sent back) as the ``.npz`` its
+    result file would have been (the same writer), with the same headers."""
+    buffer = io.BytesIO()
+    write_npz(buffer, arrays)
+    headers = {**summary_headers(summary), "Content-Disposition": f'attachment; filename="{filename}"'}
+    return Response(buffer.getbuffer(), media_type=NPZ_MEDIA_TYPE, headers=headers)
+
+
 #: the arrays of each task's result file, and the JSON member each becomes
 RESULT_ARRAYS: dict[str, tuple[str, ...]] = {
     "mst": ("edge_ids", "weights"),
@@ -232,13 +242,19 @@ RESULT_ARRAYS: dict[str, tuple[str, ...]] = {
 OPTIONAL_ARRAYS: dict[str, tuple[str, ...]] = {"emst": ("core_distances",)}
 
 
-def json_result(path: Path, summary: dict[str, Any], **ids: str) -> Response:
+def json_result(path: Path | dict[str, Any], summary: dict[str, Any], **ids: str) -> Response:
+    """A result as JSON: the summary, then the arrays of its task, from its file or from ``path``
+    itself when that is the arrays (a one-shot's forest the worker sent back)."""
     task = str(summary.get("task", "mst"))
     arrays: dict[str, Any] = {}
-    with np.load(path, allow_pickle=False) as npz:
-        for name in RESULT_ARRAYS[task] + OPTIONAL_ARRAYS.get(task, ()):
-            if name in npz.files:
-                arrays[name] = npz[name].tolist()
+    names = RESULT_ARRAYS[task] + OPTIONAL_ARRAYS.get(task, ())
+    if isinstance(path, dict):
+        arrays = {name: np.asarray(path[name]).tolist() for name in names if name in path}
+    else:
+        with np.load(path, allow_pickle=False) as npz:
+            for name in names:
+                if name in npz.files:
+                    arrays[name] = npz[name].tolist()
     body: dict[str, Any] = {
         **ids,
         "num_edges": summary["num_edges"],
@@ -267,13 +283,14 @@ def _arrow_column(pa: Any, values: np.ndarray[Any, Any]) -> Any:
     return pa.array(values)
 
 
-def _arrow_stream(path: Path, summary: dict[str, Any]) -> bytes:
+def _arrow_stream(path: Path | dict[str, Any], summary: dict[str, Any]) -> bytes:
     import pyarrow as pa
     import pyarrow.ipc
 
     names = RESULT_ARRAYS[str(summary.get("task", "mst"))]
-    arrays = read_npz(path, names)
+    arrays = path if isinstance(path, dict) else read_npz(path, names)
     if arrays is None:
+        assert isinstance(path, Path)
         with np.load(path, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in names}
     metadata = {key: json.dumps(summary[key]) for key in ("num_edges", "total_weight", "num_components")}
@@ -290,11 +307,18 @@ def _arrow_stream(path: Path, summary: dict[str, Any]) -> bytes:
     return bytes(sink.getvalue())
 
 
-async def arrow_result(path: Path, summary: dict[str, Any], filename: str) -> Response:
+#: results with fewer elements than this are encoded as Arrow on the event loop, larger in a thread
+SMALL_ARROW_ELEMENTS = 1 << 16
+
+
+async def arrow_result(path: Path | dict[str, Any], summary: dict[str, Any], filename: str) -> Response:
     """A result as an Arrow IPC stream: the arrays of its task as columns (a forest: ``edge_ids``
     int64 and ``weights`` in the graph's dtype; labels; a linkage as rows of 4), the summary in
-    the schema metadata and in ``X-MST-*`` headers."""
-    body = await asyncio.to_thread(_arrow_stream, path, summary)
+    the schema metadata and in ``X-MST-*`` headers. ``path``: its file, or its arrays."""
+    if isinstance(path, dict) and sum(np.size(a) for a in path.values()) < SMALL_ARROW_ELEMENTS:
+        body = _arrow_stream(path, summary)
+    else:
+        body = await asyncio.to_thread(_arrow_stream, path, summary)
     headers = {**summary_headers(summary), "Content-Disposition": f'attachment; filename="{filename}"'}
     return Response(body, media_type=ARROW_STREAM_MEDIA_TYPE, headers=headers)
 

@@ -36,15 +36,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gpu_core.formats import EdgeArrays
-
 from ..errors import JobNotFoundError, error_response
 from ..metrics import RouteLabel, route_template
 from ..models import GraphFormat
 from ..runtime.rpc import RpcClient
 from ..runtime.worker import PARSED
 from ..settings import Settings
-from ..storage.npzio import plain_graph
+from ..storage.npzio import GraphLayout, graph_layout
 from ..storage.store import JobReader, Spool
 from .auth import AuthMiddleware, KeyRing, owner_of
 from .deps import checked_job_id
@@ -149,16 +147,19 @@ class FrontRoutes:
         await self.rpc.call("admit", owner, timeout=CALL_TIMEOUT_S)  # a full queue: before the body
         upload = await receive_graph(request, self.spool, self.settings, fmt, durable=False)
         try:
-            # a plain npz is parsed here, in parallel with the other fronts, and its edges sent on:
-            # the worker (one per GPU) then only checks and computes them; anything else goes as a
-            # file, for the worker's readers to decide and word their errors
-            edges = plain_graph(upload.path) if upload.format == "npz" else None
-            source: str | EdgeArrays = str(upload.path) if edges is None else edges
-            fmt_sent = upload.format if edges is None else PARSED
+            # a plain npz is parsed here, in parallel with the other fronts, and where its arrays lie
+            # in the upload is sent on (a few hundred bytes, not the edges through two pipes): the
+            # worker (one per GPU) maps them and only checks and computes them; anything else goes
+            # as a file, for the worker's readers to decide and word their errors
+            layout = graph_layout(upload.path) if upload.format == "npz" else None
+            source: str | GraphLayout = str(upload.path) if layout is None else layout
+            fmt_sent = upload.format if layout is None else PARSED
             summary, result = await self.rpc.call("one_shot", source, fmt_sent, upload.size, owner)
         finally:
             upload.discard()
-        return await one_shot_body(representation, Path(result), summary)
+        return await one_shot_body(
+            representation, Path(result) if isinstance(result, str) else result, summary
+        )
 
 
 class FrontMetrics:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from ..models import GraphFormat, ResultOut
 from .deps import OwnerDep, ServicesDep
 from .docs import RESULT_CONTENT, graph_upload_body, problems
-from .encoders import arrow_result, json_result, negotiate, npz_response
+from .encoders import arrow_result, json_result, negotiate, npz_arrays_response, npz_response
 from .uploads import receive_graph
 
 router = APIRouter(prefix="/v1/mst", tags=["mst"])
@@ -53,8 +53,17 @@ async def compute_mst(
     return await one_shot_body(representation, result, summary)
 
 
-async def one_shot_body(representation: str, result: Path, summary: dict[str, Any]) -> Response:
-    """A one-shot forest in a representation :func:`negotiate` chose; its file is removed."""
+async def one_shot_body(
+    representation: str, result: Path | dict[str, Any], summary: dict[str, Any]
+) -> Response:
+    """A one-shot forest in a representation :func:`negotiate` chose, from its arrays (a small one,
+    sent back by the worker) or from its file, which is then removed."""
+    if isinstance(result, dict):
+        if representation == "npz":
+            return npz_arrays_response(result, summary, filename="forest.npz")
+        if representation == "arrow":
+            return await arrow_result(result, summary, filename="forest.arrows")
+        return json_result(result, summary)
     if representation == "npz":
         return await npz_response(result, summary, filename="forest.npz", delete_after=True)
     try:

@@ -22,6 +22,7 @@ from gpu_core.formats import EdgeArrays
 from ..errors import ServiceUnavailableError
 from ..metrics import Metrics
 from ..runtime.rpc import Handler
+from ..storage.npzio import GraphLayout
 from .deps import Services, checked_job_id
 from .encoders import job_response, job_summary
 from .graphs import submit_response
@@ -57,11 +58,14 @@ def runtime_calls(services_now: Callable[[], Services | None], metrics: Metrics)
     async def admit(owner: str) -> None:
         services().jobs.admit(owner)
 
-    async def one_shot(path: str | EdgeArrays, fmt: str, size: int, owner: str) -> tuple[dict[str, Any], str]:
-        """``path``: the upload's spool file, or its edges the front parsed (format ``PARSED``)."""
-        source = path if isinstance(path, EdgeArrays) else Path(path)
-        summary, result_file = await services().jobs.one_shot(source, fmt, size, owner)
-        return summary, str(result_file)
+    async def one_shot(
+        path: str | EdgeArrays | GraphLayout, fmt: str, size: int, owner: str
+    ) -> tuple[dict[str, Any], str | dict[str, Any]]:
+        """``path``: the upload's spool file, or its edges the front parsed or located (format
+        ``PARSED``). Answers the summary and the forest's arrays, or the path of its file."""
+        source = Path(path) if isinstance(path, str) else path
+        summary, result = await services().jobs.one_shot(source, fmt, size, owner)
+        return summary, result if isinstance(result, dict) else str(result)
 
     async def observe(requests: list[tuple[str, str, int, float]]) -> None:
         """Requests a front answered itself: ``(method, route, status, seconds)`` each."""

@@ -56,6 +56,7 @@ from ..errors import (
     error_type,
 )
 from ..metrics import Metrics
+from ..storage.npzio import GraphLayout
 from ..storage.store import JobRecord, Store, new_id
 from . import worker as worker_module
 from .result_files import ResultFiles
@@ -173,10 +174,12 @@ class OneShotTask(_WorkerRequest):
     """A one-shot computation (POST /v1/mst) waiting for its turn on a worker."""
 
     pipelined: ClassVar[bool] = True
+    #: handed to the worker beyond MST_DISPATCH_DEPTH (see supervisor.BATCHED_DEPTH)
+    batched: ClassVar[bool] = True
 
     task_id: str
-    #: the upload's spool file, or its edges already parsed (format ``worker.PARSED``)
-    path: str | EdgeArrays
+    #: the upload's spool file, or its edges already parsed or located (format ``worker.PARSED``)
+    path: str | EdgeArrays | GraphLayout
     fmt: str
     result_path: str
     done: asyncio.Future[Any] = field(default_factory=_future)
@@ -734,10 +737,12 @@ class Jobs:
             del self._active[owner]
 
     async def one_shot(
-        self, path: Path | EdgeArrays, fmt: str, estimate: int, owner: str
-    ) -> tuple[dict[str, Any], Path]:
+        self, path: Path | EdgeArrays | GraphLayout, fmt: str, estimate: int, owner: str
+    ) -> tuple[dict[str, Any], Path | dict[str, Any]]:
         """Compute the forest of an uploaded file (or of its edges, parsed by a front: format
-        ``worker.PARSED``) without storing anything; (summary, result file)."""
+        ``worker.PARSED``) without storing anything; (summary, the result: its arrays ``edge_ids``
+        and ``weights`` when small, see ``MST_ONESHOT_INLINE_BYTES``, else its file, which the
+        caller removes)."""
         self.admit(owner)
         self._active[owner] += 1
         try:
@@ -746,14 +751,16 @@ class Jobs:
             self._release(owner)
 
     async def _one_shot(
-        self, path: Path | EdgeArrays, fmt: str, estimate: int
-    ) -> tuple[dict[str, Any], Path]:
+        self, path: Path | EdgeArrays | GraphLayout, fmt: str, estimate: int
+    ) -> tuple[dict[str, Any], Path | dict[str, Any]]:
         handle = self._supervisor.place(estimate)
         result = self._store.tmp_path(".npz")
-        task = OneShotTask(new_id("o"), path if isinstance(path, EdgeArrays) else str(path), fmt, str(result))
+        task = OneShotTask(new_id("o"), str(path) if isinstance(path, Path) else path, fmt, str(result))
         try:
             summary: dict[str, Any] = await _queued(handle, task)
         except BaseException:
             result.unlink(missing_ok=True)
             raise
-        return summary, result
+        self._metrics.oneshot_batch_members.observe(summary.pop(worker_module.BATCH_MEMBERS, 1))
+        arrays: dict[str, Any] | None = summary.pop(worker_module.INLINE, None)
+        return summary, result if arrays is None else arrays

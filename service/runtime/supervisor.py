@@ -23,7 +23,11 @@ resident now, a one-shot computation) go ahead of an unfinished one; any other
 step) waits until everything handed before it has finished, and everything
 after it waits for it. A handed job is ``running`` (no longer cancellable);
 if the worker dies, every handed task fails with :class:`WorkerLostError`.
-Depth 1 is the old dispatch: one task at a time.
+Depth 1 is the old dispatch: one task at a time. One-shot computations (``batched = True``) are
+handed up to :data:`BATCHED_DEPTH` at once whatever the depth: the worker computes those waiting
+together in its pipe as one run, so the pipe must hold the next batch while it computes one
+(with 16, a batch's members were all handed, the pipe was empty until their replies came back,
+and the worker waited for the event loop between batches).
 
 With ``MST_WORKER_POOL=ray`` each handle is a :class:`~.ray_pool.RayWorkerHandle` instead: the
 same handle over Ray actor calls, the worker a Ray actor on any host of a Ray cluster; placement,
@@ -83,7 +87,9 @@ log = logging.getLogger("service.runtime.supervisor")
 
 WorkerState = Literal["starting", "reloading", "ready", "dead", "stopped"]
 #: requests in the pipe at once; more wait in an outbox, so a send never blocks the event loop
-MAX_IN_FLIGHT = 32
+MAX_IN_FLIGHT = 2 * worker_module.MAX_COALESCED
+#: batched tasks (one-shots) handed at once, whatever MST_DISPATCH_DEPTH says: two batches' worth
+BATCHED_DEPTH = 2 * worker_module.MAX_COALESCED
 _MP = multiprocessing.get_context("spawn")
 
 
@@ -223,25 +229,37 @@ class WorkerHandle:
         self._unsent.clear()
         self._writing = False
         assert self._loop is not None
-        self._loop.add_reader(conn.fileno(), self._readable, conn, process, self.generation)
+        self._loop.add_reader(conn.fileno(), self._readable, conn, process, self.generation, bytearray())
         log.info("worker %d started (pid %d, backend %s)", self.index, process.pid, self.config.backend)
 
-    def _readable(self, conn: Connection, process: Any, generation: int) -> None:
-        """The pipe has data: handle every message there (the worker writes each in one piece)."""
+    def _readable(self, conn: Connection, process: Any, generation: int, inbox: bytearray) -> None:
+        """The pipe has data: handle every whole message there.
+
+        The bytes are read as they come into ``inbox`` and each message is taken once it is all
+        there: a reply larger than the socket's buffer (a batch of one-shot forests) arrives in
+        parts, and the loop's non-blocking socket would make ``Connection.recv`` fail midway.
+        """
         assert self._loop is not None
+        fd = conn.fileno()
         try:
-            while conn.poll():
+            while True:
                 try:
-                    message = conn.recv()
-                except (EOFError, OSError):
-                    raise
-                except Exception as exc:  # an unpicklable reply: still a reply, say what it was
-                    log.error("worker %d sent a message that cannot be read: %r", self.index, exc)
-                    continue
-                self._on_message(generation, message)
+                    data = os.read(fd, _READ_SIZE)
+                except (BlockingIOError, InterruptedError):
+                    break
+                if not data:
+                    raise EOFError
+                inbox += data
+                if len(data) < _READ_SIZE:
+                    break
         except (EOFError, OSError):  # the worker is gone
-            self._loop.remove_reader(conn.fileno())
+            self._loop.remove_reader(fd)
             self._background(self._reap(process, generation))
+        for message in _messages(inbox):
+            if isinstance(message, BaseException):  # an unpicklable reply: still a reply, say what it was
+                log.error("worker %d sent a message that cannot be read: %r", self.index, message)
+                continue
+            self._on_message(generation, message)
 
     async def _reap(self, process: Any, generation: int) -> None:
         await asyncio.to_thread(process.join, 2.0)  # so its exit code is known
@@ -666,7 +684,7 @@ class WorkerHandle:
                 continue
             head = self._tasks[0]
             if self.running and (
-                len(self.running) >= depth
+                len(self.running) >= (max(depth, BATCHED_DEPTH) if getattr(head, "batched", False) else depth)
                 or not self._may_pipeline(head)
                 or not all(self._may_pipeline_running(t) for t in self.running)
             ):
@@ -713,14 +731,36 @@ class WorkerHandle:
         }
 
 
-def _framed(message: tuple[Any, ...]) -> bytes:
-    """``message`` as ``multiprocessing.Connection.send`` frames it (a length, then the pickle), so
-    the worker's ``Connection.recv`` reads it."""
-    payload = ForkingPickler.dumps(message)
-    size = len(payload)
-    if size > 0x7FFFFFFF:
-        return struct.pack("!i", -1) + struct.pack("!Q", size) + bytes(payload)
-    return struct.pack("!i", size) + bytes(payload)
+_framed = worker_module.framed
+#: bytes read from a worker's pipe at once
+_READ_SIZE = 1 << 20
+
+
+def _messages(inbox: bytearray) -> list[Any]:
+    """The whole messages at the start of ``inbox`` (framed as ``Connection.send`` frames them),
+    taken out of it; a message that cannot be unpickled comes as the exception."""
+    out: list[Any] = []
+    start = 0
+    while len(inbox) - start >= 4:
+        (size,) = struct.unpack_from("!i", inbox, start)
+        head = 4
+        if size == -1:
+            if len(inbox) - start < 12:
+                break
+            (size,) = struct.unpack_from("!Q", inbox, start + 4)
+            head = 12
+        if len(inbox) - start - head < size:
+            break
+        payload = memoryview(inbox)[start + head : start + head + size]
+        try:
+            out.append(ForkingPickler.loads(payload))
+        except Exception as exc:
+            out.append(exc)
+        finally:
+            payload.release()
+        start += head + size
+    del inbox[:start]
+    return out
 
 
 def _settle(fut: asyncio.Future[Any] | None, result: Any, error: BaseException | None) -> None:
@@ -816,6 +856,7 @@ def plan_config(settings: Settings, index: int, backend: str, device: str | None
         max_compression_ratio=settings.max_compression_ratio,
         coalesce=settings.coalesce_jobs,
         oneshot_batch_edges=settings.oneshot_batch_edges,
+        oneshot_inline_bytes=settings.oneshot_inline_bytes,
     )
 
 

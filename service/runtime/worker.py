@@ -12,8 +12,11 @@ Protocol over one duplex :class:`multiprocessing.connection.Connection`:
   tiny graph has been computed, or ``("failed", error)`` and exits;
 * then it answers each request ``(op, req_id, *args)`` in order with
   ``(req_id, ok, payload)``: ``payload`` is a small dict, or the exception
-  when ``ok`` is false. Bulk arrays never travel over the pipe: graphs come in
-  as spool files, forests go out as ``.npz`` files in the spool.
+  when ``ok`` is false. Bulk arrays rarely travel over the pipe: graphs come in
+  as spool files (a one-shot a front parsed: its :class:`~service.storage.npzio.GraphLayout`,
+  where its arrays lie in the upload), forests go out as ``.npz`` files in the spool; only a
+  one-shot's forest of at most ``MST_ONESHOT_INLINE_BYTES`` comes back in its reply
+  (:data:`INLINE`), which spares the file's creation, writing, reading and removal.
 * an MST job's forest file is written *behind* its reply: the reply (the
   summary) goes out as soon as the forest is on the host, then the worker
   writes the file and sends ``("stored", req_id, error)`` (``error`` None on
@@ -60,12 +63,14 @@ import dataclasses
 import gc
 import os
 import signal
+import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -94,8 +99,12 @@ LOAD = "load"
 MST = "mst"
 WEIGHTS = "weights"
 ONESHOT = "oneshot"
-#: the format of a one-shot whose edges come parsed (an EdgeArrays instead of a path)
+#: the format of a one-shot whose edges come parsed (an EdgeArrays or a GraphLayout instead of a path)
 PARSED = "arrays"
+#: the key of a one-shot reply's forest arrays (``edge_ids``, ``weights``) sent in the reply itself
+INLINE = "arrays"
+#: the key of a one-shot reply's count of one-shots its engine run computed (1: alone)
+BATCH_MEMBERS = "batch_members"
 DROP = "drop"
 PING = "ping"
 #: a sharded upload's sizes and memory needs (see :meth:`_Worker.describe`)
@@ -130,6 +139,8 @@ class WorkerConfig:
     coalesce: bool = True
     #: one-shot requests waiting together are computed as one union of up to this many edges (0: never)
     oneshot_batch_edges: int = 0
+    #: a one-shot forest of at most this many bytes comes back in the reply, not as a file
+    oneshot_inline_bytes: int = 0
 
 
 def shard_format(lo: int, hi: int) -> str:
@@ -218,6 +229,25 @@ def _more_of(conn: Connection, backlog: deque[Any], op: str) -> list[tuple[int, 
         _, rid, *args = backlog.popleft()
         more.append((rid, args))
     return more
+
+
+def framed(message: tuple[Any, ...]) -> bytes:
+    """``message`` as ``multiprocessing.Connection.send`` frames it (a length, then the pickle), so
+    the other end's ``Connection.recv`` reads it."""
+    payload = ForkingPickler.dumps(message)
+    size = len(payload)
+    if size > 0x7FFFFFFF:
+        return struct.pack("!i", -1) + struct.pack("!Q", size) + bytes(payload)
+    return struct.pack("!i", size) + bytes(payload)
+
+
+def _send_all(conn: Connection, messages: list[tuple[Any, ...]]) -> None:
+    """Send ``messages`` as ``conn.send`` would, one after another, in one write (a batch's
+    replies: one system call, not one each); the API's reader takes them one by one."""
+    data = memoryview(b"".join(framed(m) for m in messages))
+    fd = conn.fileno()
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 def _linker(source: str, target: str) -> Callable[[], None]:
@@ -446,8 +476,7 @@ class _Worker:
                 if more:
                     replies, fatal = self.oneshots([(req_id, args), *more])
                     try:
-                        for answered in replies:
-                            conn.send(answered)
+                        _send_all(conn, replies)
                     except (OSError, ValueError):
                         return
                     if fatal:
@@ -533,16 +562,19 @@ class _Worker:
             return _portable(exc)
         return None
 
-    def _parse(self, path: str | EdgeArrays, fmt: str) -> Any:
-        """The edge arrays of a spool file: a plain npz is mapped (no copy), the rest is parsed.
+    def _parse(self, path: str | EdgeArrays | npzio.GraphLayout, fmt: str) -> Any:
+        """The edge arrays of a spool file: a plain npz is read (mapped when large), the rest is parsed.
 
-        ``fmt`` ``"arrays"``: ``path`` holds the edges already (a one-shot a front parsed, see
-        :data:`PARSED`); the limits and the engine's checks still apply to them here.
+        ``fmt`` ``"arrays"``: ``path`` holds the edges already, or where they lie in the upload (a
+        one-shot a front parsed, see :data:`PARSED`); the limits and the engine's checks still
+        apply to them here.
         """
         import gpu_core
 
         if isinstance(path, EdgeArrays):  # fmt PARSED
             return path
+        if isinstance(path, npzio.GraphLayout):  # fmt PARSED: the front found and checked the arrays
+            return npzio.map_layout(path)
         if fmt == "npz":
             edges = npzio.plain_graph(path)
             if edges is not None:
@@ -555,7 +587,11 @@ class _Worker:
         )
 
     def _read(
-        self, path: str | EdgeArrays, fmt: str, num_vertices: int | None, steps: Steps | None = None
+        self,
+        path: str | EdgeArrays | npzio.GraphLayout,
+        fmt: str,
+        num_vertices: int | None,
+        steps: Steps | None = None,
     ) -> tuple[Any, gpu_core.Graph]:
         """Parse a spool file and make it a resident graph; (the parsed edge arrays, the graph)."""
         import gpu_core
@@ -573,7 +609,7 @@ class _Worker:
         return edges, graph
 
     def _checked_edges(
-        self, path: str | EdgeArrays, fmt: str, num_vertices: int | None
+        self, path: str | EdgeArrays | npzio.GraphLayout, fmt: str, num_vertices: int | None
     ) -> tuple[Any, int | None]:
         """A spool file's edge arrays and vertex count, within the service's limits (not yet the
         engine's validation)."""
@@ -780,14 +816,25 @@ class _Worker:
             raise
 
     def oneshot(
-        self, path: str | EdgeArrays, fmt: str, num_vertices: int | None, result_path: str
+        self, path: str | EdgeArrays | npzio.GraphLayout, fmt: str, num_vertices: int | None, result_path: str
     ) -> dict[str, Any]:
         edges, graph = self._read(path, fmt, num_vertices)
         del edges
         forest = graph.minimum_spanning_forest()
         del graph
-        self._write_result(forest, result_path, write_out=False)
-        return self._forest_summary(forest)
+        return self._oneshot_answer(forest, result_path, 1)
+
+    def _oneshot_answer(self, forest: Any, result_path: str, members: int) -> dict[str, Any]:
+        """A one-shot's reply: its forest's summary with the arrays (:data:`INLINE`) when they are
+        small, else with its result file written at ``result_path``; ``members``: how many
+        one-shots its engine run computed (:data:`BATCH_MEMBERS`)."""
+        summary = self._forest_summary(forest)
+        summary[BATCH_MEMBERS] = members
+        if forest.edge_ids.nbytes + forest.weights.nbytes <= self.config.oneshot_inline_bytes:
+            summary[INLINE] = {"edge_ids": forest.edge_ids, "weights": forest.weights}
+        else:  # read once and removed: not handed to the disk (see _write_arrays)
+            self._write_result(forest, result_path, write_out=False)
+        return summary
 
     def oneshots(self, requests: list[tuple[int, list[Any]]]) -> tuple[list[tuple[int, bool, Any]], bool]:
         """Several one-shot requests ``(req id, args)`` waiting together: their replies, and whether
@@ -843,11 +890,11 @@ class _Worker:
                 continue
             for (req_id, args, _), forest in zip(members, forests, strict=True):
                 try:
-                    self._write_result(forest, args[3], write_out=False)
+                    answer = self._oneshot_answer(forest, args[3], len(members))
                 except Exception as exc:
                     replies.append((req_id, False, _portable(exc)))
                 else:
-                    replies.append((req_id, True, self._forest_summary(forest)))
+                    replies.append((req_id, True, answer))
         fatal = False
         for req_id, args in alone:
             if fatal:  # the device failed: the rest end worker_lost when this worker exits

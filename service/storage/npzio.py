@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 import mmap
 import os
 import struct
 import time
 import zipfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -44,6 +46,8 @@ _END = struct.Struct("<4s4H2LH")  # end of central directory (22 bytes)
 _LIMIT = 0xFFFFFFFF  # beyond this an archive needs zip64 records: left to numpy.savez
 _VERSION = 20  # 2.0: what zipfile writes for stored members without zip64
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux
+#: files up to this size are read rather than mapped (a map's set-up and tear-down cost more)
+_READ_LIMIT = 4 << 20
 
 
 def _npy_header(array: np.ndarray[Any, Any]) -> bytes:
@@ -178,8 +182,11 @@ def _parse_npy_header(head: bytes) -> tuple[tuple[int, ...], bool, np.dtype[Any]
     return tuple(int(x) for x in shape), bool(fortran), dtype
 
 
-def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | None:
-    """One stored ``.npy`` member as a view of the mapped archive, or None when it is not that simple."""
+def _member_layout(
+    view: memoryview, info: zipfile.ZipInfo
+) -> tuple[int, np.dtype[Any], tuple[int, ...]] | None:
+    """(offset of the data in the archive, dtype, shape) of one stored ``.npy`` member whose CRC-32
+    checks, or None when it is not that simple."""
     start = info.header_offset
     if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1 or start + 30 > len(view):
         return None
@@ -199,15 +206,118 @@ def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | N
     shape, fortran, dtype, offset = parsed
     if dtype.hasobject or (fortran and len(shape) > 1):
         return None
-    count = int(np.prod(shape, dtype=np.int64))
-    if offset + count * dtype.itemsize != len(member):
+    if offset + math.prod(shape) * dtype.itemsize != len(member):
         return None
-    return np.frombuffer(member, dtype=dtype, count=count, offset=offset).reshape(shape)
+    return begin + offset, dtype, shape
+
+
+def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | None:
+    """One stored ``.npy`` member as a view of the mapped archive, or None when it is not that simple."""
+    layout = _member_layout(view, info)
+    if layout is None:
+        return None
+    offset, dtype, shape = layout
+    return np.frombuffer(view, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape)
+
+
+@dataclass(frozen=True)
+class GraphLayout:
+    """Where the arrays of a plain graph ``.npz`` lie in its file, found (and CRC-checked) once.
+
+    A front process parses a one-shot upload and sends this (a few hundred bytes) instead of its
+    edges; the worker maps the file and takes the arrays at these offsets (:func:`map_layout`),
+    without reading or checking the archive again. The file must not change in between (an
+    upload in the spool: its front removes it only once the answer is back).
+    """
+
+    path: str
+    #: ``(offset, dtype, shape)`` of ``src``, ``dst`` and ``weight``
+    src: tuple[int, str, tuple[int, ...]]
+    dst: tuple[int, str, tuple[int, ...]]
+    weight: tuple[int, str, tuple[int, ...]]
+    num_vertices: int | None
+    size: int
+
+
+def graph_layout(path: str | os.PathLike[str]) -> GraphLayout | None:
+    """The :class:`GraphLayout` of a plain graph ``.npz`` (what :func:`plain_graph` takes); None
+    for anything else."""
+    with open(path, "rb") as f:
+        try:
+            with zipfile.ZipFile(f) as archive:
+                names = archive.infolist()
+        except Exception:
+            return None
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return None
+        if size <= _READ_LIMIT:
+            f.seek(0)
+            view = memoryview(f.read())
+        else:
+            view = memoryview(map_file(f.fileno(), size))
+    found: dict[str, tuple[int, np.dtype[Any], tuple[int, ...]]] = {}
+    for info in names:  # every member checked, as read_npz does (what plain_graph takes, no more)
+        name = info.filename[:-4]
+        if not info.filename.endswith(".npy") or name in found:
+            return None
+        member = _member_layout(view, info)
+        if member is None:
+            return None
+        found[name] = member
+    if any(name not in found for name in ("src", "dst", "weight")):
+        return None
+    nv_value: int | None = None
+    if "num_vertices" in found:
+        offset, dtype, shape = found["num_vertices"]
+        if shape != () or dtype.kind not in "iu":
+            return None
+        nv_value = int(np.frombuffer(view, dtype=dtype, count=1, offset=offset)[0])
+    src, dst, weight = ((found[k][0], found[k][1].str, found[k][2]) for k in ("src", "dst", "weight"))
+    return GraphLayout(str(path), src, dst, weight, nv_value, size)
+
+
+def map_layout(layout: GraphLayout) -> EdgeArrays:
+    """The edges a :class:`GraphLayout` describes: a small file's arrays read into arrays of their
+    own (aligned: a member's data in the archive is not, and unaligned arrays take numpy's slow
+    paths; and a map's set-up and tear-down cost more than the copy), a large one's as read-only
+    views of the mapped file."""
+    with open(layout.path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size != layout.size:
+            raise OSError(f"{layout.path} changed after it was parsed: {size} bytes, not {layout.size}")
+        if size > _READ_LIMIT:
+            data = map_file(f.fileno(), size)
+            src, dst, weight = (_view(data, member) for member in (layout.src, layout.dst, layout.weight))
+        else:
+            src, dst, weight = (_read_array(f, member) for member in (layout.src, layout.dst, layout.weight))
+    return EdgeArrays(src, dst, weight, layout.num_vertices)
+
+
+def _view(data: mmap.mmap, member: tuple[int, str, tuple[int, ...]]) -> np.ndarray[Any, Any]:
+    offset, dtype, shape = member
+    return np.frombuffer(data, dtype=np.dtype(dtype), count=math.prod(shape), offset=offset).reshape(shape)
+
+
+def _read_array(f: Any, member: tuple[int, str, tuple[int, ...]]) -> np.ndarray[Any, Any]:
+    offset, dtype, shape = member
+    array = np.empty(shape, dtype=np.dtype(dtype))
+    if array.nbytes:
+        f.seek(offset)
+        if f.readinto(array.data.cast("B")) != array.nbytes:
+            raise OSError(f"{f.name} is shorter than its layout says")
+    array.flags.writeable = False
+    return array
 
 
 def plain_graph(path: str | os.PathLike[str]) -> EdgeArrays | None:
     """The edges of a plain graph ``.npz`` (``src``, ``dst``, ``weight``, optionally an integer
-    ``num_vertices``), mapped; None for anything else (the engine's reader decides and words it)."""
+    ``num_vertices``); None for anything else (the engine's reader decides and words it). A small
+    file's arrays are read into arrays of their own (aligned, see :func:`map_layout`), a large
+    one's are views of the mapped file."""
+    if os.stat(path).st_size <= _READ_LIMIT:
+        layout = graph_layout(path)
+        return None if layout is None else map_layout(layout)
     arrays = read_npz(path, ("src", "dst", "weight"))
     if arrays is None:
         return None

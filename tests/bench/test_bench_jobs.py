@@ -44,3 +44,23 @@ def test_jobs_benchmark_runs_and_checks_every_forest() -> None:
         assert 0 < level["p50_ms"] <= level["p99_ms"] <= level["max_ms"]
     assert record["checks"]["all_checked_equal"] is True
     assert "| one-shot | 3 |" in table(record)
+
+
+def test_the_one_shot_part_runs_alone() -> None:
+    """``--jobs-parts oneshot``: no resident graph, no jobs levels, the one-shot level only."""
+    import dataclasses
+
+    from bench.__main__ import load_spec, parse_args
+
+    args = parse_args(["--only", "jobs", "--jobs-parts", "oneshot", "--oneshot-clients", "2"])
+    spec = load_spec(dataclasses.replace(TINY, duration_s=0.5), args)
+    assert spec.parts == ("oneshot",) and spec.oneshot_clients == 2
+    record = run_jobs_benchmark(spec, "cpu", None, lambda _: None)
+    assert record["status"] == "ok", record.get("error")
+    assert record["levels"] == [] and record["spec"]["graph"] is None
+    assert record["oneshot"]["completed"] > 0 and record["oneshot"]["mismatches"] == 0
+    assert record["checks"]["oneshot_per_s"] == record["oneshot"]["per_s"]
+    assert record["oneshot"]["batch_members_mean"] >= 1  # from the server's mst_oneshot_batch_members
+    cpu = record["oneshot"]["cpu_ms_per_request"]  # the server's processes' CPU time, from /proc
+    assert set(cpu) == {"runtime", "fronts", "worker"} and cpu["worker"] > 0 and cpu["runtime"] > 0
+    assert table(record).count("| one-shot | 2 |") == 1 and "| jobs |" not in table(record)

@@ -9,6 +9,8 @@ invalid (it gets its own 4xx; the others are unaffected).
 from __future__ import annotations
 
 import io
+import json
+import re
 import threading
 from typing import Any
 
@@ -21,6 +23,8 @@ from tests.utils.graphs import EdgeGraph, random_graph
 
 from .conftest import ServerFactory
 from .live import OCTET, LiveServer, npz_body
+
+ARROW = "application/vnd.apache.arrow.stream"
 
 
 def _members(dtype: Any, count: int = 7) -> list[EdgeGraph]:
@@ -127,3 +131,149 @@ def test_batching_off_gives_the_same_answers(server_factory: ServerFactory) -> N
         graph.src, graph.dst, graph.weight, num_vertices=graph.num_vertices, backend="cpu"
     )
     assert response.json()["edge_ids"] == alone.edge_ids.tolist()
+
+
+def _forest_of(response: Any) -> tuple[list[int], bytes, dict[str, str]]:
+    """(edge ids, weights' bytes, summary headers) of a one-shot answer in any representation."""
+    kind = response.headers["content-type"]
+    headers = {
+        k: v for k, v in response.headers.items() if k.startswith("x-mst-") and k != "x-mst-compute-ms"
+    }
+    if kind.startswith("application/json"):
+        body = response.json()
+        summary = {k: str(body[k]) for k in ("num_edges", "total_weight", "num_components")}
+        return body["edge_ids"], json.dumps(body["weights"]).encode(), {**headers, **summary}
+    if kind == ARROW:
+        import pyarrow.ipc
+
+        table = pyarrow.ipc.open_stream(response.content).read_all()
+        meta = {
+            k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items() if k != b"compute_ms"
+        }
+        return table["edge_ids"].to_pylist(), table["weights"].to_numpy().tobytes(), {**headers, **meta}
+    with np.load(io.BytesIO(response.content), allow_pickle=False) as npz:
+        assert sorted(npz.files) == ["edge_ids", "weights"]
+        return npz["edge_ids"].tolist(), npz["weights"].tobytes(), headers
+
+
+def test_forests_sent_back_in_the_reply_answer_as_result_files_do(
+    server_factory: ServerFactory, tmp_path: Any
+) -> None:
+    """A small one-shot forest comes back from the worker in its reply (MST_ONESHOT_INLINE_BYTES),
+    a larger one through a result file: every representation answers the same either way, through
+    fronts or not, and no file is left behind."""
+    pytest.importorskip("pyarrow")
+    inline = server_factory(tmp_path / "a", MST_API_PROCESSES="2")
+    files = server_factory(tmp_path / "b", MST_ONESHOT_INLINE_BYTES="1000")
+    graphs = [
+        random_graph(3, 5, 6, dtype=np.int32),  # a forest of a few dozen bytes: in the reply on both
+        random_graph(4, 900, 3000, dtype=np.float64, components=3),  # ~10 kB: a file on the second
+    ]
+    for graph in graphs:
+        alone = gpu_core.Graph(
+            graph.src, graph.dst, graph.weight, graph.num_vertices, backend="cpu"
+        ).minimum_spanning_forest()
+        body = npz_body(graph.src, graph.dst, graph.weight, graph.num_vertices)
+        for accept in (None, OCTET, ARROW):
+            headers = {"content-type": OCTET, **({"accept": accept} if accept else {})}
+            got = [s.client.post("/v1/mst", content=body, headers=headers) for s in (inline, files)]
+            assert [r.status_code for r in got] == [200, 200], [r.text for r in got]
+            assert got[0].headers["content-type"] == got[1].headers["content-type"]
+            assert _forest_of(got[0]) == _forest_of(got[1])
+            edge_ids, _, summary = _forest_of(got[0])
+            assert edge_ids == alone.edge_ids.tolist(), (graph.name, accept)
+            components = summary.get("x-mst-num-components", summary.get("num_components"))
+            assert components == str(alone.num_components), summary
+    for server in (inline, files):
+        assert not list((server.data_dir / "spool" / "tmp").iterdir())
+
+
+def test_batched_forests_larger_than_the_pipe_come_back_exact(server_factory: ServerFactory) -> None:
+    """One-shots computed in one run send their forests back in one write, far larger than the pipe
+    holds (~200 kB each here): each arrives whole and exact, and the runs were shared."""
+    server = server_factory(MST_MAX_EDGES="10000000", MST_MAX_UPLOAD_BYTES="200000000")
+    members = [random_graph(50 + i, 20_000, 40_000, dtype=np.int64, num_weights=None) for i in range(8)]
+    bodies = [npz_body(g.src, g.dst, g.weight, g.num_vertices) for g in members]
+    busy = _big_job(server)
+    answers: list[Any] = [None] * len(bodies)
+    threads = [threading.Thread(target=_oneshot, args=(server, b, answers, i)) for i, b in enumerate(bodies)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert server.poll(busy)["status"] == "succeeded"
+    for graph, response in zip(members, answers, strict=True):
+        assert response.status_code == 200, response.text
+        alone = gpu_core.Graph(
+            graph.src, graph.dst, graph.weight, graph.num_vertices, backend="cpu"
+        ).minimum_spanning_forest()
+        edge_ids, weights, headers = _forest_of(response)
+        assert edge_ids == alone.edge_ids.tolist() and weights == alone.weights.tobytes()
+        assert int(headers["x-mst-total-weight"]) == alone.total_weight
+    metrics = server.client.get("/metrics").text
+    count = float(re.search(r"^mst_oneshot_batch_members_count (\S+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
+    total = float(re.search(r"^mst_oneshot_batch_members_sum (\S+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
+    assert count >= len(members) and total > count, metrics  # some one-shots shared a run
+    assert server.client.get("/readyz").json()["workers"][0]["restarts"] == 0
+
+
+def test_one_shots_in_a_killed_workers_pipe_end_worker_lost(server_factory: ServerFactory) -> None:
+    """One-shots handed to a worker (in its pipe behind a running job) when it is SIGKILLed: each
+    answers 503 worker_lost, none hangs, and the next one-shot runs on the new worker."""
+    import os
+    import signal
+    import time
+
+    server = server_factory(MST_MAX_EDGES="10000000", MST_MAX_UPLOAD_BYTES="200000000")
+    members = _members(np.int32, count=4)
+    bodies = [npz_body(g.src, g.dst, g.weight, g.num_vertices) for g in members]
+    pid = server.worker_pid()
+    _big_job(server)
+    os.kill(pid, signal.SIGSTOP)  # mid-job: the one-shots below wait in its pipe
+    answers: list[Any] = [None] * len(bodies)
+    threads = [threading.Thread(target=_oneshot, args=(server, b, answers, i)) for i, b in enumerate(bodies)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)  # uploaded, queued and handed: one-shots go into the pipe behind a running job
+    assert server.client.get("/readyz").json()["workers"][0]["queue_depth"] == 0
+    assert answers == [None] * len(bodies)
+    os.kill(pid, signal.SIGKILL)
+    for t in threads:
+        t.join(60)
+    for response in answers:
+        assert response is not None and response.status_code == 503, response
+        assert response.json()["type"].endswith("worker_lost"), response.text
+    graph = members[0]
+    again = server.client.post("/v1/mst", content=bodies[0], headers={"content-type": OCTET})
+    assert again.status_code == 200, again.text
+    alone = gpu_core.Graph(graph.src, graph.dst, graph.weight, graph.num_vertices, backend="cpu")
+    assert again.json()["edge_ids"] == alone.minimum_spanning_forest().edge_ids.tolist()
+
+
+@pytest.mark.gpu
+def test_gpu_one_shots_at_once_through_fronts_are_exact(server_factory: ServerFactory) -> None:
+    """On a GPU worker, through two fronts: many one-shots at once (batched, their forests sent back
+    in the replies; one larger than MST_ONESHOT_INLINE_BYTES, through a file) each answer exactly
+    the CPU backend's forest of the graph alone."""
+    server = server_factory(
+        MST_BACKEND="gpu", MST_API_PROCESSES="2", MST_ONESHOT_INLINE_BYTES="40000", MST_MAX_EDGES="1000000"
+    )
+    assert server.client.get("/readyz").json()["workers"][0]["backend"] == "gpu"
+    members = [random_graph(200 + i, 2500, 10_000, dtype=np.int32, num_weights=None) for i in range(40)]
+    members.append(random_graph(300, 5000, 20_000, dtype=np.int32, num_weights=None))  # ~60 kB: a file
+    members += _members(np.float64)
+    bodies = [npz_body(g.src, g.dst, g.weight, g.num_vertices) for g in members]
+    answers: list[Any] = [None] * len(bodies)
+    threads = [threading.Thread(target=_oneshot, args=(server, b, answers, i)) for i, b in enumerate(bodies)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for graph, response in zip(members, answers, strict=True):
+        assert response is not None and response.status_code == 200, response
+        alone = gpu_core.Graph(
+            graph.src, graph.dst, graph.weight, graph.num_vertices, backend="cpu"
+        ).minimum_spanning_forest()
+        edge_ids, weights, headers = _forest_of(response)
+        assert edge_ids == alone.edge_ids.tolist() and weights == alone.weights.tobytes(), graph.name
+        assert headers["x-mst-total-weight"] == json.dumps(alone.total_weight), graph.name

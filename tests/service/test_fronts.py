@@ -253,7 +253,7 @@ def test_one_shots_answer_as_one_process(pair: tuple[LiveServer, LiveServer]) ->
 def test_plain_npz_one_shots_the_engine_refuses_answer_as_one_process(
     pair: tuple[LiveServer, LiveServer], arrays: dict[str, Any]
 ) -> None:
-    """A front parses a plain npz one-shot itself and sends the worker its edges: the worker's
+    """A front parses a plain npz one-shot itself and sends the worker where its edges lie: the worker's
     limits and the engine's checks still apply, and word the same problem."""
     buffer = io.BytesIO()
     members: dict[str, Any] = {name: np.asarray(value) for name, value in arrays.items()}

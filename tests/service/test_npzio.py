@@ -128,3 +128,50 @@ def test_a_result_written_out_at_once_is_the_same_file(tmp_path: Path) -> None:
         assert start is not None
         with open(written_out, "rb") as f:
             assert start(f.fileno(), 0, 0) == 0
+
+
+@pytest.mark.parametrize("size", [50, 600_000])  # read into arrays of their own / mapped (> 4 MB file)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_graph_layout_gives_the_plain_graph_arrays(tmp_path: Path, dtype: str, size: int) -> None:
+    """A front parses a one-shot once and sends where its arrays lie (``GraphLayout``); the worker's
+    arrays from it are exactly those ``plain_graph`` reads, aligned where they are read."""
+    path = tmp_path / "g.npz"
+    arrays = {
+        "src": np.arange(size, dtype=np.int32),
+        "dst": np.arange(size)[::-1],
+        "weight": sample(dtype, size),
+    }
+    for extra in ({}, {"num_vertices": np.int64(size + 3)}, {"note": np.arange(3)}):
+        np.savez(path, **arrays, **extra)
+        layout = npzio.graph_layout(path)
+        plain = npzio.plain_graph(path)
+        assert layout is not None and plain is not None
+        got = npzio.map_layout(layout)
+        assert got.num_vertices == plain.num_vertices == (size + 3 if extra.get("num_vertices") else None)
+        for name, value in arrays.items():
+            array = getattr(got, name)
+            assert array.dtype == value.dtype and np.array_equal(array, value)
+            assert array.tobytes() == getattr(plain, name).tobytes()
+            assert not array.flags.writeable
+            if size == 50:
+                assert array.flags.aligned  # numpy's fast paths (a member's data in the file is not aligned)
+
+
+def test_a_graph_layout_is_only_for_plain_graphs(tmp_path: Path) -> None:
+    path = tmp_path / "g.npz"
+    src = np.arange(10)
+    np.savez(path, src=src, dst=src)
+    assert npzio.graph_layout(path) is None  # no weight
+    np.savez(path, src=src, dst=src, weight=src, num_vertices=np.arange(2))
+    assert npzio.graph_layout(path) is None and npzio.plain_graph(path) is None  # num_vertices not a scalar
+    np.savez_compressed(path, src=src, dst=src, weight=src)
+    assert npzio.graph_layout(path) is None
+    path.write_bytes(b"not a zip")
+    assert npzio.graph_layout(path) is None
+    np.savez(path, src=src, dst=src, weight=src)
+    layout = npzio.graph_layout(path)
+    assert layout is not None
+    with open(path, "ab") as f:
+        f.write(b"more")
+    with pytest.raises(OSError, match="changed after it was parsed"):
+        npzio.map_layout(layout)

@@ -146,3 +146,55 @@ def test_requests_larger_than_the_pipe_are_written_whole_without_blocking(tmp_pa
     assert pending > 0
     assert [(op, payload) for op, _, payload in got] == [("mst", payload) for payload in requests]
     assert [req_id for _, req_id, _ in got] == sorted(req_id for _, req_id, _ in got)
+
+
+@pytest.mark.timeout(60)  # before the fix the worker was taken for lost (the reader's recv raised midway)
+def test_replies_larger_than_the_pipe_are_read_whole(tmp_path: Path) -> None:
+    """A batch of one-shots sends its forests back in one write, larger than the pipe holds: the
+    API's non-blocking end gets it in parts and must take each reply once it is all there."""
+    import asyncio
+    import multiprocessing
+
+    from service.runtime import worker
+    from service.runtime.supervisor import WorkerHandle, plan_config
+    from service.settings import Settings
+
+    settings = Settings(data_dir=tmp_path, backend="cpu")
+    forests = [np.arange(i, i + 150_000) for i in range(6)]  # 1.2 MB each
+
+    async def scenario() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        handle = WorkerHandle(plan_config(settings, 0, "cpu", None), settings, lambda _: None)
+        handle._loop = loop
+        parent, child = multiprocessing.Pipe(duplex=True)
+        os.set_blocking(parent.fileno(), False)
+        handle._conn, handle.state = parent, "ready"
+        futures = [handle._send("ping") for _ in forests]
+        requests = [child.recv() for _ in forests]
+        loop.add_reader(parent.fileno(), handle._readable, parent, None, handle.generation, bytearray())
+        replies = [(req_id, True, {"edge_ids": f}) for (_, req_id), f in zip(requests, forests, strict=True)]
+        writing = asyncio.ensure_future(asyncio.to_thread(worker._send_all, child, replies))
+        got = await asyncio.wait_for(asyncio.gather(*futures), 30)
+        await writing
+        loop.remove_reader(parent.fileno())
+        parent.close()
+        child.close()
+        return got
+
+    got = asyncio.run(scenario())
+    assert [np.array_equal(g["edge_ids"], f) for g, f in zip(got, forests, strict=True)] == [True] * 6
+
+
+def test_messages_are_taken_once_whole() -> None:
+    from service.runtime.supervisor import _messages
+    from service.runtime.worker import framed
+
+    stream = b"".join(framed(("r", i, "x" * i)) for i in range(50))
+    inbox, got = bytearray(), []
+    for start in range(0, len(stream), 7):  # in pieces that cut headers and payloads anywhere
+        inbox += stream[start : start + 7]
+        got += _messages(inbox)
+    assert got == [("r", i, "x" * i) for i in range(50)] and not inbox
+    inbox = bytearray(b"\x00\x00\x00\x03abc" + framed(("ok",)))  # not a pickle: its error, then the rest
+    first, second = _messages(inbox)
+    assert isinstance(first, Exception) and second == ("ok",)
