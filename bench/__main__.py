@@ -173,13 +173,12 @@ def load_spec(item: LoadSpec | JobsSpec, args: argparse.Namespace) -> Any:
     if args.client_processes is not None:
         spec = dataclasses.replace(spec, processes=args.client_processes)
     if isinstance(spec, JobsSpec):
-        for field, value in (
-            ("parts", None if args.jobs_parts in (None, "all") else (args.jobs_parts,)),
-            ("oneshot_clients", args.oneshot_clients),
-            ("oneshot_edges", args.oneshot_edges),
-        ):
-            if value is not None:
-                spec = dataclasses.replace(spec, **{field: value})
+        if args.jobs_parts not in (None, "all"):
+            spec = dataclasses.replace(spec, parts=(args.jobs_parts,))
+        if args.oneshot_clients is not None:
+            spec = dataclasses.replace(spec, oneshot_clients=args.oneshot_clients)
+        if args.oneshot_edges is not None:
+            spec = dataclasses.replace(spec, oneshot_edges=args.oneshot_edges)
     return spec
 
 

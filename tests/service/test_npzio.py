@@ -136,13 +136,14 @@ def test_a_graph_layout_gives_the_plain_graph_arrays(tmp_path: Path, dtype: str,
     """A front parses a one-shot once and sends where its arrays lie (``GraphLayout``); the worker's
     arrays from it are exactly those ``plain_graph`` reads, aligned where they are read."""
     path = tmp_path / "g.npz"
-    arrays = {
+    arrays: dict[str, np.ndarray[Any, Any]] = {
         "src": np.arange(size, dtype=np.int32),
         "dst": np.arange(size)[::-1],
         "weight": sample(dtype, size),
     }
-    for extra in ({}, {"num_vertices": np.int64(size + 3)}, {"note": np.arange(3)}):
-        np.savez(path, **arrays, **extra)
+    extras: list[dict[str, Any]] = [{}, {"num_vertices": np.int64(size + 3)}, {"note": np.arange(3)}]
+    for extra in extras:
+        np.savez(path, **{**arrays, **extra})
         layout = npzio.graph_layout(path)
         plain = npzio.plain_graph(path)
         assert layout is not None and plain is not None
