@@ -269,14 +269,28 @@ def labels_from_tree(
         return np.full(n, -1, dtype=np.int64), np.zeros(n)
     if passes is None:
         return _labels_from_tree_numpy(linkage, min_cluster_size, method, epsilon)
+    _, aux, p_lam = _work_arrays(n)
+    segments = passes.condense_linkage(
+        np.ascontiguousarray(linkage, dtype=np.float64), min_cluster_size, aux, p_lam
+    )
+    return _select_and_label(passes, segments, aux, p_lam, method, epsilon)
+
+
+def _work_arrays(n: int) -> tuple[Array, Array, Array]:
+    """The compiled passes' per-point arrays: parents, pairs (link, segment), lambdas. Allocated
+    by NumPy, which asks the kernel for huge pages for large arrays (fewer TLB misses, fewer
+    page faults), not inside the compiled code."""
     ids = np.int32 if n < 2**31 - 1 else np.int64
-    p_seg, p_lam = np.empty(n, dtype=ids), np.empty(n)
-    root, seg_parent, seg_birth, seg_size, splits = passes.condense_linkage(
-        np.ascontiguousarray(linkage, dtype=np.float64), min_cluster_size, p_seg, p_lam
-    )
-    return passes.select_and_label(  # type: ignore[no-any-return]
-        root, seg_parent, seg_birth, seg_size, splits, p_seg, p_lam, method == "leaf", float(epsilon)
-    )
+    return np.empty(n, dtype=ids), np.empty(2 * n, dtype=ids), np.empty(n)
+
+
+def _select_and_label(
+    passes: Any, segments: tuple[Any, ...], aux: Array, p_lam: Array, method: str, epsilon: float
+) -> tuple[Array, Array]:
+    n = p_lam.shape[0]
+    labels, probabilities = np.empty(n, dtype=np.int64), np.empty(n)
+    passes.select_and_label(*segments, aux, p_lam, method == "leaf", float(epsilon), labels, probabilities)
+    return labels, probabilities
 
 
 def _labels_from_tree_numpy(
@@ -398,17 +412,12 @@ def labels_from_edges(
         v = np.ascontiguousarray(v, dtype=np.int64)
         w = np.ascontiguousarray(w, dtype=np.float64)
         _check_tree(n, u, v, w)
-        ids = np.int32 if n < 2**31 - 1 else np.int64
-        p_seg, p_lam = np.empty(n, dtype=ids), np.empty(n)
-        bad, root, _, seg_parent, seg_birth, seg_size, splits = passes.condense_edges(
-            n, u, v, w, min_cluster_size, np.empty(n, dtype=ids), np.empty(n, dtype=ids), p_seg, p_lam
-        )
+        parent, aux, p_lam = _work_arrays(n)
+        bad, *segments = passes.condense_edges(n, u, v, w, min_cluster_size, parent, aux, p_lam)
         if bad >= 0:  # an edge closed a cycle: n - 1 edges cannot span
             raise _not_a_tree(n, u, v)
         t1 = time.perf_counter()
-        labels, probabilities = passes.select_and_label(
-            root, seg_parent, seg_birth, seg_size, splits, p_seg, p_lam, method == "leaf", float(epsilon)
-        )
+        labels, probabilities = _select_and_label(passes, tuple(segments), aux, p_lam, method, epsilon)
     if timings is not None:
         timings["linkage_ms"] = (t1 - t0) * 1e3
         timings["selection_ms"] = (time.perf_counter() - t1) * 1e3

@@ -1,27 +1,36 @@
-"""HDBSCAN*'s host part compiled by Numba: from the sorted tree to labels in two passes.
+"""HDBSCAN*'s host part compiled by Numba: from the sorted tree to labels, no linkage matrix.
 
-Imported only where Numba is installed (``_hdbscan.compiled_labels``); the NumPy path of
+Imported only where Numba is installed (``_hdbscan._compiled_passes``); the NumPy path of
 ``_hdbscan`` (linkage matrix, vectorized condensed tree) is the reference it must equal bit
 for bit (``tests/gpu_core/test_hdbscan_compiled.py``).
 
-Pass 1, :func:`condense_edges`, runs the dendrogram's union-find over the edges in merge
-order and builds the condensed tree bottom-up on the way, without a linkage matrix:
+:func:`condense_edges` runs the dendrogram's union-find over the edges in merge order and
+builds the condensed tree bottom-up on the way:
 
-- a component smaller than ``min_cluster_size`` keeps its points on a circular list
-  (``nxt``; two lists join by swapping two entries). When it merges into a component of at
-  least that size, its points leave, at this merge's lambda, the cluster that component is in.
+- a component smaller than ``min_cluster_size`` keeps its points on a circular list (two
+  lists join by swapping two links). When it merges into a component of at least that size,
+  its points leave, at this merge's lambda, the cluster that component is in: an *event*
+  (list, segment, lambda), whose list is walked after the loop.
 - a *segment* is a chain of big merges that only absorb small components: one condensed
   cluster. It starts when two small components make a big one, and ends where it meets
   another big component (a split: both become child clusters of a new segment) or at the
   root (forced big, as scikit-learn processes the root whatever its size).
-- roots hold ``-size`` in ``parent`` (one array read per find step); a big root's segment
-  sits in ``nxt[root]``, which its list no longer needs.
 
-Pass 2, :func:`select_and_label`, numbers the clusters as the NumPy path does (the root
-first, then the children of the splits from the last split down, the child with the lower
-dendrogram id first), sums the stabilities in the same order as its ``np.bincount`` (cluster
-rows in label order, then the points in index order: float sums depend on the order),
-selects (excess of mass or leaves, then the epsilon merge) and labels the points.
+Memory, not arithmetic, sets the pace: point ids are in no useful order, so at 10^7 points
+nearly every access misses the cache. The finds read ``parent`` only (4 bytes a point, the
+densest array); a root's other data sits in one 8-byte pair of ``aux`` (its list link, or for
+a big root its latest merge; its segment, later the point's own); the finds of the merges
+``D`` and ``2 D`` steps ahead and their roots' pairs are prefetched; a single point that
+joins a big component leaves at once (its lines are in cache), longer lists are walked after
+the loop by ``WALKERS`` interleaved cursors, each prefetching its next point.
+
+:func:`cluster_tree` numbers the clusters as the NumPy path does (the root first, then the
+children of the splits from the last split down, the child with the lower dendrogram id
+first) and sums the stabilities in the same order as its ``np.bincount`` (cluster rows in
+label order, then the points in index order: float sums depend on the order);
+:func:`select_and_label` selects (excess of mass or leaves, then the epsilon merge) and
+labels the points. :func:`condense_linkage` is :func:`condense_edges` for a kept linkage
+matrix (the service's dendrogram), with the same outputs.
 """
 
 from __future__ import annotations
@@ -31,64 +40,118 @@ from typing import Any
 import numpy as np
 
 from ._hdbscan import _eom as _eom_python
-from ._numba import jit
+from ._numba import jit, prefetch
 
 _eom = jit(_eom_python)
+_prefetch = prefetch()
+
+D = 16  # prefetch distance of the finds, in merges
+WALKERS = 16  # interleaved list walks
+
+
+@jit
+def _find(parent: Any, x: int) -> int:  # pragma: no cover - runs compiled
+    """The root of ``x`` (``parent`` holds ``-size`` at a root), halving the path."""
+    while True:
+        p = parent[x]
+        if p < 0:
+            return x
+        g = parent[p]
+        if g < 0:
+            return p  # type: ignore[no-any-return]
+        parent[x] = g
+        x = g
+
+
+@jit
+def _walk(aux: Any, p_lam: Any, entry: Any, stop: Any, segment: Any, lam: Any, count: int) -> None:  # pragma: no cover
+    """Each event's points get its segment and lambda: the list from ``entry`` along the links
+    to ``stop`` (included); ``WALKERS`` lists at a time, in turn, so their misses overlap."""
+    cursor = np.full(WALKERS, -1, dtype=np.int64)
+    last = np.zeros(WALKERS, dtype=np.int64)
+    seg = np.zeros(WALKERS, dtype=np.int64)
+    value = np.zeros(WALKERS)
+    taken = 0
+    active = 0
+    for c in range(WALKERS):
+        if taken < count:
+            cursor[c] = entry[taken]
+            last[c] = stop[taken]
+            seg[c] = segment[taken]
+            value[c] = lam[taken]
+            taken += 1
+            active += 1
+    while active > 0:
+        for c in range(WALKERS):
+            p = cursor[c]
+            if p < 0:
+                continue
+            aux[2 * p + 1] = seg[c]
+            p_lam[p] = value[c]
+            if p != last[c]:
+                q = aux[2 * p]
+            elif taken < count:
+                q = entry[taken]
+                last[c] = stop[taken]
+                seg[c] = segment[taken]
+                value[c] = lam[taken]
+                taken += 1
+            else:
+                cursor[c] = -1
+                active -= 1
+                continue
+            cursor[c] = q
+            _prefetch(aux, 2 * q)
+            _prefetch(p_lam, q)
 
 
 @jit
 def condense_edges(  # pragma: no cover - runs compiled
-    n: int,
-    u: Any,
-    v: Any,
-    w: Any,
-    min_cluster_size: int,
-    parent: Any,
-    nxt: Any,
-    p_seg: Any,
-    p_lam: Any,
+    n: int, u: Any, v: Any, w: Any, min_cluster_size: int, parent: Any, aux: Any, p_lam: Any
 ) -> Any:
-    """Pass 1. ``parent``, ``nxt``, ``p_seg`` (int, ``n``) and ``p_lam`` (float64, ``n``) are
-    work and output arrays. Returns ``(bad_edge, root_segment, seg_top, seg_parent, seg_birth,
+    """Pass 1. ``parent`` (int, ``n``), ``aux`` (int, ``2 n``) and ``p_lam`` (float64, ``n``) are
+    work and output arrays: afterwards ``aux[2 p + 1]`` is point p's segment and ``p_lam[p]``
+    the lambda at which it leaves it. Returns ``(bad_edge, root_segment, seg_parent, seg_birth,
     seg_size, splits)`` with ``bad_edge`` -1, or the first edge that closes a cycle."""
     m = n - 1
     cap = 2 * (n // min_cluster_size) + 4  # fresh segments hold disjoint >= mcs points each
-    seg_top = np.empty(cap, dtype=np.int64)  # the segment's latest merge (its dendrogram node - n)
     seg_parent = np.zeros(cap, dtype=np.int64)
     seg_birth = np.zeros(cap)
     seg_size = np.zeros(cap, dtype=np.int64)
     splits = np.empty((cap // 2 + 1, 2), dtype=np.int64)  # (left, right) child segments
+    room = n // 2 + 2  # events of lists of 2 or more points
+    entry = np.empty(room, dtype=np.int64)
+    stop = np.empty(room, dtype=np.int64)
+    ev_segment = np.empty(room, dtype=np.int64)
+    ev_lam = np.empty(room)
+    events = 0
     nseg = 0
     nsplit = 0
     for x in range(n):
         parent[x] = -1
-        nxt[x] = x
+        aux[2 * x] = x
     root = 0
     for i in range(m):
-        a = u[i]
-        while True:  # find with path halving
-            pa = parent[a]
-            if pa < 0:
-                break
-            ga = parent[pa]
-            if ga < 0:
-                a = pa
-                break
-            parent[a] = ga
-            a = ga
-        b = v[i]
-        while True:
-            pb = parent[b]
-            if pb < 0:
-                break
-            gb = parent[pb]
-            if gb < 0:
-                b = pb
-                break
-            parent[b] = gb
-            b = gb
+        ahead = i + 2 * D
+        if ahead < m:
+            _prefetch(parent, u[ahead])
+            _prefetch(parent, v[ahead])
+        ahead = i + D
+        if ahead < m:  # those lines have arrived: fetch the parents' (most finds end there)
+            x = u[ahead]
+            p = parent[x]
+            r = p if p >= 0 else x
+            _prefetch(parent, r)
+            _prefetch(aux, 2 * r)
+            x = v[ahead]
+            p = parent[x]
+            r = p if p >= 0 else x
+            _prefetch(parent, r)
+            _prefetch(aux, 2 * r)
+        a = _find(parent, u[i])
+        b = _find(parent, v[i])
         if a == b:
-            return i, -1, seg_top, seg_parent, seg_birth, seg_size, splits[:0]
+            return i, -1, seg_parent, seg_birth, seg_size, splits[:0]
         sa = -parent[a]
         sb = -parent[b]
         d = w[i]
@@ -97,8 +160,8 @@ def condense_edges(  # pragma: no cover - runs compiled
             a, b = b, a
             sa, sb = sb, sa
         if sb >= min_cluster_size:  # both big: a split, two child clusters of a new segment
-            g1 = nxt[a]
-            g2 = nxt[b]
+            g1 = aux[2 * a + 1]
+            g2 = aux[2 * b + 1]
             g = nseg
             nseg += 1
             seg_parent[g1] = g
@@ -107,51 +170,59 @@ def condense_edges(  # pragma: no cover - runs compiled
             seg_birth[g2] = lam
             seg_size[g1] = sa
             seg_size[g2] = sb
-            if seg_top[g1] < seg_top[g2]:
+            if aux[2 * a] < aux[2 * b]:  # the lower dendrogram id (the earlier latest merge) first
                 splits[nsplit, 0] = g1
                 splits[nsplit, 1] = g2
             else:
                 splits[nsplit, 0] = g2
                 splits[nsplit, 1] = g1
             nsplit += 1
-            seg_top[g] = i
-            nxt[a] = g
+            aux[2 * a + 1] = g
         elif sa >= min_cluster_size:  # a big, b small: b's points leave a's cluster
-            g = nxt[a]
-            p = b
-            while True:
-                p_seg[p] = g
-                p_lam[p] = lam
-                p = nxt[p]
-                if p == b:
-                    break
-            seg_top[g] = i
+            g = aux[2 * a + 1]
+            if sb == 1:
+                aux[2 * b + 1] = g
+                p_lam[b] = lam
+            else:  # b's circular list, cut open before b
+                entry[events] = aux[2 * b]
+                stop[events] = b
+                ev_segment[events] = g
+                ev_lam[events] = lam
+                events += 1
         elif sa + sb >= min_cluster_size or i == m - 1:  # two small make a big one (or the root)
             g = nseg
             nseg += 1
-            for r in (a, b):
-                p = r
-                while True:
-                    p_seg[p] = g
-                    p_lam[p] = lam
-                    p = nxt[p]
-                    if p == r:
-                        break
-            seg_top[g] = i
-            nxt[a] = g
+            entry[events] = aux[2 * a]  # a stays the root: its list is walked later
+            stop[events] = a
+            ev_segment[events] = g
+            ev_lam[events] = lam
+            events += 1
+            if sb == 1:  # never a root again: done now
+                aux[2 * b + 1] = g
+                p_lam[b] = lam
+            else:
+                entry[events] = aux[2 * b]
+                stop[events] = b
+                ev_segment[events] = g
+                ev_lam[events] = lam
+                events += 1
+            aux[2 * a + 1] = g
         else:  # two small lists join
-            t = nxt[a]
-            nxt[a] = nxt[b]
-            nxt[b] = t
+            t = aux[2 * a]
+            aux[2 * a] = aux[2 * b]
+            aux[2 * b] = t
+        if sa + sb >= min_cluster_size or i == m - 1:
+            aux[2 * a] = i  # a big root's link field: its latest merge (its dendrogram id - n)
         parent[b] = a
         parent[a] = -(sa + sb)
         root = a
-    top, segment_parent, birth, size = seg_top[:nseg], seg_parent[:nseg], seg_birth[:nseg], seg_size[:nseg]
-    return -1, nxt[root], top, segment_parent, birth, size, splits[:nsplit]
+    root_segment = aux[2 * root + 1]
+    _walk(aux, p_lam, entry, stop, ev_segment, ev_lam, events)
+    return -1, root_segment, seg_parent[:nseg], seg_birth[:nseg], seg_size[:nseg], splits[:nsplit]
 
 
 @jit
-def condense_linkage(linkage: Any, min_cluster_size: int, p_seg: Any, p_lam: Any) -> Any:  # pragma: no cover
+def condense_linkage(linkage: Any, min_cluster_size: int, aux: Any, p_lam: Any) -> Any:  # pragma: no cover
     """Pass 1 from a linkage matrix (rows in merge order; its own column order decides which
     child of a split comes first). Returns :func:`condense_edges`'s tuple less ``bad_edge``."""
     m = linkage.shape[0]
@@ -161,13 +232,17 @@ def condense_linkage(linkage: Any, min_cluster_size: int, p_seg: Any, p_lam: Any
     seg_birth = np.zeros(cap)
     seg_size = np.zeros(cap, dtype=np.int64)
     splits = np.empty((cap // 2 + 1, 2), dtype=np.int64)
+    entry = np.empty(n, dtype=np.int64)
+    stop = np.empty(n, dtype=np.int64)
+    ev_segment = np.empty(n, dtype=np.int64)
+    ev_lam = np.empty(n)
+    events = 0
     nseg = 0
     nsplit = 0
-    # per merge: its segment if big, else one of its points (the entry to its circular list)
-    state = np.empty(m, dtype=p_seg.dtype)
-    nxt = np.empty(n, dtype=p_seg.dtype)
+    # per merge: its segment if big, else one of its points (on its circular list)
+    state = np.empty(m, dtype=np.int64)
     for x in range(n):
-        nxt[x] = x
+        aux[2 * x] = x
     for i in range(m):
         a = int(linkage[i, 0])
         b = int(linkage[i, 1])
@@ -194,32 +269,30 @@ def condense_linkage(linkage: Any, min_cluster_size: int, p_seg: Any, p_lam: Any
             state[i] = g
         elif big_a or big_b:
             g = ea if big_a else eb
-            r = eb if big_a else ea
-            p = r
-            while True:
-                p_seg[p] = g
-                p_lam[p] = lam
-                p = nxt[p]
-                if p == r:
-                    break
+            small = eb if big_a else ea
+            entry[events] = aux[2 * small]
+            stop[events] = small
+            ev_segment[events] = g
+            ev_lam[events] = lam
+            events += 1
             state[i] = g
         elif int(linkage[i, 3]) >= min_cluster_size or i == m - 1:
             g = nseg
             nseg += 1
-            for r in (ea, eb):
-                p = r
-                while True:
-                    p_seg[p] = g
-                    p_lam[p] = lam
-                    p = nxt[p]
-                    if p == r:
-                        break
+            entry[events] = aux[2 * ea]
+            stop[events] = ea
+            entry[events + 1] = aux[2 * eb]
+            stop[events + 1] = eb
+            ev_segment[events] = ev_segment[events + 1] = g
+            ev_lam[events] = ev_lam[events + 1] = lam
+            events += 2
             state[i] = g
         else:
-            t = nxt[ea]
-            nxt[ea] = nxt[eb]
-            nxt[eb] = t
+            t = aux[2 * ea]
+            aux[2 * ea] = aux[2 * eb]
+            aux[2 * eb] = t
             state[i] = ea
+    _walk(aux, p_lam, entry, stop, ev_segment, ev_lam, events)
     return state[m - 1], seg_parent[:nseg], seg_birth[:nseg], seg_size[:nseg], splits[:nsplit]
 
 
@@ -271,47 +344,56 @@ def _epsilon_merge(selected: Any, cl_parent: Any, birth: Any, epsilon: float) ->
     return out
 
 
+
 @jit
-def clusters(  # pragma: no cover - runs compiled
-    root_seg: int, seg_parent: Any, seg_birth: Any, seg_size: Any, splits: Any, p_seg: Any, p_lam: Any
+def cluster_tree(  # pragma: no cover - runs compiled
+    root_seg: int, seg_parent: Any, seg_birth: Any, seg_size: Any, splits: Any, aux: Any, p_lam: Any
 ) -> Any:
-    """The condensed tree over cluster indices (0: the root; children after parents) from pass 1:
-    ``(cl_parent, birth, cl_size, point_cluster, stability, deaths)``; the cluster rows are
-    ``(cl_parent[c], c, birth[c], cl_size[c])`` for ``c >= 1``, the point rows
-    ``(point_cluster[p], p, p_lam[p], 1)``, and ``deaths`` each cluster's largest row lambda."""
-    n = p_seg.shape[0]
+    """The condensed tree over cluster numbers (0: the root; children after parents):
+    ``(number, cl_parent, birth, cl_size, stability, deaths)``, ``number`` mapping segments to
+    clusters. Its cluster rows are ``(cl_parent[c], c, birth[c], cl_size[c])`` for ``c >= 1``,
+    its point rows ``(number[aux[2 p + 1]], p, p_lam[p], 1)``; ``deaths``: each cluster's
+    largest row lambda."""
+    n = p_lam.shape[0]
     size = seg_parent.shape[0]
-    number = np.empty(size, dtype=np.int64)  # segment -> cluster index, 0 the root
+    number = np.empty(size, dtype=np.int64)  # segment -> cluster number, 0 the root
+    segment_of = np.empty(size, dtype=np.int64)
     number[root_seg] = 0
+    segment_of[0] = root_seg
     k = 1
     for s in range(splits.shape[0] - 1, -1, -1):
-        number[splits[s, 0]] = k
-        number[splits[s, 1]] = k + 1
-        k += 2
+        for side in range(2):
+            number[splits[s, side]] = k
+            segment_of[k] = splits[s, side]
+            k += 1
+    # per segment (the points' random accesses hit one line): birth, stability, death
+    record = np.zeros((size, 3))
+    for g in range(size):
+        record[g, 0] = seg_birth[g]  # the root's stays 0
+    for c in range(1, size):  # cluster rows first, in number order, as np.bincount adds them
+        g = segment_of[c]
+        up = seg_parent[g]
+        record[up, 1] += (seg_birth[g] - record[up, 0]) * seg_size[g]
+        record[up, 2] = max(record[up, 2], seg_birth[g])
+    for p in range(n):  # then the points, in index order
+        g = aux[2 * p + 1]
+        lam = p_lam[p]
+        record[g, 1] += lam - record[g, 0]
+        record[g, 2] = max(record[g, 2], lam)
     cl_parent = np.zeros(size, dtype=np.int64)
     birth = np.zeros(size)
     cl_size = np.zeros(size, dtype=np.int64)
-    for g in range(size):
-        c = number[g]
+    stability = np.empty(size)
+    deaths = np.empty(size)
+    for c in range(size):
+        g = segment_of[c]
         if c != 0:
             cl_parent[c] = number[seg_parent[g]]
             birth[c] = seg_birth[g]
             cl_size[c] = seg_size[g]
-    # stabilities and each cluster's largest lambda, rows in the NumPy path's order
-    stability = np.zeros(size)
-    deaths = np.zeros(size)
-    for c in range(1, size):
-        up = cl_parent[c]
-        stability[up] += (birth[c] - birth[up]) * cl_size[c]
-        deaths[up] = max(deaths[up], birth[c])
-    point_cluster = np.empty(n, dtype=np.int64)
-    for p in range(n):
-        c = number[p_seg[p]]
-        point_cluster[p] = c
-        lam = p_lam[p]
-        stability[c] += lam - birth[c]
-        deaths[c] = max(deaths[c], lam)
-    return cl_parent, birth, cl_size, point_cluster, stability, deaths
+        stability[c] = record[g, 1]
+        deaths[c] = record[g, 2]
+    return number, cl_parent, birth, cl_size, stability, deaths
 
 
 @jit
@@ -321,16 +403,18 @@ def select_and_label(  # pragma: no cover - runs compiled
     seg_birth: Any,
     seg_size: Any,
     splits: Any,
-    p_seg: Any,
+    aux: Any,
     p_lam: Any,
     leaf: bool,
     epsilon: float,
-) -> Any:
-    """Pass 2: ``(labels, probabilities)`` from pass 1's segments and points."""
-    cl_parent, birth, _, point_cluster, stability, deaths = clusters(
-        root_seg, seg_parent, seg_birth, seg_size, splits, p_seg, p_lam
+    labels: Any,
+    probabilities: Any,
+) -> None:
+    """Pass 2: fills ``labels`` (int64) and ``probabilities`` (float64) from pass 1's output."""
+    number, cl_parent, birth, _, stability, deaths = cluster_tree(
+        root_seg, seg_parent, seg_birth, seg_size, splits, aux, p_lam
     )
-    n = p_seg.shape[0]
+    n = p_lam.shape[0]
     size = cl_parent.shape[0]
     if leaf:
         selected = np.ones(size, dtype=np.bool_)
@@ -352,16 +436,22 @@ def select_and_label(  # pragma: no cover - runs compiled
             count += 1
         else:
             anchor[c] = anchor[cl_parent[c]]
-    labels = np.empty(n, dtype=np.int64)
-    probabilities = np.zeros(n)
+    # per segment: the label of its points and the largest lambda of their selected cluster
+    record = np.empty((size, 2))
+    for g in range(size):
+        a = anchor[number[g]]
+        record[g, 0] = label_of[a]
+        record[g, 1] = deaths[a]
     for p in range(n):
-        a = anchor[point_cluster[p]]
-        labels[p] = label_of[a]
-        if a != 0:
+        g = aux[2 * p + 1]
+        label = np.int64(record[g, 0])
+        labels[p] = label
+        if label < 0:
+            probabilities[p] = 0.0
+        else:
             lam = p_lam[p]
-            top = deaths[a]
+            top = record[g, 1]
             if top == 0.0 or np.isinf(lam):
                 probabilities[p] = 1.0
             else:
                 probabilities[p] = min(lam, top) / top
-    return labels, probabilities

@@ -89,13 +89,12 @@ def compiled_condensed_tree(u, v, w, mcs: int) -> tuple[_hdbscan.CondensedTree, 
     """The compiled passes' condensed tree and stabilities, as the NumPy path's rows."""
     n = len(u) + 1
     passes = _hdbscan._compiled_passes()
-    p_seg, p_lam = np.empty(n, dtype=np.int32), np.empty(n)
-    work = (np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32))
-    bad, root, _, *segments = passes.condense_edges(n, u, v, w, mcs, *work, p_seg, p_lam)
+    parent, aux, p_lam = _hdbscan._work_arrays(n)
+    bad, *segments = passes.condense_edges(n, u, v, w, mcs, parent, aux, p_lam)
     assert bad == -1
-    cl_parent, birth, cl_size, point_cluster, stability, _ = passes.clusters(root, *segments, p_seg, p_lam)
+    number, cl_parent, birth, cl_size, stability, _ = passes.cluster_tree(*segments, aux, p_lam)
     tree = _hdbscan.CondensedTree(
-        parent=np.concatenate([cl_parent[1:], point_cluster]) + n,
+        parent=np.concatenate([cl_parent[1:], number[aux[1::2]]]) + n,
         child=np.concatenate([n + np.arange(1, cl_parent.size), np.arange(n)]),
         lam=np.concatenate([birth[1:], p_lam]),
         size=np.concatenate([cl_size[1:], np.ones(n, dtype=np.int64)]),
