@@ -64,7 +64,9 @@ def _find(parent: Any, x: int) -> int:  # pragma: no cover - runs compiled
 
 
 @jit
-def _walk(aux: Any, p_lam: Any, entry: Any, stop: Any, segment: Any, lam: Any, count: int) -> None:  # pragma: no cover
+def _walk(  # pragma: no cover - runs compiled
+    aux: Any, p_lam: Any, entry: Any, stop: Any, segment: Any, lam: Any, count: int
+) -> None:
     """Each event's points get its segment and lambda: the list from ``entry`` along the links
     to ``stop`` (included); ``WALKERS`` lists at a time, in turn, so their misses overlap."""
     cursor = np.full(WALKERS, -1, dtype=np.int64)
