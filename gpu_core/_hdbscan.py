@@ -270,10 +270,15 @@ def labels_from_tree(
     if passes is None:
         return _labels_from_tree_numpy(linkage, min_cluster_size, method, epsilon)
     _, aux, p_lam = _work_arrays(n)
-    segments = passes.condense_linkage(
-        np.ascontiguousarray(linkage, dtype=np.float64), min_cluster_size, aux, p_lam
-    )
+    segments = passes.condense_linkage(_plain(linkage, np.float64), min_cluster_size, aux, p_lam)
     return _select_and_label(passes, segments, aux, p_lam, method, epsilon)
+
+
+def _plain(array: Any, dtype: Any) -> Array:
+    """A C-contiguous, writable array of ``dtype``: the one kind the warm-up compiled for (Numba
+    compiles anew for another layout or a read-only array, on the request's time)."""
+    out = np.ascontiguousarray(array, dtype=dtype)
+    return out if out.flags.writeable else out.copy()
 
 
 def _work_arrays(n: int) -> tuple[Array, Array, Array]:
@@ -408,9 +413,7 @@ def labels_from_edges(
         t1 = time.perf_counter()
         labels, probabilities = _labels_from_tree_numpy(linkage, min_cluster_size, method, epsilon)
     else:
-        u = np.ascontiguousarray(u, dtype=np.int64)
-        v = np.ascontiguousarray(v, dtype=np.int64)
-        w = np.ascontiguousarray(w, dtype=np.float64)
+        u, v, w = _plain(u, np.int64), _plain(v, np.int64), _plain(w, np.float64)
         _check_tree(n, u, v, w)
         parent, aux, p_lam = _work_arrays(n)
         bad, *segments = passes.condense_edges(n, u, v, w, min_cluster_size, parent, aux, p_lam)

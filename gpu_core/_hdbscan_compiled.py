@@ -368,20 +368,22 @@ def cluster_tree(  # pragma: no cover - runs compiled
             number[splits[s, side]] = k
             segment_of[k] = splits[s, side]
             k += 1
-    # per segment (the points' random accesses hit one line): birth, stability, death
-    record = np.zeros((size, 3))
+    # per segment, 32 bytes (a point's random access hits one line): birth, stability, death
+    record = np.zeros(4 * size)
     for g in range(size):
-        record[g, 0] = seg_birth[g]  # the root's stays 0
+        record[4 * g] = seg_birth[g]  # the root's stays 0
     for c in range(1, size):  # cluster rows first, in number order, as np.bincount adds them
         g = segment_of[c]
-        up = seg_parent[g]
-        record[up, 1] += (seg_birth[g] - record[up, 0]) * seg_size[g]
-        record[up, 2] = max(record[up, 2], seg_birth[g])
+        up = 4 * seg_parent[g]
+        record[up + 1] += (seg_birth[g] - record[up]) * seg_size[g]
+        record[up + 2] = max(record[up + 2], seg_birth[g])
     for p in range(n):  # then the points, in index order
-        g = aux[2 * p + 1]
+        if p + D < n:
+            _prefetch(record, 4 * aux[2 * (p + D) + 1])
+        g = 4 * aux[2 * p + 1]
         lam = p_lam[p]
-        record[g, 1] += lam - record[g, 0]
-        record[g, 2] = max(record[g, 2], lam)
+        record[g + 1] += lam - record[g]
+        record[g + 2] = max(record[g + 2], lam)
     cl_parent = np.zeros(size, dtype=np.int64)
     birth = np.zeros(size)
     cl_size = np.zeros(size, dtype=np.int64)
@@ -393,8 +395,8 @@ def cluster_tree(  # pragma: no cover - runs compiled
             cl_parent[c] = number[seg_parent[g]]
             birth[c] = seg_birth[g]
             cl_size[c] = seg_size[g]
-        stability[c] = record[g, 1]
-        deaths[c] = record[g, 2]
+        stability[c] = record[4 * g + 1]
+        deaths[c] = record[4 * g + 2]
     return number, cl_parent, birth, cl_size, stability, deaths
 
 
@@ -439,20 +441,22 @@ def select_and_label(  # pragma: no cover - runs compiled
         else:
             anchor[c] = anchor[cl_parent[c]]
     # per segment: the label of its points and the largest lambda of their selected cluster
-    record = np.empty((size, 2))
+    record = np.empty(2 * size)
     for g in range(size):
         a = anchor[number[g]]
-        record[g, 0] = label_of[a]
-        record[g, 1] = deaths[a]
+        record[2 * g] = label_of[a]
+        record[2 * g + 1] = deaths[a]
     for p in range(n):
-        g = aux[2 * p + 1]
-        label = np.int64(record[g, 0])
+        if p + D < n:
+            _prefetch(record, 2 * aux[2 * (p + D) + 1])
+        g = 2 * aux[2 * p + 1]
+        label = np.int64(record[g])
         labels[p] = label
         if label < 0:
             probabilities[p] = 0.0
         else:
             lam = p_lam[p]
-            top = record[g, 1]
+            top = record[g + 1]
             if top == 0.0 or np.isinf(lam):
                 probabilities[p] = 1.0
             else:

@@ -38,14 +38,17 @@ def prefetch() -> Any:
     """``prefetch(array, i)`` inside compiled code: LLVM's ``llvm.prefetch`` of ``array[i]``'s
     cache line (a hint: it never faults, never blocks). The union-find of 10^7 points misses the
     cache on nearly every access; fetching the lines of merges a few steps ahead hides that."""
-    from llvmlite import binding, ir
+    import importlib
+
     from numba import types
-    from numba.core import cgutils
     from numba.extending import intrinsic
 
+    binding: Any = importlib.import_module("llvmlite.binding")  # untyped: Any, like numba's own
+    ir: Any = importlib.import_module("llvmlite.ir")
+    cgutils: Any = importlib.import_module("numba.core.cgutils")
     name = "llvm.prefetch.p0" if binding.llvm_version_info >= (15,) else "llvm.prefetch.p0i8"
 
-    @intrinsic  # type: ignore[misc]
+    @intrinsic
     def _prefetch(typingctx: Any, array: Any, index: Any) -> Any:
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             array_type = signature.args[0]
