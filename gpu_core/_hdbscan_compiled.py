@@ -18,10 +18,12 @@ builds the condensed tree bottom-up on the way:
 
 Memory, not arithmetic, sets the pace: point ids are in no useful order, so at 10^7 points
 nearly every access misses the cache. The finds read ``parent`` only (4 bytes a point, the
-densest array); a root's other data sits in one 8-byte pair of ``aux`` (its list link, or for
-a big root its latest merge; its segment, later the point's own); the finds of the merges
-``D`` and ``2 D`` steps ahead and their roots' pairs are prefetched; a single point that
-joins a big component leaves at once (its lines are in cache), longer lists are walked after
+densest array); everything else of a point is one 16-byte record (32 with 64-bit ids), seen
+as ints (``aux``: its list link, or for a big root its latest merge; its segment, a root's
+and later the point's own) and as floats (``p_lam``: the lambda at which it leaves), so a
+root's data, a point's leaving and a list step each cost one line. The finds of the merges
+``D`` and ``2 D`` steps ahead and their roots' records are prefetched; a single point that
+joins a big component leaves at once (its line is in cache); longer lists are walked after
 the loop by ``WALKERS`` interleaved cursors, each prefetching its next point.
 
 :func:`cluster_tree` numbers the clusters as the NumPy path does (the root first, then the
@@ -69,6 +71,8 @@ def _walk(  # pragma: no cover - runs compiled
 ) -> None:
     """Each event's points get its segment and lambda: the list from ``entry`` along the links
     to ``stop`` (included); ``WALKERS`` lists at a time, in turn, so their misses overlap."""
+    F = p_lam.shape[0] // (aux.shape[0] // 4)  # float64 slots per point record
+    L = F // 2  # the lambda's slot
     cursor = np.full(WALKERS, -1, dtype=np.int64)
     last = np.zeros(WALKERS, dtype=np.int64)
     seg = np.zeros(WALKERS, dtype=np.int64)
@@ -88,10 +92,10 @@ def _walk(  # pragma: no cover - runs compiled
             p = cursor[c]
             if p < 0:
                 continue
-            aux[2 * p + 1] = seg[c]
-            p_lam[p] = value[c]
+            aux[4 * p + 1] = seg[c]
+            p_lam[F * p + L] = value[c]
             if p != last[c]:
-                q = aux[2 * p]
+                q = aux[4 * p]
             elif taken < count:
                 q = entry[taken]
                 last[c] = stop[taken]
@@ -103,19 +107,21 @@ def _walk(  # pragma: no cover - runs compiled
                 active -= 1
                 continue
             cursor[c] = q
-            _prefetch(aux, 2 * q)
-            _prefetch(p_lam, q)
+            _prefetch(aux, 4 * q)
 
 
 @jit
 def condense_edges(  # pragma: no cover - runs compiled
     n: int, u: Any, v: Any, w: Any, min_cluster_size: int, parent: Any, aux: Any, p_lam: Any
 ) -> Any:
-    """Pass 1. ``parent`` (int, ``n``), ``aux`` (int, ``2 n``) and ``p_lam`` (float64, ``n``) are
-    work and output arrays: afterwards ``aux[2 p + 1]`` is point p's segment and ``p_lam[p]``
-    the lambda at which it leaves it. Returns ``(bad_edge, root_segment, seg_parent, seg_birth,
+    """Pass 1. ``parent`` (int, ``n``) and the point records (``aux`` and ``p_lam``, two views
+    of one buffer, see ``_hdbscan._work_arrays``) are work and output arrays: afterwards
+    ``aux[4 p + 1]`` is point p's segment and ``p_lam[F p + F / 2]`` the lambda at which it
+    leaves it. Returns ``(bad_edge, root_segment, seg_parent, seg_birth,
     seg_size, splits)`` with ``bad_edge`` -1, or the first edge that closes a cycle."""
     m = n - 1
+    F = p_lam.shape[0] // n  # float64 slots per point record
+    L = F // 2  # the lambda's slot
     cap = 2 * (n // min_cluster_size) + 4  # fresh segments hold disjoint >= mcs points each
     seg_parent = np.zeros(cap, dtype=np.int64)
     seg_birth = np.zeros(cap)
@@ -131,7 +137,7 @@ def condense_edges(  # pragma: no cover - runs compiled
     nsplit = 0
     for x in range(n):
         parent[x] = -1
-        aux[2 * x] = x
+        aux[4 * x] = x
     root = 0
     for i in range(m):
         ahead = i + 2 * D
@@ -144,12 +150,12 @@ def condense_edges(  # pragma: no cover - runs compiled
             p = parent[x]
             r = p if p >= 0 else x
             _prefetch(parent, r)
-            _prefetch(aux, 2 * r)
+            _prefetch(aux, 4 * r)
             x = v[ahead]
             p = parent[x]
             r = p if p >= 0 else x
             _prefetch(parent, r)
-            _prefetch(aux, 2 * r)
+            _prefetch(aux, 4 * r)
         a = _find(parent, u[i])
         b = _find(parent, v[i])
         if a == b:
@@ -162,8 +168,8 @@ def condense_edges(  # pragma: no cover - runs compiled
             a, b = b, a
             sa, sb = sb, sa
         if sb >= min_cluster_size:  # both big: a split, two child clusters of a new segment
-            g1 = aux[2 * a + 1]
-            g2 = aux[2 * b + 1]
+            g1 = aux[4 * a + 1]
+            g2 = aux[4 * b + 1]
             g = nseg
             nseg += 1
             seg_parent[g1] = g
@@ -172,21 +178,21 @@ def condense_edges(  # pragma: no cover - runs compiled
             seg_birth[g2] = lam
             seg_size[g1] = sa
             seg_size[g2] = sb
-            if aux[2 * a] < aux[2 * b]:  # the lower dendrogram id (the earlier latest merge) first
+            if aux[4 * a] < aux[4 * b]:  # the lower dendrogram id (the earlier latest merge) first
                 splits[nsplit, 0] = g1
                 splits[nsplit, 1] = g2
             else:
                 splits[nsplit, 0] = g2
                 splits[nsplit, 1] = g1
             nsplit += 1
-            aux[2 * a + 1] = g
+            aux[4 * a + 1] = g
         elif sa >= min_cluster_size:  # a big, b small: b's points leave a's cluster
-            g = aux[2 * a + 1]
+            g = aux[4 * a + 1]
             if sb == 1:
-                aux[2 * b + 1] = g
-                p_lam[b] = lam
+                aux[4 * b + 1] = g
+                p_lam[F * b + L] = lam
             else:  # b's circular list, cut open before b
-                entry[events] = aux[2 * b]
+                entry[events] = aux[4 * b]
                 stop[events] = b
                 ev_segment[events] = g
                 ev_lam[events] = lam
@@ -194,31 +200,31 @@ def condense_edges(  # pragma: no cover - runs compiled
         elif sa + sb >= min_cluster_size or i == m - 1:  # two small make a big one (or the root)
             g = nseg
             nseg += 1
-            entry[events] = aux[2 * a]  # a stays the root: its list is walked later
+            entry[events] = aux[4 * a]  # a stays the root: its list is walked later
             stop[events] = a
             ev_segment[events] = g
             ev_lam[events] = lam
             events += 1
             if sb == 1:  # never a root again: done now
-                aux[2 * b + 1] = g
-                p_lam[b] = lam
+                aux[4 * b + 1] = g
+                p_lam[F * b + L] = lam
             else:
-                entry[events] = aux[2 * b]
+                entry[events] = aux[4 * b]
                 stop[events] = b
                 ev_segment[events] = g
                 ev_lam[events] = lam
                 events += 1
-            aux[2 * a + 1] = g
+            aux[4 * a + 1] = g
         else:  # two small lists join
-            t = aux[2 * a]
-            aux[2 * a] = aux[2 * b]
-            aux[2 * b] = t
+            t = aux[4 * a]
+            aux[4 * a] = aux[4 * b]
+            aux[4 * b] = t
         if sa + sb >= min_cluster_size or i == m - 1:
-            aux[2 * a] = i  # a big root's link field: its latest merge (its dendrogram id - n)
+            aux[4 * a] = i  # a big root's link field: its latest merge (its dendrogram id - n)
         parent[b] = a
         parent[a] = -(sa + sb)
         root = a
-    root_segment = aux[2 * root + 1]
+    root_segment = aux[4 * root + 1]
     _walk(aux, p_lam, entry, stop, ev_segment, ev_lam, events)
     return -1, root_segment, seg_parent[:nseg], seg_birth[:nseg], seg_size[:nseg], splits[:nsplit]
 
@@ -244,7 +250,7 @@ def condense_linkage(linkage: Any, min_cluster_size: int, aux: Any, p_lam: Any) 
     # per merge: its segment if big, else one of its points (on its circular list)
     state = np.empty(m, dtype=np.int64)
     for x in range(n):
-        aux[2 * x] = x
+        aux[4 * x] = x
     for i in range(m):
         a = int(linkage[i, 0])
         b = int(linkage[i, 1])
@@ -272,7 +278,7 @@ def condense_linkage(linkage: Any, min_cluster_size: int, aux: Any, p_lam: Any) 
         elif big_a or big_b:
             g = ea if big_a else eb
             small = eb if big_a else ea
-            entry[events] = aux[2 * small]
+            entry[events] = aux[4 * small]
             stop[events] = small
             ev_segment[events] = g
             ev_lam[events] = lam
@@ -281,18 +287,18 @@ def condense_linkage(linkage: Any, min_cluster_size: int, aux: Any, p_lam: Any) 
         elif int(linkage[i, 3]) >= min_cluster_size or i == m - 1:
             g = nseg
             nseg += 1
-            entry[events] = aux[2 * ea]
+            entry[events] = aux[4 * ea]
             stop[events] = ea
-            entry[events + 1] = aux[2 * eb]
+            entry[events + 1] = aux[4 * eb]
             stop[events + 1] = eb
             ev_segment[events] = ev_segment[events + 1] = g
             ev_lam[events] = ev_lam[events + 1] = lam
             events += 2
             state[i] = g
         else:
-            t = aux[2 * ea]
-            aux[2 * ea] = aux[2 * eb]
-            aux[2 * eb] = t
+            t = aux[4 * ea]
+            aux[4 * ea] = aux[4 * eb]
+            aux[4 * eb] = t
             state[i] = ea
     _walk(aux, p_lam, entry, stop, ev_segment, ev_lam, events)
     return state[m - 1], seg_parent[:nseg], seg_birth[:nseg], seg_size[:nseg], splits[:nsplit]
@@ -354,9 +360,11 @@ def cluster_tree(  # pragma: no cover - runs compiled
     """The condensed tree over cluster numbers (0: the root; children after parents):
     ``(number, cl_parent, birth, cl_size, stability, deaths)``, ``number`` mapping segments to
     clusters. Its cluster rows are ``(cl_parent[c], c, birth[c], cl_size[c])`` for ``c >= 1``,
-    its point rows ``(number[aux[2 p + 1]], p, p_lam[p], 1)``; ``deaths``: each cluster's
+    its point rows ``(number[aux[4 p + 1]], p, lambda of p, 1)``; ``deaths``: each cluster's
     largest row lambda."""
-    n = p_lam.shape[0]
+    n = aux.shape[0] // 4
+    F = p_lam.shape[0] // n  # float64 slots per point record
+    L = F // 2  # the lambda's slot
     size = seg_parent.shape[0]
     number = np.empty(size, dtype=np.int64)  # segment -> cluster number, 0 the root
     segment_of = np.empty(size, dtype=np.int64)
@@ -379,9 +387,9 @@ def cluster_tree(  # pragma: no cover - runs compiled
         record[up + 2] = max(record[up + 2], seg_birth[g])
     for p in range(n):  # then the points, in index order
         if p + D < n:
-            _prefetch(record, 4 * aux[2 * (p + D) + 1])
-        g = 4 * aux[2 * p + 1]
-        lam = p_lam[p]
+            _prefetch(record, 4 * aux[4 * (p + D) + 1])
+        g = 4 * aux[4 * p + 1]
+        lam = p_lam[F * p + L]
         record[g + 1] += lam - record[g]
         record[g + 2] = max(record[g + 2], lam)
     cl_parent = np.zeros(size, dtype=np.int64)
@@ -418,7 +426,9 @@ def select_and_label(  # pragma: no cover - runs compiled
     number, cl_parent, birth, _, stability, deaths = cluster_tree(
         root_seg, seg_parent, seg_birth, seg_size, splits, aux, p_lam
     )
-    n = p_lam.shape[0]
+    n = aux.shape[0] // 4
+    F = p_lam.shape[0] // n  # float64 slots per point record
+    L = F // 2  # the lambda's slot
     size = cl_parent.shape[0]
     if leaf:
         selected = np.ones(size, dtype=np.bool_)
@@ -448,14 +458,14 @@ def select_and_label(  # pragma: no cover - runs compiled
         record[2 * g + 1] = deaths[a]
     for p in range(n):
         if p + D < n:
-            _prefetch(record, 2 * aux[2 * (p + D) + 1])
-        g = 2 * aux[2 * p + 1]
+            _prefetch(record, 2 * aux[4 * (p + D) + 1])
+        g = 2 * aux[4 * p + 1]
         label = np.int64(record[g])
         labels[p] = label
         if label < 0:
             probabilities[p] = 0.0
         else:
-            lam = p_lam[p]
+            lam = p_lam[F * p + L]
             top = record[g + 1]
             if top == 0.0 or np.isinf(lam):
                 probabilities[p] = 1.0

@@ -93,10 +93,11 @@ def compiled_condensed_tree(u, v, w, mcs: int) -> tuple[_hdbscan.CondensedTree, 
     bad, *segments = passes.condense_edges(n, u, v, w, mcs, parent, aux, p_lam)
     assert bad == -1
     number, cl_parent, birth, cl_size, stability, _ = passes.cluster_tree(*segments, aux, p_lam)
+    point_segment, point_lam = _hdbscan._point_fields(aux, p_lam)
     tree = _hdbscan.CondensedTree(
-        parent=np.concatenate([cl_parent[1:], number[aux[1::2]]]) + n,
+        parent=np.concatenate([cl_parent[1:], number[point_segment]]) + n,
         child=np.concatenate([n + np.arange(1, cl_parent.size), np.arange(n)]),
-        lam=np.concatenate([birth[1:], p_lam]),
+        lam=np.concatenate([birth[1:], point_lam]),
         size=np.concatenate([cl_size[1:], np.ones(n, dtype=np.int64)]),
         n=n,
     )
@@ -128,6 +129,23 @@ def test_compiled_equals_numpy_on_tiny_trees(n: int) -> None:
             for method in ("eom", "leaf"):
                 for eps in (0.0, float(w.max()), float(w.max()) * 2):
                     check_three_ways(u, v, w, mcs, method, eps)
+
+
+def test_64_bit_point_records_give_the_same_answer() -> None:
+    """Past 2^31 points the records hold 64-bit ids (32 bytes): the same passes, the same bits."""
+    passes = _hdbscan._compiled_passes()
+    rng = np.random.default_rng(9)
+    for kind in ("ties", "distinct", "chain"):
+        u, v, w = random_tree(rng, 2000, kind)
+        answers = []
+        for wide in (False, True):
+            parent, aux, p_lam = _hdbscan._work_arrays(2000, wide=wide)
+            assert aux.itemsize == (8 if wide else 4)
+            bad, *segments = passes.condense_edges(2000, u, v, w, 4, parent, aux, p_lam)
+            assert bad == -1
+            answers.append(_hdbscan._select_and_label(passes, tuple(segments), aux, p_lam, "eom", 0.0))
+        assert same_bits(answers[0][0], answers[1][0]) and same_bits(answers[0][1], answers[1][1])
+        assert answers[0][0].max() >= 1
 
 
 def test_epsilon_merge_changes_the_answer_and_still_agrees() -> None:
