@@ -41,10 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from ._hdbscan import _eom as _eom_python
 from ._numba import jit, prefetch
 
-_eom = jit(_eom_python)
 _prefetch = prefetch()
 
 D = 16  # prefetch distance of the finds, in merges
@@ -302,6 +300,28 @@ def condense_linkage(linkage: Any, min_cluster_size: int, aux: Any, p_lam: Any) 
             state[i] = ea
     _walk(aux, p_lam, entry, stop, ev_segment, ev_lam, events)
     return state[m - 1], seg_parent[:nseg], seg_birth[:nseg], seg_size[:nseg], splits[:nsplit]
+
+
+@jit
+def _eom(parent: Any, stability: Any) -> Any:  # pragma: no cover - runs compiled
+    """``_hdbscan._eom``, line for line. A copy, not an import: Numba's on-disk cache of a
+    function is invalidated only by a change of the function's own file, so a compiled caller
+    here would keep a stale compiled copy of a callee edited in another file."""
+    size = parent.shape[0]
+    stab = stability.copy()
+    sub = np.zeros(size)
+    chose = np.zeros(size, dtype=np.bool_)
+    for node in range(size - 1, 0, -1):  # never the root (allow_single_cluster=False)
+        if sub[node] > stab[node]:
+            stab[node] = sub[node]
+        else:
+            chose[node] = True
+        sub[parent[node]] += stab[node]
+    blocked = np.zeros(size, dtype=np.bool_)
+    for node in range(1, size):
+        up = parent[node]
+        blocked[node] = blocked[up] or chose[up]
+    return chose & ~blocked
 
 
 @jit

@@ -132,3 +132,5 @@ def test_compiled_and_python_excess_of_mass_agree() -> None:
     parent[1:] = (np.arange(1, size) - 1) // 2  # a binary tree, children after parents
     stability = rng.random(size) * rng.integers(1, 4, size)
     assert np.array_equal(compiled(parent, stability), _hdbscan._eom(parent, stability))
+    copy = _hdbscan._compiled_passes()._eom  # the compiled passes' own copy (see its docstring)
+    assert np.array_equal(copy(parent, stability), _hdbscan._eom(parent, stability))
