@@ -148,6 +148,20 @@ def test_64_bit_point_records_give_the_same_answer() -> None:
         assert answers[0][0].max() >= 1
 
 
+def test_kept_work_buffers_are_reused_and_change_no_answer() -> None:
+    """Calls reuse the last call's buffers (a smaller tree in a larger buffer, then a larger one
+    in a new buffer); leftovers of an earlier tree must not leak into an answer."""
+    rng = np.random.default_rng(12)
+    trees = [random_tree(rng, n, kind) for n, kind in ((3000, "ties"), (1200, "chain"), (2500, "distinct"))]
+    refs = [_hdbscan.labels_from_edges(len(u) + 1, u, v, w, 6, compiled=False) for u, v, w in trees]
+    buffers = []
+    for (u, v, w), ref in zip([*trees, trees[0]], [*refs, refs[0]], strict=True):
+        got = _hdbscan.labels_from_edges(len(u) + 1, u, v, w, 6, compiled=True)
+        assert same_bits(got[0], ref[0]) and same_bits(got[1], ref[1])
+        buffers.append(_hdbscan._kept[0][1].ctypes.data)
+    assert buffers[1] == buffers[2] == buffers[3]  # 1200 and 2500 points in the 3000-point buffer
+
+
 def test_epsilon_merge_changes_the_answer_and_still_agrees() -> None:
     """The epsilon walk is exercised, not skipped: it merges clusters of this set."""
     u, v, w = point_tree(0, 3000)  # blobs
