@@ -24,13 +24,17 @@ def available() -> bool:
 
 
 def jit(fn: Callable[..., Any]) -> Any:
-    """``numba.njit(cache=True, nogil=True)(fn)``; without a writable cache folder, uncached."""
+    """``numba.njit(cache=True, nogil=True)(fn)``; without a writable cache folder, uncached.
+
+    ``error_model="numpy"``: a division by zero gives IEEE's inf or nan instead of raising, so
+    no division carries a check; the passes guard their divisions themselves.
+    """
     import numba
 
     try:
-        return numba.njit(cache=True, nogil=True)(fn)
+        return numba.njit(cache=True, nogil=True, error_model="numpy")(fn)
     except RuntimeError:  # "no locator available": no writable cache folder anywhere
-        return numba.njit(nogil=True)(fn)
+        return numba.njit(nogil=True, error_model="numpy")(fn)
 
 
 @functools.cache
