@@ -272,9 +272,11 @@ def labels_from_tree(
         return np.full(n, -1, dtype=np.int64), np.zeros(n)
     if passes is None:
         return _labels_from_tree_numpy(linkage, min_cluster_size, method, epsilon)
+    linkage = _plain(linkage, np.float64)
+    outputs = _PrefaultedOutputs(n)
     with _reused_work_arrays(n) as (_, aux, p_lam):
-        segments = passes.condense_linkage(_plain(linkage, np.float64), min_cluster_size, aux, p_lam)
-        return _select_and_label(passes, segments, aux, p_lam, method, epsilon)
+        segments = passes.condense_linkage(linkage, min_cluster_size, aux, p_lam)
+        return _select_and_label(passes, segments, aux, p_lam, method, epsilon, outputs.result())
 
 
 def _plain(array: Any, dtype: Any) -> Array:
@@ -330,12 +332,40 @@ def _point_fields(aux: Array, p_lam: Array) -> tuple[Array, Array]:
 
 
 def _select_and_label(
-    passes: Any, segments: tuple[Any, ...], aux: Array, p_lam: Array, method: str, epsilon: float
+    passes: Any,
+    segments: tuple[Any, ...],
+    aux: Array,
+    p_lam: Array,
+    method: str,
+    epsilon: float,
+    outputs: tuple[Array, Array] | None = None,
 ) -> tuple[Array, Array]:
     n = aux.shape[0] // 4
-    labels, probabilities = np.empty(n, dtype=np.int64), np.empty(n)
+    labels, probabilities = outputs or (np.empty(n, dtype=np.int64), np.empty(n))
     passes.select_and_label(*segments, aux, p_lam, method == "leaf", float(epsilon), labels, probabilities)
     return labels, probabilities
+
+
+class _PrefaultedOutputs(threading.Thread):
+    """The labels and probabilities arrays, allocated and written once by a helper thread while
+    the (GIL-free) first pass runs: their page faults (16 bytes a point; about 0.3 s per 10^7
+    points on a 2-core VM, more where the memory was never touched) then cost no pass time."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(name="hdbscan-outputs", daemon=True)
+        self.n = n
+        self.arrays: tuple[Array, Array] | None = None
+        self.start()
+
+    def run(self) -> None:
+        labels, probabilities = np.empty(self.n, dtype=np.int64), np.empty(self.n)
+        labels.fill(-1)
+        probabilities.fill(0.0)
+        self.arrays = labels, probabilities
+
+    def result(self) -> tuple[Array, Array] | None:
+        self.join()
+        return self.arrays
 
 
 def _labels_from_tree_numpy(
@@ -455,12 +485,16 @@ def labels_from_edges(
     else:
         u, v, w = _plain(u, np.int64), _plain(v, np.int64), _plain(w, np.float64)
         _check_tree(n, u, v, w)
+        outputs = _PrefaultedOutputs(n)
         with _reused_work_arrays(n) as (parent, aux, p_lam):
             bad, *segments = passes.condense_edges(n, u, v, w, min_cluster_size, parent, aux, p_lam)
             if bad >= 0:  # an edge closed a cycle: n - 1 edges cannot span
+                outputs.join()
                 raise _not_a_tree(n, u, v)
             t1 = time.perf_counter()
-            labels, probabilities = _select_and_label(passes, tuple(segments), aux, p_lam, method, epsilon)
+            labels, probabilities = _select_and_label(
+                passes, tuple(segments), aux, p_lam, method, epsilon, outputs.result()
+            )
     if timings is not None:
         timings["linkage_ms"] = (t1 - t0) * 1e3
         timings["selection_ms"] = (time.perf_counter() - t1) * 1e3
