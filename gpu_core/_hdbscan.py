@@ -355,13 +355,20 @@ class _PrefaultedOutputs(threading.Thread):
         super().__init__(name="hdbscan-outputs", daemon=True)
         self.n = n
         self.arrays: tuple[Array, Array] | None = None
-        self.start()
+        if n >= 100_000:  # smaller: not worth a thread
+            self.start()
+        else:
+            self.run()
 
     def run(self) -> None:
         labels, probabilities = np.empty(self.n, dtype=np.int64), np.empty(self.n)
         labels.fill(-1)
         probabilities.fill(0.0)
         self.arrays = labels, probabilities
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.ident is not None:  # started
+            super().join(timeout)
 
     def result(self) -> tuple[Array, Array] | None:
         self.join()

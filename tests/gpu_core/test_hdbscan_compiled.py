@@ -162,6 +162,14 @@ def test_kept_work_buffers_are_reused_and_change_no_answer() -> None:
     assert buffers[1] == buffers[2] == buffers[3]  # 1200 and 2500 points in the 3000-point buffer
 
 
+def test_a_large_tree_with_outputs_written_ahead_by_a_thread() -> None:
+    """From 100,000 points a helper thread prepares the outputs while the first pass runs."""
+    u, v, w = random_tree(np.random.default_rng(13), 150_000, "ties")
+    check_three_ways(u, v, w, 5, "eom", 0.0)
+    labels, _ = check_three_ways(u, v, w, 8, "leaf", float(np.quantile(w, 0.3)))
+    assert labels.max() >= 10
+
+
 def test_epsilon_merge_changes_the_answer_and_still_agrees() -> None:
     """The epsilon walk is exercised, not skipped: it merges clusters of this set."""
     u, v, w = point_tree(0, 3000)  # blobs
