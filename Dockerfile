@@ -58,14 +58,17 @@ COPY docker/entrypoint.sh docker/healthcheck.py /app/docker/
 
 # The device: all GPUs the runtime grants (compose narrows it), compute for CUDA and utility for
 # nvidia-smi. The service: listen on all interfaces of the container, keep state in the volume,
-# and keep CuPy's compiled kernels there too so a restarted container warms up faster.
+# and keep CuPy's compiled kernels and Numba's compiled host passes (HDBSCAN*, single linkage) there
+# too, so a restarted container warms up faster (the package's own folder is not writable by the
+# service's user, so Numba could not cache next to it).
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     MST_HOST=0.0.0.0 \
     MST_PORT=8000 \
     MST_DATA_DIR=/data \
     MST_BACKEND=auto \
-    CUPY_CACHE_DIR=/data/.cupy/kernel_cache
+    CUPY_CACHE_DIR=/data/.cupy/kernel_cache \
+    NUMBA_CACHE_DIR=/data/.numba
 
 VOLUME ["/data"]
 EXPOSE 8000

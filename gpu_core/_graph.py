@@ -351,8 +351,12 @@ def warm_up(backend: Backend = "auto") -> str:
     CuPy compiles an elementwise or reduction kernel for each dtype it first meets: without
     this, the first upload of int32 ids took 3.6 s. Then every query of a resident graph runs
     once per weight dtype: minimum and maximum forests, a what-if, cluster labels, and weight
-    updates. Returns the backend that was warmed up.
+    updates. Where Numba is installed, also compiles (or loads from its cache) the host passes
+    of ``hdbscan`` and ``single_linkage``. Returns the backend that was warmed up.
     """
+    from ._hdbscan import warm_up_compiled  # here: _hdbscan imports this module
+
+    warm_up_compiled()
     chosen = resolve_backend(backend)
     src, dst, n = _warm_up_graph()
     weights = (np.arange(src.size) * 7919) % 101 - 50  # ties and negative weights

@@ -2,9 +2,11 @@
 
 The tree (the expensive part) comes from :func:`euclidean_mst` on either backend; the
 condensed tree, the cluster stabilities and the selection (excess of mass or leaves,
-optionally merged below ``cluster_selection_epsilon``) run here on the host. The walks
-over the dendrogram are vectorized with pointer jumping; only the selection, which
-visits the (few) condensed clusters, is a Python loop.
+optionally merged below ``cluster_selection_epsilon``) run here on the host: compiled by
+Numba where it is installed (``_hdbscan_compiled``: two sequential passes, no linkage
+matrix), else in NumPy (the linkage matrix, then walks over the dendrogram vectorized with
+pointer jumping; only the selection, which visits the (few) condensed clusters, is a Python
+loop). Both give the same bits; the NumPy path is the reference.
 
 Follows ``sklearn.cluster.HDBSCAN`` (``_tree.pyx``): clusters are numbered differently
 (the partition and the probabilities are the same).
@@ -12,14 +14,18 @@ Follows ``sklearn.cluster.HDBSCAN`` (``_tree.pyx``): clusters are numbered diffe
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
+from . import _numba
 from ._graph import Backend
-from ._linkage import linkage_from_sorted_edges
+from ._linkage import _check_tree, _not_a_tree, linkage_from_sorted_edges
 from ._points import (
     PointIndex,
     _build_index,
@@ -49,9 +55,7 @@ class HDBSCANResult:
 @functools.cache
 def _compiled_resolve() -> Any:
     """Numba-compiled resolution of upward pointers, or None where Numba is not installed."""
-    try:
-        import numba
-    except ImportError:
+    if not _numba.available():
         return None
 
     def resolve(ptr: Any) -> Any:  # pragma: no cover - runs compiled
@@ -60,10 +64,7 @@ def _compiled_resolve() -> Any:
             out[x] = out[out[x]]
         return out
 
-    try:
-        return numba.njit(cache=True, nogil=True)(resolve)
-    except RuntimeError:  # no writable cache folder next to the package
-        return numba.njit(nogil=True)(resolve)
+    return _numba.jit(resolve)
 
 
 def _resolve_up(ptr: Array) -> Array:
@@ -97,14 +98,7 @@ def _eom(parent: Array, stability: Array) -> Array:
 
 @functools.cache
 def _compiled_eom() -> Any:
-    try:
-        import numba
-    except ImportError:
-        return None
-    try:
-        return numba.njit(cache=True, nogil=True)(_eom)
-    except RuntimeError:
-        return numba.njit(nogil=True)(_eom)
+    return _numba.jit(_eom) if _numba.available() else None
 
 
 def _jump(ptr: Array) -> Array:
@@ -260,9 +254,130 @@ def _epsilon_search(
 
 
 def labels_from_tree(
-    linkage: Array, min_cluster_size: int, method: str = "eom", epsilon: float = 0.0
+    linkage: Array,
+    min_cluster_size: int,
+    method: str = "eom",
+    epsilon: float = 0.0,
+    *,
+    compiled: bool | None = None,
 ) -> tuple[Array, Array]:
-    """Labels and probabilities of HDBSCAN*'s flat clustering of a single-linkage hierarchy."""
+    """Labels and probabilities of HDBSCAN*'s flat clustering of a single-linkage hierarchy.
+
+    ``compiled`` as for :func:`labels_from_edges` (None: compiled for more than
+    :data:`COMPILED_FROM` points where Numba is installed).
+    """
+    n = linkage.shape[0] + 1
+    passes = _passes(compiled, n)
+    if n < 2:  # one point: noise
+        return np.full(n, -1, dtype=np.int64), np.zeros(n)
+    if passes is None:
+        return _labels_from_tree_numpy(linkage, min_cluster_size, method, epsilon)
+    linkage = _plain(linkage, np.float64)
+    outputs = _PrefaultedOutputs(n)
+    with _reused_work_arrays(n) as (_, aux, p_lam):
+        segments = passes.condense_linkage(linkage, min_cluster_size, aux, p_lam)
+        return _select_and_label(passes, segments, aux, p_lam, method, epsilon, outputs.result())
+
+
+def _plain(array: Any, dtype: Any) -> Array:
+    """A C-contiguous, writable array of ``dtype``: the one kind the warm-up compiled for (Numba
+    compiles anew for another layout or a read-only array, on the request's time)."""
+    out = np.ascontiguousarray(array, dtype=dtype)
+    return out if out.flags.writeable else out.copy()
+
+
+def _work_arrays(n: int, wide: bool | None = None) -> tuple[Array, Array, Array]:
+    """The compiled passes' per-point arrays: parents, and the points' records as ints (4 per
+    point: link, segment, two unused) and as float64 (the lambda, after the ints' first 8 bytes):
+    two views of one buffer, so a record is one cache line. Allocated by NumPy, which asks the
+    kernel for huge pages for large arrays (fewer TLB misses and page faults)."""
+    if wide is None:
+        wide = n >= 2**31 - 1
+    ids, slots = (np.int64, 4) if wide else (np.int32, 2)
+    records = np.empty(slots * n)
+    return np.empty(n, dtype=ids), records.view(ids), records
+
+
+_kept_lock = threading.Lock()
+_kept: list[tuple[Array, Array]] = []  # the last call's parents and records (float64), for reuse
+
+
+@contextlib.contextmanager
+def _reused_work_arrays(n: int) -> Iterator[tuple[Array, Array, Array]]:
+    """:func:`_work_arrays`, reusing the last call's buffers where they are large enough: a new
+    20 bytes per point costs page faults (about 0.3 s per 10^7 points on a 2-core VM). Holds
+    them after the call (the largest so far); a second thread meanwhile gets its own."""
+    if not _kept_lock.acquire(blocking=False):
+        yield _work_arrays(n)
+        return
+    try:
+        wide = n >= 2**31 - 1
+        fits = bool(_kept) and _kept[0][0].shape[0] >= n and (_kept[0][0].dtype == np.int64) == wide
+        if not fits:
+            _kept.clear()  # free the old ones first
+            parent, _, records = _work_arrays(n)
+            _kept.append((parent, records))
+        parent, records = _kept[0]
+        slots = records.shape[0] // parent.shape[0]
+        head = records[: slots * n]
+        yield parent[:n], head.view(parent.dtype), head
+    finally:
+        _kept_lock.release()
+
+
+def _point_fields(aux: Array, p_lam: Array) -> tuple[Array, Array]:
+    """Each point's segment and lambda, from the records of :func:`_work_arrays`."""
+    slots = p_lam.shape[0] * 4 // aux.shape[0]
+    return aux[1::4], p_lam[slots // 2 :: slots]
+
+
+def _select_and_label(
+    passes: Any,
+    segments: tuple[Any, ...],
+    aux: Array,
+    p_lam: Array,
+    method: str,
+    epsilon: float,
+    outputs: tuple[Array, Array] | None = None,
+) -> tuple[Array, Array]:
+    n = aux.shape[0] // 4
+    labels, probabilities = outputs or (np.empty(n, dtype=np.int64), np.empty(n))
+    passes.select_and_label(*segments, aux, p_lam, method == "leaf", float(epsilon), labels, probabilities)
+    return labels, probabilities
+
+
+class _PrefaultedOutputs(threading.Thread):
+    """The labels and probabilities arrays, allocated and written once by a helper thread while
+    the (GIL-free) first pass runs: their page faults (16 bytes a point; about 0.3 s per 10^7
+    points on a 2-core VM, more where the memory was never touched) then cost no pass time."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(name="hdbscan-outputs", daemon=True)
+        self.n = n
+        self.arrays: tuple[Array, Array] | None = None
+        if n >= 100_000:  # smaller: not worth a thread
+            self.start()
+        else:
+            self.run()
+
+    def run(self) -> None:
+        labels, probabilities = np.empty(self.n, dtype=np.int64), np.empty(self.n)
+        labels.fill(-1)
+        probabilities.fill(0.0)
+        self.arrays = labels, probabilities
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.ident is not None:  # started
+            super().join(timeout)
+
+    def result(self) -> tuple[Array, Array] | None:
+        self.join()
+        return self.arrays
+
+
+def _labels_from_tree_numpy(
+    linkage: Array, min_cluster_size: int, method: str, epsilon: float
+) -> tuple[Array, Array]:
     tree = condense(linkage, min_cluster_size)
     n = tree.n
     selected = _select(tree, method, epsilon)
@@ -295,6 +410,101 @@ def labels_from_tree(
         ratio = np.minimum(lam, max_lam) / max_lam
     prob = np.where((max_lam == 0.0) | np.isinf(lam), 1.0, ratio)
     probabilities[points[in_cluster]] = prob[in_cluster]
+    return labels, probabilities
+
+
+COMPILED_FROM = 1_000
+"""Trees of more points take the compiled path where Numba is installed (smaller ones: not
+worth loading it outside a warmed-up worker)."""
+
+
+@functools.cache
+def _compiled_passes() -> Any:
+    """The module of compiled passes, or None where Numba is not installed."""
+    if not _numba.available():
+        return None
+    from . import _hdbscan_compiled
+
+    return _hdbscan_compiled
+
+
+def _passes(compiled: bool | None, n: int) -> Any:
+    """The compiled passes' module if they are to run (see :func:`labels_from_edges`), else None."""
+    if compiled is False or (compiled is None and n <= COMPILED_FROM):
+        return None
+    passes = _compiled_passes()
+    if compiled is True and passes is None:
+        raise RuntimeError("the compiled HDBSCAN* passes need Numba (pip install 'mst-service[fast]')")
+    return passes
+
+
+def warm_up_compiled() -> bool:
+    """Compile (or load from Numba's on-disk cache) every compiled host pass a request can run:
+    HDBSCAN*'s passes from edges and from a linkage matrix (excess of mass, leaves, epsilon) and
+    the dendrogram's union-find. Called by :func:`gpu_core.warm_up`; False where Numba is absent."""
+    if _compiled_passes() is None:
+        return False
+    rng = np.random.default_rng(0)
+    n = COMPILED_FROM + 1  # the union-find of linkage_from_sorted_edges compiles above that
+    u = rng.permutation(n)
+    v = u[rng.integers(0, np.arange(1, n))]  # vertex u[i + 1] under an earlier one: a tree
+    w = np.sort(rng.integers(0, 50, n - 1).astype(np.float64))  # ties and zeros
+    linkage = linkage_from_sorted_edges(n, u[1:], v, w)
+    for method, epsilon in (("eom", 0.0), ("leaf", 0.0), ("eom", 10.0), ("leaf", 10.0)):
+        labels_from_edges(n, u[1:], v, w, 3, method, epsilon, compiled=True)
+        labels_from_tree(linkage, 3, method, epsilon, compiled=True)
+    return True
+
+
+def labels_from_edges(
+    n: int,
+    u: Any,
+    v: Any,
+    w: Any,
+    min_cluster_size: int,
+    method: str = "eom",
+    epsilon: float = 0.0,
+    *,
+    compiled: bool | None = None,
+    timings: dict[str, float] | None = None,
+) -> tuple[Array, Array]:
+    """Labels and probabilities of HDBSCAN*'s flat clustering of a spanning tree in merge order.
+
+    ``compiled``: None picks the compiled passes for trees of more than :data:`COMPILED_FROM`
+    points where Numba is installed; True insists on them (an error without Numba); False takes
+    the NumPy path (linkage matrix, then :func:`labels_from_tree`). Both give the same bits.
+    ``timings`` gets ``linkage_ms`` (the dendrogram: the union-find, with the condensed tree on
+    the compiled path) and ``selection_ms`` (the rest). Raises like
+    :func:`linkage_from_sorted_edges` unless the edges form one tree.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    passes = _passes(compiled, n)
+    if n < 2:  # one point (or none): noise, after the checks of the (empty) tree
+        linkage_from_sorted_edges(n, u, v, w)
+        t1 = time.perf_counter()
+        labels, probabilities = np.full(max(n, 0), -1, dtype=np.int64), np.zeros(max(n, 0))
+    elif passes is None:
+        linkage = linkage_from_sorted_edges(n, u, v, w)
+        t1 = time.perf_counter()
+        labels, probabilities = _labels_from_tree_numpy(linkage, min_cluster_size, method, epsilon)
+    else:
+        u, v, w = _plain(u, np.int64), _plain(v, np.int64), _plain(w, np.float64)
+        _check_tree(n, u, v, w)
+        outputs = _PrefaultedOutputs(n)
+        with _reused_work_arrays(n) as (parent, aux, p_lam):
+            bad, *segments = passes.condense_edges(n, u, v, w, min_cluster_size, parent, aux, p_lam)
+            if bad >= 0:  # an edge closed a cycle: n - 1 edges cannot span
+                outputs.join()
+                raise _not_a_tree(n, u, v)
+            t1 = time.perf_counter()
+            labels, probabilities = _select_and_label(
+                passes, tuple(segments), aux, p_lam, method, epsilon, outputs.result()
+            )
+    if timings is not None:
+        timings["linkage_ms"] = (t1 - t0) * 1e3
+        timings["selection_ms"] = (time.perf_counter() - t1) * 1e3
     return labels, probabilities
 
 
@@ -355,13 +565,9 @@ def hdbscan(
         labels, probabilities = np.full(1, -1, dtype=np.int64), np.zeros(1)
     else:
         src, dst, weights = (_to_host(a) for a in (tree.src, tree.dst, tree.weights))
-        linkage = linkage_from_sorted_edges(n, src, dst, weights)
-        t1 = time.perf_counter()
-        timings["linkage_ms"] = (t1 - t0) * 1e3
-        labels, probabilities = labels_from_tree(
-            linkage, int(min_cluster_size), cluster_selection_method, eps
+        labels, probabilities = labels_from_edges(
+            n, src, dst, weights, int(min_cluster_size), cluster_selection_method, eps, timings=timings
         )
-        timings["selection_ms"] = (time.perf_counter() - t1) * 1e3
     return HDBSCANResult(
         labels=labels,
         probabilities=probabilities,

@@ -41,15 +41,18 @@ def _hierarchy(z: np.ndarray) -> np.ndarray:
     return h
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "numba"])
 @pytest.mark.parametrize("ps", SETS, ids=lambda p: p.name)
 @pytest.mark.parametrize(("mcs", "ms", "method", "eps"), [*PARAMS, (15, 2, "eom", 0.3)])
-def test_selection_equals_sklearn_on_the_same_tree(ps, mcs, ms, method, eps) -> None:
+def test_selection_equals_sklearn_on_the_same_tree(ps, mcs, ms, method, eps, compiled) -> None:
+    if compiled:
+        pytest.importorskip("numba")
     z = gpu_core.single_linkage(gpu_core.euclidean_mst(ps.points, min_samples=ms, backend="cpu"))
     try:
         ref_labels, ref_prob = tree_to_labels(_hierarchy(z), mcs, method, False, eps, None)
     except TypeError:  # scikit-learn's epsilon walk fails under NumPy 2 on some trees
         pytest.skip("scikit-learn's own epsilon search fails on this tree")
-    labels, prob = labels_from_tree(z, mcs, method, eps)
+    labels, prob = labels_from_tree(z, mcs, method, eps, compiled=compiled)
     assert np.array_equal(labels == -1, ref_labels == -1)
     assert adjusted_rand_score(ref_labels, labels) == 1.0
     assert np.array_equal(prob, ref_prob)
@@ -129,3 +132,5 @@ def test_compiled_and_python_excess_of_mass_agree() -> None:
     parent[1:] = (np.arange(1, size) - 1) // 2  # a binary tree, children after parents
     stability = rng.random(size) * rng.integers(1, 4, size)
     assert np.array_equal(compiled(parent, stability), _hdbscan._eom(parent, stability))
+    copy = _hdbscan._compiled_passes()._eom  # the compiled passes' own copy (see its docstring)
+    assert np.array_equal(copy(parent, stability), _hdbscan._eom(parent, stability))
