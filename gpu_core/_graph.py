@@ -341,7 +341,7 @@ def _warm_up_graph() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]:
     return edges[:, 0], edges[:, 1], n
 
 
-def warm_up(backend: Backend = "auto") -> str:
+def warm_up(backend: Backend = "auto", *, host_passes: bool = True) -> str:
     """Compile every kernel a request can need, so no request pays for compilation.
 
     Builds, prepares and computes a small graph for every vertex-id dtype of :data:`ID_DTYPES`
@@ -351,12 +351,15 @@ def warm_up(backend: Backend = "auto") -> str:
     CuPy compiles an elementwise or reduction kernel for each dtype it first meets: without
     this, the first upload of int32 ids took 3.6 s. Then every query of a resident graph runs
     once per weight dtype: minimum and maximum forests, a what-if, cluster labels, and weight
-    updates. Where Numba is installed, also compiles (or loads from its cache) the host passes
-    of ``hdbscan`` and ``single_linkage``. Returns the backend that was warmed up.
+    updates. Where Numba is installed and ``host_passes``, also compiles (or loads from its
+    cache: about 1 s) the host passes of ``hdbscan`` and ``single_linkage``
+    (:func:`gpu_core._hdbscan.warm_up_compiled`; the service's workers do that when their first
+    point set arrives). Returns the backend that was warmed up.
     """
-    from ._hdbscan import warm_up_compiled  # here: _hdbscan imports this module
+    if host_passes:
+        from ._hdbscan import warm_up_compiled  # here: _hdbscan imports this module
 
-    warm_up_compiled()
+        warm_up_compiled()
     chosen = resolve_backend(backend)
     src, dst, n = _warm_up_graph()
     weights = (np.arange(src.size) * 7919) % 101 - 50  # ties and negative weights

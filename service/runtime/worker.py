@@ -349,6 +349,8 @@ class _Worker:
         self.points: dict[str, ResidentPoints] = {}
         self.backend: Literal["gpu", "cpu"] = "cpu"
         self.tmp_dir = Path(config.tmp_dir)
+        #: whether the compiled HDBSCAN* / single-linkage host passes are loaded (first point set)
+        self._host_passes_ready = False
         self._handlers: dict[str, Callable[..., dict[str, Any] | Reply]] = {
             LOAD: self.load,
             MST: self.mst,
@@ -366,7 +368,8 @@ class _Worker:
         import gpu_core  # first import of the engine (and CuPy) happens here, in the child
 
         started = time.perf_counter()
-        backend = gpu_core.warm_up(self.config.backend)  # type: ignore[arg-type]
+        # the point sets' compiled host passes (~1 s from Numba's cache) wait for the first point set
+        backend = gpu_core.warm_up(self.config.backend, host_passes=False)  # type: ignore[arg-type]
         self.backend = cast(Literal["gpu", "cpu"], backend)
         probe = self._probe()
         free, total = self._memory()
@@ -714,8 +717,13 @@ class _Worker:
     def _load_points(self, points_id: str, path: str, fmt: str, canonical: str | None) -> dict[str, Any]:
         import numpy as np
 
+        from gpu_core._hdbscan import warm_up_compiled
+
         from .point_sets import ResidentPoints, read_points
 
+        if not self._host_passes_ready:  # once per worker: no clustering request compiles
+            self._host_passes_ready = True
+            warm_up_compiled()
         config = self.config
         raw = read_points(path, fmt, config.max_inflated_bytes or 2**63, config.max_compression_ratio or 1e18)
         resident = ResidentPoints(raw, self.backend)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -201,9 +202,14 @@ def test_hdbscan_takes_the_compiled_path_and_agrees(monkeypatch: pytest.MonkeyPa
     points = blobs(5, 2500, 2, centers=8, spread=0.2).points
     assert points.shape[0] > _hdbscan.COMPILED_FROM
     passes = _hdbscan._compiled_passes()
-    calls = []
+    calls: list[int] = []
     original = passes.condense_edges
-    monkeypatch.setattr(passes, "condense_edges", lambda *a: calls.append(a[0]) or original(*a))
+
+    def counted(*args: Any) -> Any:
+        calls.append(args[0])
+        return original(*args)
+
+    monkeypatch.setattr(passes, "condense_edges", counted)
     ours = gpu_core.hdbscan(points, min_cluster_size=10, min_samples=4, backend="cpu")
     assert calls == [2500]
     tree = gpu_core.euclidean_mst(points, min_samples=4, backend="cpu")
