@@ -17,8 +17,6 @@ from typing import Any
 
 from starlette.responses import Response
 
-from gpu_core.formats import EdgeArrays
-
 from ..errors import ServiceUnavailableError
 from ..metrics import Metrics
 from ..runtime.rpc import Handler
@@ -59,9 +57,9 @@ def runtime_calls(services_now: Callable[[], Services | None], metrics: Metrics)
         services().jobs.admit(owner)
 
     async def one_shot(
-        path: str | EdgeArrays | GraphLayout, fmt: str, size: int, owner: str
+        path: str | GraphLayout, fmt: str, size: int, owner: str
     ) -> tuple[dict[str, Any], str | dict[str, Any]]:
-        """``path``: the upload's spool file, or its edges the front parsed or located (format
+        """``path``: the upload's spool file, or where the front found its arrays in it (format
         ``PARSED``). Answers the summary and the forest's arrays, or the path of its file."""
         source = Path(path) if isinstance(path, str) else path
         summary, result = await services().jobs.one_shot(source, fmt, size, owner)

@@ -39,8 +39,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gpu_core.formats import EdgeArrays
-
 from ..errors import (
     GraphNotFoundError,
     JobNotCancellableError,
@@ -178,8 +176,8 @@ class OneShotTask(_WorkerRequest):
     batched: ClassVar[bool] = True
 
     task_id: str
-    #: the upload's spool file, or its edges already parsed or located (format ``worker.PARSED``)
-    path: str | EdgeArrays | GraphLayout
+    #: the upload's spool file, or where a front found its arrays in it (format ``worker.PARSED``)
+    path: str | GraphLayout
     fmt: str
     result_path: str
     done: asyncio.Future[Any] = field(default_factory=_future)
@@ -737,7 +735,7 @@ class Jobs:
             del self._active[owner]
 
     async def one_shot(
-        self, path: Path | EdgeArrays | GraphLayout, fmt: str, estimate: int, owner: str
+        self, path: Path | GraphLayout, fmt: str, estimate: int, owner: str
     ) -> tuple[dict[str, Any], Path | dict[str, Any]]:
         """Compute the forest of an uploaded file (or of its edges, parsed by a front: format
         ``worker.PARSED``) without storing anything; (summary, the result: its arrays ``edge_ids``
@@ -751,7 +749,7 @@ class Jobs:
             self._release(owner)
 
     async def _one_shot(
-        self, path: Path | EdgeArrays | GraphLayout, fmt: str, estimate: int
+        self, path: Path | GraphLayout, fmt: str, estimate: int
     ) -> tuple[dict[str, Any], Path | dict[str, Any]]:
         handle = self._supervisor.place(estimate)
         result = self._store.tmp_path(".npz")

@@ -429,7 +429,7 @@ class WorkerHandle:
         if process is None:
             return
         if self.state in ("reloading", "ready") and self._conn is not None:
-            self._unsent += _framed((worker_module.STOP, 0))  # after any request half written
+            self._unsent += worker_module.framed((worker_module.STOP, 0))  # after any request half written
             self._flush()
         await asyncio.to_thread(process.join, timeout)
         if process.is_alive():
@@ -475,7 +475,7 @@ class WorkerHandle:
         if conn is None or conn.closed:
             return
         while self._outbox and self._in_flight < MAX_IN_FLIGHT:
-            self._unsent += _framed(self._outbox.popleft())
+            self._unsent += worker_module.framed(self._outbox.popleft())
             self._in_flight += 1
         fd = conn.fileno()
         while self._unsent:
@@ -731,7 +731,6 @@ class WorkerHandle:
         }
 
 
-_framed = worker_module.framed
 #: bytes read from a worker's pipe at once
 _READ_SIZE = 1 << 20
 

@@ -99,7 +99,7 @@ LOAD = "load"
 MST = "mst"
 WEIGHTS = "weights"
 ONESHOT = "oneshot"
-#: the format of a one-shot whose edges come parsed (an EdgeArrays or a GraphLayout instead of a path)
+#: the format of a one-shot a front parsed (a GraphLayout, where its arrays lie, instead of a path)
 PARSED = "arrays"
 #: the key of a one-shot reply's forest arrays (``edge_ids``, ``weights``) sent in the reply itself
 INLINE = "arrays"
@@ -565,17 +565,14 @@ class _Worker:
             return _portable(exc)
         return None
 
-    def _parse(self, path: str | EdgeArrays | npzio.GraphLayout, fmt: str) -> Any:
+    def _parse(self, path: str | npzio.GraphLayout, fmt: str) -> Any:
         """The edge arrays of a spool file: a plain npz is read (mapped when large), the rest is parsed.
 
-        ``fmt`` ``"arrays"``: ``path`` holds the edges already, or where they lie in the upload (a
-        one-shot a front parsed, see :data:`PARSED`); the limits and the engine's checks still
-        apply to them here.
+        ``fmt`` ``"arrays"``: ``path`` says where the edges lie in the upload (a one-shot a front
+        parsed, see :data:`PARSED`); the limits and the engine's checks still apply to them here.
         """
         import gpu_core
 
-        if isinstance(path, EdgeArrays):  # fmt PARSED
-            return path
         if isinstance(path, npzio.GraphLayout):  # fmt PARSED: the front found and checked the arrays
             return npzio.map_layout(path)
         if fmt == "npz":
@@ -591,7 +588,7 @@ class _Worker:
 
     def _read(
         self,
-        path: str | EdgeArrays | npzio.GraphLayout,
+        path: str | npzio.GraphLayout,
         fmt: str,
         num_vertices: int | None,
         steps: Steps | None = None,
@@ -612,7 +609,7 @@ class _Worker:
         return edges, graph
 
     def _checked_edges(
-        self, path: str | EdgeArrays | npzio.GraphLayout, fmt: str, num_vertices: int | None
+        self, path: str | npzio.GraphLayout, fmt: str, num_vertices: int | None
     ) -> tuple[Any, int | None]:
         """A spool file's edge arrays and vertex count, within the service's limits (not yet the
         engine's validation)."""
@@ -824,7 +821,7 @@ class _Worker:
             raise
 
     def oneshot(
-        self, path: str | EdgeArrays | npzio.GraphLayout, fmt: str, num_vertices: int | None, result_path: str
+        self, path: str | npzio.GraphLayout, fmt: str, num_vertices: int | None, result_path: str
     ) -> dict[str, Any]:
         edges, graph = self._read(path, fmt, num_vertices)
         del edges
