@@ -52,27 +52,6 @@ class HDBSCANResult:
     timings_ms: dict[str, float]
 
 
-@functools.cache
-def _compiled_resolve() -> Any:
-    """Numba-compiled resolution of upward pointers, or None where Numba is not installed."""
-    if not _numba.available():
-        return None
-
-    def resolve(ptr: Any) -> Any:  # pragma: no cover - runs compiled
-        out = ptr.copy()
-        for x in range(out.shape[0] - 1, -1, -1):  # parents (larger ids) are final first
-            out[x] = out[out[x]]
-        return out
-
-    return _numba.jit(resolve)
-
-
-def _resolve_up(ptr: Array) -> Array:
-    """Fixed points of pointers that only point to larger ids or to themselves (dendrogram parents)."""
-    compiled = _compiled_resolve() if ptr.shape[0] > 100_000 else None
-    return _jump(ptr) if compiled is None else np.asarray(compiled(ptr))
-
-
 def _eom(parent: Array, stability: Array) -> Array:
     """Excess of mass over clusters ``0..C-1`` (0 the root, children after parents).
 
@@ -94,11 +73,6 @@ def _eom(parent: Array, stability: Array) -> Array:
         up = parent[node]
         blocked[node] = blocked[up] or chose[up]
     return chose & ~blocked
-
-
-@functools.cache
-def _compiled_eom() -> Any:
-    return _numba.jit(_eom) if _numba.available() else None
 
 
 def _jump(ptr: Array) -> Array:
@@ -148,7 +122,7 @@ def condense(linkage: Array, min_cluster_size: int) -> CondensedTree:
     starts_cluster = splits & big[sibling]
     starts_cluster[root] = True
     # every big node belongs to the cluster started by its nearest ancestor-or-self that starts one
-    owner = _resolve_up(np.where(starts_cluster, np.arange(nodes), parent))
+    owner = _jump(np.where(starts_cluster, np.arange(nodes), parent))
     # new cluster labels: root -> n, the others in descending node order, left before right
     starters = np.flatnonzero(starts_cluster)
     starters = starters[starters != root]
@@ -164,7 +138,7 @@ def condense(linkage: Array, min_cluster_size: int) -> CondensedTree:
     c_lam = lam_of_merge[parent[split_children] - n]
     c_size = size[split_children]
     # point rows: a point leaves at the parent of its topmost small ancestor-or-self
-    top_small = _resolve_up(np.where(big | big[parent], np.arange(nodes), parent))[:n]
+    top_small = _jump(np.where(big | big[parent], np.arange(nodes), parent))[:n]
     leave_at = parent[top_small]
     p_parent = label[owner[leave_at]]
     p_lam = lam_of_merge[leave_at - n]
@@ -195,8 +169,7 @@ def _select(tree: CondensedTree, method: str, epsilon: float) -> set[int]:
     if method == "eom":
         parent_c = np.zeros(num_clusters, dtype=np.int64)
         parent_c[cc - n] = cp - n
-        eom = _compiled_eom() if num_clusters > 10_000 else None
-        keep = (eom or _eom)(parent_c, _stability(tree, num_clusters))
+        keep = _eom(parent_c, _stability(tree, num_clusters))
         selected = set((np.flatnonzero(keep) + n).tolist())
     else:
         selected = set(np.setdiff1d(cc, cp).tolist())  # clusters without child clusters

@@ -109,28 +109,16 @@ def test_bad_parameters(kwargs, field) -> None:
     assert info.value.field == field
 
 
-def test_compiled_and_numpy_pointer_resolution_agree() -> None:
-    from gpu_core import _hdbscan
-
-    rng = np.random.default_rng(4)
-    size = 200_001
-    ptr = np.minimum(np.arange(size) + rng.integers(0, 5, size), size - 1)  # upward or self
-    ptr[rng.random(size) < 0.1] = np.flatnonzero(rng.random(size) < 0.1)[0]  # noise, fixed below
-    ptr = np.maximum(ptr, np.arange(size))
-    assert np.array_equal(_hdbscan._resolve_up(ptr), _hdbscan._jump(ptr))
-
-
 def test_compiled_and_python_excess_of_mass_agree() -> None:
     from gpu_core import _hdbscan
 
-    compiled = _hdbscan._compiled_eom()
-    if compiled is None:
+    passes = _hdbscan._compiled_passes()
+    if passes is None:
         pytest.skip("Numba is not installed")
     rng = np.random.default_rng(8)
     size = 20_001
     parent = np.zeros(size, dtype=np.int64)
     parent[1:] = (np.arange(1, size) - 1) // 2  # a binary tree, children after parents
     stability = rng.random(size) * rng.integers(1, 4, size)
-    assert np.array_equal(compiled(parent, stability), _hdbscan._eom(parent, stability))
-    copy = _hdbscan._compiled_passes()._eom  # the compiled passes' own copy (see its docstring)
+    copy = passes._eom  # the compiled passes' own copy (see its docstring)
     assert np.array_equal(copy(parent, stability), _hdbscan._eom(parent, stability))
