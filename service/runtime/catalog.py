@@ -38,7 +38,7 @@ from ..errors import (
     QuotaExceededError,
 )
 from ..models import GraphOut, PointSetOut, Residency, ShardResidency, timestamp
-from ..storage.store import GraphRecord, Store, new_id
+from ..storage.store import GraphRecord, Store, new_id, remove_later
 from ..timing import Steps
 from . import worker as worker_module
 from .jobs import Jobs, sharded_weights_refused
@@ -56,8 +56,6 @@ class Catalog:
         self._creating: Counter[str] = Counter()
         #: per graph: weight updates make their new weights durable one at a time, in version order
         self._publishing: dict[str, asyncio.Lock] = {}
-        #: replaced or deleted payloads being removed off the event loop (references keep the tasks alive)
-        self._removals: set[asyncio.Future[None]] = set()
         #: per owner: a new graph's quota check, publication and record, one upload at a time
         self._committing: dict[str, asyncio.Lock] = {}
 
@@ -397,7 +395,7 @@ class Catalog:
                 upload.discard()
                 weights_file.unlink(missing_ok=True)
             if replaced is not None:  # freeing 100s of MB takes the disk tens of ms: not on this path
-                self._remove_later(replaced)
+                remove_later(replaced)
             if steps is not None:
                 steps.lap("publish")
             record = self._store.set_graph_weights(
@@ -424,7 +422,7 @@ class Catalog:
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
         # the record is gone: nothing reads the files now (a crash before they are removed leaves
         # payloads without a record, which the next start removes)
-        self._remove_later(self._store.graph_path(graph_id), self._store.weights_path(graph_id))
+        remove_later(self._store.graph_path(graph_id), self._store.weights_path(graph_id))
         self._jobs.graph_owners.pop(graph_id, None)
         lock = self._publishing.get(graph_id)
         if lock is not None and not lock.locked():
@@ -435,22 +433,6 @@ class Catalog:
             if holder is not None:
                 holder.forget(key)
         self._supervisor.sharded.pop(graph_id, None)
-
-    def _remove_later(self, *paths: Path) -> None:
-        """Remove files in a thread: unlinking a large file (or a dozen small ones a second) on a disk
-        would hold the event loop, and every request behind it, for milliseconds each."""
-
-        def remove() -> None:
-            for path in paths:
-                path.unlink(missing_ok=True)
-
-        try:
-            removal = asyncio.ensure_future(asyncio.to_thread(remove))
-        except RuntimeError:  # no running event loop (a synchronous caller)
-            remove()
-            return
-        self._removals.add(removal)
-        removal.add_done_callback(self._removals.discard)
 
     def restore(self) -> None:
         """Place every stored graph on a worker; each worker reloads its own when it is up."""

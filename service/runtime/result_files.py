@@ -12,11 +12,10 @@ Sizes are the files' own (a cached job's hard link counts again: the cap errs on
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections import OrderedDict
 
-from ..storage.store import Store
+from ..storage.store import Store, remove_later
 
 
 class ResultFiles:
@@ -27,7 +26,6 @@ class ResultFiles:
         self.max_bytes = max_bytes
         self._sizes: OrderedDict[str, int] = OrderedDict()
         self.total_bytes = 0
-        self._removals: set[asyncio.Future[None]] = set()
         if max_bytes:
             found = []
             for path in store.result_dir.glob("*.npz"):
@@ -61,17 +59,5 @@ class ResultFiles:
             job_id, size = self._sizes.popitem(last=False)
             self.total_bytes -= size
             doomed.append(self._store.result_path(job_id))
-        if not doomed:
-            return
-
-        def remove() -> None:
-            for path in doomed:
-                path.unlink(missing_ok=True)
-
-        try:
-            removal = asyncio.ensure_future(asyncio.to_thread(remove))
-        except RuntimeError:  # no running event loop
-            remove()
-            return
-        self._removals.add(removal)
-        removal.add_done_callback(self._removals.discard)
+        if doomed:
+            remove_later(*doomed)

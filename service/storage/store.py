@@ -24,6 +24,7 @@ next asked for (:meth:`service.runtime.jobs.Jobs.result_path`); the job stays su
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import functools
 import json
@@ -220,6 +221,28 @@ _INSERT_JOB = f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) VALUES ({', '.join(
 _JOB_SETTABLE = frozenset(_JOB_COLUMNS[1:])
 #: UPDATE ... RETURNING (SQLite 3.35): a transition in one statement instead of BEGIN/SELECT/UPDATE/COMMIT
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
+
+
+#: removals of files in threads, in flight (the references keep the tasks alive)
+_removals: set[asyncio.Future[None]] = set()
+
+
+def remove_later(*paths: Path) -> None:
+    """Remove files in a thread, off the event loop: unlinking a large file (or a dozen small ones
+    a second) on a disk would hold the loop, and every request behind it, for milliseconds each.
+    Without a running event loop (a synchronous caller), at once."""
+
+    def remove() -> None:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+    try:
+        removal = asyncio.ensure_future(asyncio.to_thread(remove))
+    except RuntimeError:  # no running event loop
+        remove()
+        return
+    _removals.add(removal)
+    removal.add_done_callback(_removals.discard)
 
 
 def fsync_dir(path: Path) -> None:
