@@ -40,6 +40,8 @@ from zlib_ng.zlib_ng import crc32
 
 from gpu_core.formats import EdgeArrays
 
+from .store import start_write_out
+
 _LOCAL = struct.Struct("<4s2B4HL2L2H")  # local file header (30 bytes)
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # central directory entry (46 bytes)
 _END = struct.Struct("<4s4H2LH")  # end of central directory (22 bytes)
@@ -138,8 +140,6 @@ def write_npz_file(
         if sync:
             os.fsync(f.fileno())
         elif write_out:
-            from .store import start_write_out
-
             start = start_write_out()
             if start is not None:
                 start(f.fileno(), 0, 0)  # 0 bytes: to the end of the file
