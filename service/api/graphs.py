@@ -101,7 +101,7 @@ async def get_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> Grap
 )
 async def delete_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> Response:
     """Delete the graph, free its device memory, cancel its queued jobs; finished jobs keep their results."""
-    catalog.delete(checked_graph_id(graph_id), owner)
+    await catalog.delete(checked_graph_id(graph_id), owner)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

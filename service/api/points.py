@@ -91,7 +91,7 @@ async def get_point_set(points_id: str, catalog: CatalogDep, owner: OwnerDep) ->
 )
 async def delete_point_set(points_id: str, catalog: CatalogDep, owner: OwnerDep) -> Response:
     """Delete the point set (and the trees kept with it), cancel its queued jobs."""
-    catalog.delete(checked_points_id(points_id), owner, kind="points")
+    await catalog.delete(checked_points_id(points_id), owner, kind="points")
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

@@ -38,7 +38,7 @@ from ..errors import (
     QuotaExceededError,
 )
 from ..models import GraphOut, PointSetOut, Residency, ShardResidency, timestamp
-from ..storage.store import GraphRecord, Store, new_id, remove_later
+from ..storage.store import GraphRecord, Store, new_id, remove_files, remove_later
 from ..timing import Steps
 from . import worker as worker_module
 from .jobs import Jobs, sharded_weights_refused
@@ -414,15 +414,14 @@ class Catalog:
             placed.device_bytes = int(summary["device_bytes"])
         return record
 
-    def delete(self, graph_id: str, owner: str, kind: str = "graph") -> None:
+    async def delete(self, graph_id: str, owner: str, kind: str = "graph") -> None:
+        """Forget the dataset at once (record, placement, queued jobs), then remove its files in a
+        thread: they are gone when the answer goes out, and the event loop is not held meanwhile."""
         self.get(graph_id, owner, kind)
         self._jobs.cancel_for_graph(graph_id)
         handle = self._supervisor.holder(graph_id)
         if not self._store.delete_graph(graph_id, remove_payload=False):
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")
-        # the record is gone: nothing reads the files now (a crash before they are removed leaves
-        # payloads without a record, which the next start removes)
-        remove_later(self._store.graph_path(graph_id), self._store.weights_path(graph_id))
         self._jobs.graph_owners.pop(graph_id, None)
         lock = self._publishing.get(graph_id)
         if lock is not None and not lock.locked():
@@ -433,6 +432,11 @@ class Catalog:
             if holder is not None:
                 holder.forget(key)
         self._supervisor.sharded.pop(graph_id, None)
+        # the record is gone: nothing reads the files now (a crash before they are removed leaves
+        # payloads without a record, which the next start removes)
+        await asyncio.to_thread(
+            remove_files, self._store.graph_path(graph_id), self._store.weights_path(graph_id)
+        )
 
     def restore(self) -> None:
         """Place every stored graph on a worker; each worker reloads its own when it is up."""

@@ -227,19 +227,21 @@ _RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
 _removals: set[asyncio.Future[None]] = set()
 
 
+def remove_files(*paths: Path) -> None:
+    """Remove files (those already gone too). Blocking: from the event loop, run it in a thread
+    (``asyncio.to_thread``) or use :func:`remove_later`; unlinking a large file, or a dozen small
+    ones a second, on a disk holds the caller for milliseconds each."""
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
 def remove_later(*paths: Path) -> None:
-    """Remove files in a thread, off the event loop: unlinking a large file (or a dozen small ones
-    a second) on a disk would hold the loop, and every request behind it, for milliseconds each.
-    Without a running event loop (a synchronous caller), at once."""
-
-    def remove() -> None:
-        for path in paths:
-            path.unlink(missing_ok=True)
-
+    """:func:`remove_files` in a thread, without waiting for it (without a running event loop,
+    a synchronous caller: at once)."""
     try:
-        removal = asyncio.ensure_future(asyncio.to_thread(remove))
+        removal = asyncio.ensure_future(asyncio.to_thread(remove_files, *paths))
     except RuntimeError:  # no running event loop
-        remove()
+        remove_files(*paths)
         return
     _removals.add(removal)
     removal.add_done_callback(_removals.discard)
