@@ -4,8 +4,11 @@ Layout under the data dir::
 
     mst.sqlite3            graph and job records
     spool/tmp/             files being written (removed at start-up)
+    spool/trash/           replaced weight files, freed in a thread after the answer (and at start-up)
     spool/graphs/<id>.npz  every stored graph: arrays src, dst, weight (+ num_vertices)
-    spool/results/<id>.npz every finished job's forest: arrays edge_ids, weights
+    spool/graphs/<id>.weights.npy  a graph's weights when they were replaced after its upload
+    spool/results/<id>.npz every finished job's forest: arrays edge_ids, weights (least recently
+                           used first out past MST_MAX_RESULT_BYTES)
 
 Paths are only ever built from ids this module generated (random, 128 bits),
 never from client input. A graph payload is written to ``spool/tmp``, fsynced
@@ -280,9 +283,11 @@ class Store:
         self.data_dir = Path(data_dir)
         self.spool = self.data_dir / "spool"
         self.tmp_dir = self.spool / "tmp"
+        #: files replaced or dropped, waiting to be freed (see :meth:`publish_replacing`)
+        self.trash_dir = self.spool / "trash"
         self.graph_dir = self.spool / "graphs"
         self.result_dir = self.spool / "results"
-        for folder in (self.data_dir, self.tmp_dir, self.graph_dir, self.result_dir):
+        for folder in (self.data_dir, self.tmp_dir, self.trash_dir, self.graph_dir, self.result_dir):
             folder.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(
@@ -328,11 +333,11 @@ class Store:
         fsync_dir(final.parent)
 
     def publish_replacing(self, tmp: Path, final: Path) -> Path | None:
-        """:meth:`publish`, but the file it replaces (if any) keeps a link in the tmp folder, whose
+        """:meth:`publish`, but the file it replaces (if any) keeps a link in the trash folder, whose
         path is returned: the caller removes it later, so that the rename does not wait for the
         file system to free the old data (tens of ms for a large file on a disk). A crash leaves it
-        in the tmp folder, which is emptied at start."""
-        keep = self.tmp_path(".replaced")
+        in the trash folder, which is emptied at start."""
+        keep = self.trash_dir / f"{secrets.token_hex(16)}{final.suffix}"
         try:
             os.link(final, keep)
         except FileNotFoundError:  # nothing to replace
@@ -493,7 +498,7 @@ class Store:
                 "error_message = ? WHERE status = 'running'",
                 (now, reason),
             ).rowcount
-        for leftover in self.tmp_dir.iterdir():
+        for leftover in (*self.tmp_dir.iterdir(), *self.trash_dir.iterdir()):
             leftover.unlink(missing_ok=True)
         known_graphs = {g.id for g in self.list_graphs()}
         for path in self.graph_dir.iterdir():

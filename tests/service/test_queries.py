@@ -337,7 +337,7 @@ def test_replaced_weights_and_deleted_graphs_leave_no_files(live: LiveServer) ->
         )
         assert response.status_code == 200, response.text
     assert np.array_equal(np.load(spool / "graphs" / f"{graph_id}.weights.npy"), new)
-    assert _until_gone(list((spool / "tmp").glob("*.replaced"))) == []
+    assert _until_gone(list((spool / "trash").iterdir())) == []
     _, result = run_job(live, graph_id, "mst")
     assert result["edge_ids"] == kruskal(graph, new)
     assert live.client.delete(f"/v1/graphs/{graph_id}").status_code == 204

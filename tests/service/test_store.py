@@ -229,5 +229,5 @@ def test_publish_replacing_keeps_the_replaced_data_for_later_removal(store: Stor
     second.write_bytes(b"new weights")
     replaced = store.publish_replacing(second, final)
     assert final.read_bytes() == b"new weights" and not second.exists()
-    assert replaced is not None and replaced.parent == store.tmp_dir
+    assert replaced is not None and replaced.parent == store.trash_dir
     assert replaced.read_bytes() == b"old weights"  # the old data, still linked, for the caller to remove
