@@ -26,19 +26,31 @@ NAME_EXPRESSIONS: tuple[str, ...] = (
 )
 #: the point-set kernels (Euclidean and mutual-reachability trees)
 EMST_FILE = "emst.cu"
-EMST_NAME_EXPRESSIONS: tuple[str, ...] = tuple(
-    f"{kernel}<{dims}, {arg}>"
-    for dims in (0, 1, 2, 3)
-    for kernel, args in (("nearest_outside", ("false", "true")), ("core_distances", ("8", "16", "32", "64")))
-    for arg in args
-)
 #: points per leaf of the point hierarchy (kLeaf in emst.cu): one point per leaf, as ArborX has it,
 #: was the fastest on an H200 at 10^7 points, against 2, 4, 8 and 16 (bench/NOTES.md, point sets)
 EMST_LEAF = 1
+#: neighbours per point in the Euclidean tree's lists (EMST_LIST in emst.cu; bench/NOTES.md, point sets)
+EMST_LIST = 8
+EMST_NAME_EXPRESSIONS: tuple[str, ...] = (
+    *(
+        f"{kernel}<{dims}, {arg}>"
+        for dims in (0, 1, 2, 3)
+        for kernel, args in (
+            ("nearest_outside", ("false", "true")),
+            ("core_distances", ("8, false", "16, false", "32, false", "64, false", f"{EMST_LIST}, true")),
+        )
+        for arg in args
+    ),
+    f"neighbour_edges<{EMST_LIST}, false>",
+    f"neighbour_edges<{EMST_LIST}, true>",
+)
 #: per file: name expressions and NVRTC options (no FMA contraction in the exact point kernels)
 FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     KERNEL_FILE: (NAME_EXPRESSIONS, ("-std=c++17",)),
-    EMST_FILE: (EMST_NAME_EXPRESSIONS, ("-std=c++17", "--fmad=false", f"-DEMST_LEAF={EMST_LEAF}")),
+    EMST_FILE: (
+        EMST_NAME_EXPRESSIONS,
+        ("-std=c++17", "--fmad=false", f"-DEMST_LEAF={EMST_LEAF}", f"-DEMST_LIST={EMST_LIST}"),
+    ),
 }
 
 

@@ -7,7 +7,10 @@ computation on it allocates its own scratch: each node's smallest squared core d
 (``min_samples > 1``), which nodes hold points of one component only, the packed float copy of
 the boxes the 1 to 3 dimensional searches read (it carries those two per-computation values
 too), the Borůvka state.
-Core distances are k-nearest-neighbour searches on the tree. Each Borůvka round recomputes,
+Core distances are k-nearest-neighbour searches on the tree. Before the rounds, every point's
+:data:`LIST` nearest points are found the same way: they settle most points' edges in the early
+rounds (a listed point of another component nearer than the list's last is the exact lightest
+edge out) and give the core distances up to ``min_samples = LIST``. Each Borůvka round recomputes,
 bottom-up, which nodes hold points of one component only, lets every point find its lightest
 edge to another component (skipping such nodes), picks each component's lightest edge under the
 exact ``(weight², min, max)`` order and links the components; the host reads one counter per
@@ -25,13 +28,16 @@ from typing import Any
 
 import numpy as np
 
-from ._kernels import EMST_FILE, EMST_LEAF, kernel
+from ._kernels import EMST_FILE, EMST_LEAF, EMST_LIST, kernel
 from ._points import EuclideanTree, finish_tree
 from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
 
 BLOCK = 256
 #: points per leaf of the hierarchy (kLeaf in kernels/emst.cu)
 LEAF = EMST_LEAF
+#: neighbours per point in the lists that settle the early Borůvka rounds of Euclidean trees
+#: (``neighbour_edges`` in kernels/emst.cu; 0: no lists)
+LIST = EMST_LIST
 #: the largest min_samples the device's k-nearest-neighbour search keeps in registers
 DEVICE_MAX_K = 64
 INT32_MAX = 2**31 - 1
@@ -140,16 +146,28 @@ class _Device:
             level //= 2
 
     def core_distances(self, k: int, packed: Array | None) -> Array:
-        cp = self.cp
-        core2 = cp.empty(self.n, dtype=cp.float64)
-        dims = self.d if self.d <= 3 else 0
+        core2 = self.cp.empty(self.n, dtype=self.cp.float64)
         kmax = next(size for size in (8, 16, 32, 64) if k <= size)
-        _k(f"core_distances<{dims}, {kmax}>")(
+        self._nearest(f"{kmax}, false", k, packed, core2, None, None)
+        return core2
+
+    def neighbour_lists(self, packed: Array | None) -> tuple[Array, Array]:
+        """Every point's :data:`LIST` nearest points (itself included): sorted positions (-1 past the
+        set's size) and squared distances (+inf there), ascending, ``(n, LIST)`` each."""
+        cp = self.cp
+        pos = cp.empty((self.n, LIST), dtype=cp.int32)
+        w2 = cp.empty((self.n, LIST), dtype=cp.float64)
+        scratch = cp.empty(self.n, dtype=cp.float64)  # the LIST-th distances: w2[:, -1] has them
+        self._nearest(f"{LIST}, true", LIST, packed, scratch, pos, w2)
+        return pos, w2
+
+    def _nearest(self, template: str, k: int, packed: Array | None, core2: Array, pos: Any, w2: Any) -> None:
+        dims = self.d if self.d <= 3 else 0
+        _k(f"core_distances<{dims}, {template}>")(
             _grid(self.n), (BLOCK,),
             (self.pts, np.int32(self.n), np.int32(self.d), np.int32(self.num_leaves), self.lo, self.hi,
-             packed, np.int32(k), core2),
+             packed, np.int32(k), core2, pos, w2),
         )  # fmt: skip
-        return core2
 
     def host_coords(self) -> np.ndarray[Any, Any]:
         """The points in their original order, on the host (the same float64 values)."""
@@ -273,10 +291,21 @@ def _compute(
     packed_nodes = dev.packed()
     dev.pack(min_core2, packed_nodes)
     clock.stop("pack_ms", t0)
+    lists = None
+    resolved = None
+    if LIST > 0:
+        # every point's nearest neighbours settle most points' edges in the early rounds, where
+        # each point would otherwise search the tree; they also hold core distances up to LIST
+        t0 = clock.start()
+        lists = dev.neighbour_lists(packed_nodes)
+        resolved = cp.empty(n, dtype=cp.uint8)
+        clock.stop("lists_ms", t0)
     core2: Array | None = None
     if k > 1:
         t0 = clock.start()
-        if k <= DEVICE_MAX_K:
+        if lists is not None and k <= LIST:
+            core2 = cp.ascontiguousarray(lists[1][:, k - 1])  # the k-th smallest: the same value
+        elif k <= DEVICE_MAX_K:
             core2 = dev.core_distances(k, packed_nodes)
         else:  # beyond the registers of one thread: the exact host search, same values
             from ._points_cpu import CpuIndex, _core_distances, _Search
@@ -313,10 +342,16 @@ def _compute(
         _k("reset_round")(grid, (BLOCK,), (np.int32(n), bound, pair))
         _k("seed_bounds")(grid, (BLOCK,), (dev.pts, core2, comp, np.int32(n), np.int32(d), bound))
         t1 = clock.start()
+        if lists is not None:
+            _k(f"neighbour_edges<{LIST}, {'true' if core2 is not None else 'false'}>")(
+                grid, (BLOCK,),
+                (np.int32(n), core2, comp, dev.orig, lists[0], lists[1], bound, best_w, best_pair, lower,
+                 resolved),
+            )  # fmt: skip
         nearest(
             grid, (BLOCK,),
             (dev.pts, core2, np.int32(n), np.int32(d), np.int32(dev.num_leaves), dev.lo, dev.hi,
-             min_core2, node_comp, packed_nodes, comp, dev.orig, bound, best_w, best_pair, lower),
+             min_core2, node_comp, packed_nodes, comp, dev.orig, bound, best_w, best_pair, lower, resolved),
         )  # fmt: skip
         clock.stop("nearest_ms", t1)
         _k("offer_pairs")(grid, (BLOCK,), (np.int32(n), comp, best_w, best_pair, bound, pair))
@@ -327,6 +362,7 @@ def _compute(
         _k("compress")(grid, (BLOCK,), (np.int32(n), parent, comp, num_roots))
         clock.stop("rounds_ms", t0)
         roots = int(num_roots.get()[0])
+    del lists, resolved
     count = int(num_edges.get()[0])
     if count != n - 1:
         raise DeviceError(f"the device tree has {count} edges instead of {n - 1}.")

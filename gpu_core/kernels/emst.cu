@@ -11,6 +11,10 @@
 // exceeds the distance to a point inside the box: pruning with "bound < box distance" is safe.
 // Candidates compare by (w2, min(i, j), max(i, j)) with i, j the ORIGINAL point ids.
 //
+// Neighbour lists: before the rounds, every point's EMST_LIST nearest points (a k-nearest search);
+// in each round a point whose list holds a point of another component nearer than the list's last
+// has its edge from the list and skips the tree search (most points in the early rounds).
+//
 // A Borůvka round: reset per-component state; seed each component's bound from Morton neighbours;
 // each point searches its nearest point outside its component (skipping subtrees whose points all
 // lie in its component), lowering the component's bound (atomicMin on the float64 bits: squared
@@ -214,10 +218,13 @@ extern "C" __global__ void level_components(int level, int* __restrict__ node_co
 // The stack holds at most one node per level, and bounds are stored rounded down to float
 // (__double2float_rd), so a stored bound never exceeds the exact one and pruning stays safe.
 
-template <int D, int KMAX>
+// IDS: also each point's list of its k = KMAX nearest (sorted positions and squared distances,
+// ascending; -1 and +inf past the set's size), which the Euclidean rounds read (neighbour_edges).
+template <int D, int KMAX, bool IDS>
 __global__ void core_distances(const double* __restrict__ pts, int n, int dims, int num_leaves,
                                const double* __restrict__ lo, const double* __restrict__ hi,
-                               const PackedNode* __restrict__ packed, int k, double* __restrict__ core2) {
+                               const PackedNode* __restrict__ packed, int k, double* __restrict__ core2,
+                               int* __restrict__ list_pos, double* __restrict__ list_w2) {
     const int d = D > 0 ? D : dims;
     constexpr bool kPacked = D >= 1 && D <= 3;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -226,21 +233,42 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
         float xd[3], xu[3];
         if (kPacked) outward<D>(x, xd, xu);
         double best[KMAX];  // ascending; best[k-1] is the current k-th smallest
+        int ids[IDS ? KMAX : 1];  // with IDS: the positions of best[]
         const double inf = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
 #pragma unroll
         for (int q = 0; q < KMAX; ++q) best[q] = inf;
+#pragma unroll
+        for (int q = 0; q < (IDS ? KMAX : 1); ++q) ids[q] = -1;
         double kth = inf;  // best[k - 1], kept apart: a variable index would put the list in local memory
         // insert into the sorted list, dropping its last: b[q] = max(a[q-1], min(a[q], w)); unrolled
         // with constant indices, so the list lives in registers
-        auto insert = [&](double w) {
+        auto insert = [&](double w, int p) {
             if (w < kth) {
+                if constexpr (IDS) {  // the same network, moving each position with its distance
 #pragma unroll
-                for (int q = KMAX - 1; q > 0; --q)
-                    if (q < k) best[q] = fmax(best[q - 1], fmin(best[q], w));
-                best[0] = fmin(best[0], w);
+                    for (int q = KMAX - 1; q > 0; --q) {
+                        if (w < best[q - 1]) {
+                            best[q] = best[q - 1];
+                            ids[q] = ids[q - 1];
+                        } else if (w < best[q]) {
+                            best[q] = w;
+                            ids[q] = p;
+                        }
+                    }
+                    if (w < best[0]) {
+                        best[0] = w;
+                        ids[0] = p;
+                    }
+                    kth = best[KMAX - 1];
+                } else {
 #pragma unroll
-                for (int q = 0; q < KMAX; ++q)
-                    if (q == k - 1) kth = best[q];
+                    for (int q = KMAX - 1; q > 0; --q)
+                        if (q < k) best[q] = fmax(best[q - 1], fmin(best[q], w));
+                    best[0] = fmin(best[0], w);
+#pragma unroll
+                    for (int q = 0; q < KMAX; ++q)
+                        if (q == k - 1) kth = best[q];
+                }
             }
         };
         // A first bound: the k-th smallest distance to the (up to) 2k + 1 points around i in Morton
@@ -249,10 +277,12 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
         // every point at distance <= T is still visited, so the list ends at T exactly).
         const int span = min(n, 2 * k + 1);
         const int first_near = max(0, min(i - k, n - span));
-        for (int p = first_near; p < first_near + span; ++p) insert(sq_dist(x, pts + static_cast<long long>(p) * d, d));
+        for (int p = first_near; p < first_near + span; ++p) insert(sq_dist(x, pts + static_cast<long long>(p) * d, d), p);
         const double near_bound = kth;
 #pragma unroll
         for (int q = 0; q < KMAX; ++q) best[q] = inf;
+#pragma unroll
+        for (int q = 0; q < (IDS ? KMAX : 1); ++q) ids[q] = -1;
         kth = inf;
         int stack[kStack];
         float stack_lb[kStack];
@@ -262,7 +292,7 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
             if (node >= num_leaves) {
                 const int first = (node - num_leaves) * kLeaf;
                 const int last = min(first + kLeaf, n);
-                for (int p = first; p < last; ++p) insert(sq_dist(x, pts + static_cast<long long>(p) * d, d));
+                for (int p = first; p < last; ++p) insert(sq_dist(x, pts + static_cast<long long>(p) * d, d), p);
                 node = 0;
             } else {
                 // a box whose bound is past min(the current k-th, the first bound) cannot lower it
@@ -293,6 +323,13 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
             }
         }
         core2[i] = kth;
+        if constexpr (IDS) {
+#pragma unroll
+            for (int q = 0; q < KMAX; ++q) {
+                list_pos[static_cast<long long>(i) * KMAX + q] = ids[q];
+                list_w2[static_cast<long long>(i) * KMAX + q] = best[q];
+            }
+        }
     }
 }
 
@@ -329,6 +366,55 @@ __device__ __forceinline__ bool key_less(double w, unsigned long long pair, doub
     return w < bw || (w == bw && pair < bpair);
 }
 
+// Neighbour lists: every point's K nearest, sorted, from core_distances<D, K, true>. All points
+// nearer than the K-th are in the list, and an edge weighs at least its squared distance (a
+// mutual-reachability weight too), so the lightest listed edge to another component is the point's
+// exact lightest edge out when it weighs less than the K-th distance (ties included: an equal
+// weight is also nearer than the K-th); the point is then `resolved` and skips the tree search.
+// Otherwise no edge out weighs less than the K-th, which raises its lower bound.
+template <int K, bool MR>
+__global__ void neighbour_edges(int n, const double* __restrict__ core2, const int* __restrict__ comp,
+                                const int* __restrict__ orig,
+                                const int* __restrict__ list_pos, const double* __restrict__ list_w2,
+                                unsigned long long* __restrict__ bound, double* __restrict__ best_w,
+                                unsigned long long* __restrict__ best_pair, double* __restrict__ lower,
+                                unsigned char* __restrict__ resolved) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const int c = comp[i];
+        const double lb = lower[i];
+        resolved[i] = 0;
+        if (lb > bits_to_double(bound[c])) continue;  // the tree search skips it as well
+        const long long row = static_cast<long long>(i) * K;
+        const unsigned long long oi = static_cast<unsigned long long>(orig[i]);
+        double bw = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
+        unsigned long long bp = EMST_NO_PAIR;
+#pragma unroll
+        for (int q = 0; q < K; ++q) {
+            const int p = list_pos[row + q];
+            double w = list_w2[row + q];
+            if (p < 0 || w > bw) break;  // ascending distances, weights at least them: nothing further wins
+            if (comp[p] == c) continue;
+            if (MR) w = fmax(w, fmax(core2[i], core2[p]));
+            const unsigned long long op = static_cast<unsigned long long>(orig[p]);
+            const unsigned long long pair = oi < op ? (oi << 32) | op : (op << 32) | oi;
+            if (key_less(w, pair, bw, bp)) {
+                bw = w;
+                bp = pair;
+            }
+        }
+        const double kth = list_w2[row + K - 1];
+        if (bw < kth) {
+            best_w[i] = bw;
+            best_pair[i] = bp;
+            atomicMin(&bound[c], dbits(bw));
+            lower[i] = fmax(lb, bw);
+            resolved[i] = 1;
+        } else {
+            lower[i] = fmax(lb, kth);
+        }
+    }
+}
+
 // Each point's lightest edge to another component (exact key), lowering its component's bound.
 // Nodes whose points all lie in the query's component, and nodes without points, are skipped;
 // a node is searched while its lower bound is at most min(own best, component bound): equal
@@ -340,10 +426,11 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
                                 const PackedNode* __restrict__ packed, const int* __restrict__ comp,
                                 const int* __restrict__ orig, unsigned long long* __restrict__ bound,
                                 double* __restrict__ best_w, unsigned long long* __restrict__ best_pair,
-                                double* __restrict__ lower) {
+                                double* __restrict__ lower, const unsigned char* __restrict__ resolved) {
     const int d = D > 0 ? D : dims;
     constexpr bool kPacked = D >= 1 && D <= 3;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        if (resolved && resolved[i]) continue;  // neighbour_edges found its edge
         // lower[i]: no edge from i leaves its component lighter than this (from earlier rounds; a
         // component only grows, so it stays true). A point that cannot beat its component's bound
         // has nothing to search.
@@ -362,6 +449,24 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
         const double ci = MR ? core2[i] : 0.0;
         double bw = __longlong_as_double(static_cast<long long>(EMST_INF_BITS));
         unsigned long long bp = EMST_NO_PAIR;
+        // the points of a leaf (of another component: kLeaf == 1 has it from the leaf's record)
+        auto visit_leaf = [&](int leaf) {
+            const int first = (leaf - num_leaves) * kLeaf;
+            const int last = min(first + kLeaf, n);
+            for (int p = first; p < last; ++p) {
+                if (kLeaf > 1 && comp[p] == c) continue;
+                double w = sq_dist(x, pts + static_cast<long long>(p) * d, d);
+                if (MR) w = fmax(w, fmax(ci, core2[p]));
+                if (w > bw) continue;
+                const unsigned long long op = static_cast<unsigned long long>(orig[p]);
+                const unsigned long long pair = oi < op ? (oi << 32) | op : (op << 32) | oi;
+                if (key_less(w, pair, bw, bp)) {
+                    if (w < bw) atomicMin(&bound[c], dbits(w));
+                    bw = w;
+                    bp = pair;
+                }
+            }
+        };
         int stack[kStack];
         float stack_lb[kStack];
         int top = 0;
@@ -369,20 +474,7 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
         int node = (root_comp == c || root_comp == kEmpty) ? 0 : 1;
         while (node != 0) {
             if (node >= num_leaves) {
-                const int first = (node - num_leaves) * kLeaf;
-                const int last = min(first + kLeaf, n);
-                for (int p = first; p < last; ++p) {
-                    if (comp[p] == c) continue;
-                    double w = sq_dist(x, pts + static_cast<long long>(p) * d, d);
-                    if (MR) w = fmax(w, fmax(ci, core2[p]));
-                    const unsigned long long op = static_cast<unsigned long long>(orig[p]);
-                    const unsigned long long pair = oi < op ? (oi << 32) | op : (op << 32) | oi;
-                    if (key_less(w, pair, bw, bp)) {
-                        if (w < bw) atomicMin(&bound[c], dbits(w));
-                        bw = w;
-                        bp = pair;
-                    }
-                }
+                visit_leaf(node);
                 node = 0;
             } else {
                 const int l = 2 * node, r = l + 1;
@@ -508,23 +600,33 @@ extern "C" __global__ void compress(int n, int* parent, int* __restrict__ comp, 
 }
 
 // Explicit instantiations, so nvcc compile checks cover the templates too (NVRTC picks them by name).
+#ifndef EMST_LIST
+#define EMST_LIST 8
+#endif
+#define EMST_INSTANTIATE_CORE(D, K, IDS)                                                                 \
+    template __global__ void core_distances<D, K, IDS>(const double*, int, int, int, const double*,      \
+                                                       const double*, const PackedNode*, int, double*,  \
+                                                       int*, double*);
 #define EMST_INSTANTIATE(D)                                                                              \
     template __global__ void nearest_outside<D, false>(                                                  \
         const double*, const double*, int, int, int, const double*, const double*, const double*,       \
         const int*, const PackedNode*, const int*, const int*, unsigned long long*, double*,             \
-        unsigned long long*, double*);                                                                   \
+        unsigned long long*, double*, const unsigned char*);                                             \
     template __global__ void nearest_outside<D, true>(                                                   \
         const double*, const double*, int, int, int, const double*, const double*, const double*,       \
         const int*, const PackedNode*, const int*, const int*, unsigned long long*, double*,             \
-        unsigned long long*, double*);                                                                   \
-    template __global__ void core_distances<D, 8>(const double*, int, int, int, const double*,           \
-                                                  const double*, const PackedNode*, int, double*);      \
-    template __global__ void core_distances<D, 16>(const double*, int, int, int, const double*,          \
-                                                   const double*, const PackedNode*, int, double*);     \
-    template __global__ void core_distances<D, 32>(const double*, int, int, int, const double*,          \
-                                                   const double*, const PackedNode*, int, double*);     \
-    template __global__ void core_distances<D, 64>(const double*, int, int, int, const double*,          \
-                                                   const double*, const PackedNode*, int, double*);
+        unsigned long long*, double*, const unsigned char*);                                             \
+    EMST_INSTANTIATE_CORE(D, 8, false)                                                                   \
+    EMST_INSTANTIATE_CORE(D, 16, false)                                                                  \
+    EMST_INSTANTIATE_CORE(D, 32, false)                                                                  \
+    EMST_INSTANTIATE_CORE(D, 64, false)                                                                  \
+    EMST_INSTANTIATE_CORE(D, EMST_LIST, true)
+template __global__ void neighbour_edges<EMST_LIST, false>(int, const double*, const int*, const int*, const int*,
+                                                           const double*, unsigned long long*, double*,
+                                                           unsigned long long*, double*, unsigned char*);
+template __global__ void neighbour_edges<EMST_LIST, true>(int, const double*, const int*, const int*, const int*,
+                                                          const double*, unsigned long long*, double*,
+                                                          unsigned long long*, double*, unsigned char*);
 EMST_INSTANTIATE(0)
 EMST_INSTANTIATE(1)
 EMST_INSTANTIATE(2)
