@@ -72,6 +72,22 @@ _READ_PIECE = 1 << 20
 _HUGE_BODY = 8 << 20
 
 
+def _large_socket_reads() -> None:
+    """Let httpx's HTTP/1.1 connections read up to :data:`_READ_PIECE` per socket read.
+
+    httpcore reads 64 KiB at a time (``HTTP11Connection.READ_NUM_BYTES``, a class attribute), and
+    each read goes through the HTTP parser and the stream's generators: a 25 MB forest came in
+    at 410 MB/s on loopback, 1 GB/s with 1 MiB reads (a read returns what has arrived, so small
+    bodies are unaffected). The whole process's httpx connections read this way afterwards.
+    """
+    try:
+        from httpcore._sync.http11 import HTTP11Connection
+    except ImportError:  # another httpcore layout: its own default
+        return
+    if getattr(HTTP11Connection, "READ_NUM_BYTES", _READ_PIECE) < _READ_PIECE:
+        HTTP11Connection.READ_NUM_BYTES = _READ_PIECE
+
+
 def receive_buffer(size: int) -> memoryview:
     """A writable buffer for a response body of ``size`` bytes.
 
@@ -94,6 +110,7 @@ def read_response(
 
     ``progress``: a bar on stderr while a body of :data:`service.client.progress.MIN_BYTES` or more comes in.
     """
+    _large_socket_reads()
     with http.stream(method, url, **kwargs) as response:
         size = int(response.headers.get("content-length", "0") or 0)
         if response.status_code >= 400 or size <= 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -95,6 +96,16 @@ def test_large_result_read_in_pieces_and_errors_still_named(
         with pytest.raises(ClientError) as info:
             mst.result("j_nope")
         assert info.value.status == 404 and info.value.problem["code"] == "job_not_found"
+
+
+def test_downloads_read_the_socket_in_large_pieces(live: LiveServer) -> None:
+    # httpcore reads 64 KiB per socket read unless told otherwise: the client reads 1 MiB
+    from httpcore._sync.http11 import HTTP11Connection
+
+    with httpx.Client(base_url=live.url) as http:
+        response, body = client_module.read_response(http, "GET", "/openapi.json")
+    assert response.status_code == 200 and len(body) > 0
+    assert HTTP11Connection.READ_NUM_BYTES == client_module._READ_PIECE == 1 << 20
 
 
 @pytest.mark.parametrize("size", [0, 5, 8 << 20])
