@@ -157,11 +157,12 @@ class _Device:
         cp = self.cp
         pos = cp.empty((self.n, LIST), dtype=cp.int32)
         w2 = cp.empty((self.n, LIST), dtype=cp.float64)
-        scratch = cp.empty(self.n, dtype=cp.float64)  # the LIST-th distances: w2[:, -1] has them
-        self._nearest(f"{LIST}, true", LIST, packed, scratch, pos, w2)
+        self._nearest(f"{LIST}, true", LIST, packed, None, pos, w2)
         return pos, w2
 
-    def _nearest(self, template: str, k: int, packed: Array | None, core2: Array, pos: Any, w2: Any) -> None:
+    def _nearest(
+        self, template: str, k: int, packed: Array | None, core2: Array | None, pos: Any, w2: Any
+    ) -> None:
         dims = self.d if self.d <= 3 else 0
         _k(f"core_distances<{dims}, {template}>")(
             _grid(self.n), (BLOCK,),

@@ -218,8 +218,9 @@ extern "C" __global__ void level_components(int level, int* __restrict__ node_co
 // The stack holds at most one node per level, and bounds are stored rounded down to float
 // (__double2float_rd), so a stored bound never exceeds the exact one and pruning stays safe.
 
-// IDS: also each point's list of its k = KMAX nearest (sorted positions and squared distances,
-// ascending; -1 and +inf past the set's size), which the Euclidean rounds read (neighbour_edges).
+// IDS: instead of core2, each point's list of its k = KMAX nearest (sorted positions and squared
+// distances, ascending; -1 and +inf past the set's size; core2 unused, may be null), which the
+// rounds read (neighbour_edges) and which holds every core distance up to KMAX.
 template <int D, int KMAX, bool IDS>
 __global__ void core_distances(const double* __restrict__ pts, int n, int dims, int num_leaves,
                                const double* __restrict__ lo, const double* __restrict__ hi,
@@ -322,8 +323,9 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
                 if (static_cast<double>(stack_lb[top]) <= fmin(kth, near_bound)) node = stack[top];
             }
         }
-        core2[i] = kth;
-        if constexpr (IDS) {
+        if constexpr (!IDS) {
+            core2[i] = kth;
+        } else {
 #pragma unroll
             for (int q = 0; q < KMAX; ++q) {
                 list_pos[static_cast<long long>(i) * KMAX + q] = ids[q];
