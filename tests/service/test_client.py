@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 import service.client as client_module
 from service.client import Client, ClientError, main
 
+from .conftest import ServerFactory
 from .live import LiveServer
 
 
@@ -106,6 +109,62 @@ def test_downloads_read_the_socket_in_large_pieces(live: LiveServer) -> None:
         response, body = client_module.read_response(http, "GET", "/openapi.json")
     assert response.status_code == 200 and len(body) > 0
     assert HTTP11Connection.READ_NUM_BYTES == client_module._READ_PIECE == 1 << 20
+
+
+def test_large_downloads_are_read_off_the_socket_exactly(
+    server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a forest of 400,000 edges: an npz over _DIRECT_BODY, read straight off the socket
+    live = server_factory(MST_MAX_UPLOAD_BYTES=str(20_000_000), MST_MAX_EDGES=str(1_000_000))
+    n = 400_001
+    rng = np.random.default_rng(5)
+    weights = rng.random(n - 1)
+    direct: list[int] = []  # where each direct read started
+    receive = client_module._receive_into
+
+    def spy(sock: Any, body: memoryview, filled: int, *rest: Any) -> int:
+        direct.append(filled)
+        return receive(sock, body, filled, *rest)
+
+    monkeypatch.setattr(client_module, "_receive_into", spy)
+    with Client(live.url) as mst:
+        graph = mst.upload_arrays(np.arange(n - 1), np.arange(1, n), weights)
+        job = mst.submit(graph["id"], wait=60)
+        url = f"/v1/jobs/{job['id']}/result"
+        headers = {**mst._http.headers, "accept": "application/octet-stream"}  # the npz
+        with httpx.Client(base_url=live.url, headers=headers) as http:
+            expected = http.get(url).content  # httpx's own reader
+            assert len(expected) > client_module._DIRECT_BODY
+            for _ in range(2):  # the second request opens a new connection (the first was closed)
+                response, body = client_module.read_response(http, "GET", url)
+                assert response.status_code == 200 and bytes(body) == expected
+            assert http.get("/v1/graphs").status_code == 200
+    assert len(direct) == 2 and all(0 < start < len(expected) for start in direct)
+    forest = np.load(io.BytesIO(expected))
+    assert forest["edge_ids"].tolist() == list(range(n - 1)) and np.array_equal(forest["weights"], weights)
+
+
+def test_a_body_cut_short_is_an_error() -> None:
+    # a server that promises 8 MiB, sends 5 and closes: the direct read must not pass it off as whole
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (8 << 20))
+            conn.sendall(b"x" * (5 << 20))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}") as http, pytest.raises(httpx.RemoteProtocolError):
+        client_module.read_response(http, "GET", "/")
+    thread.join(5)
+    listener.close()
 
 
 @pytest.mark.parametrize("size", [0, 5, 8 << 20])
