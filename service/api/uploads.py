@@ -415,20 +415,19 @@ async def receive_weights(
 
 
 def check_weights_header(upload: Upload, num_edges: int) -> None:
-    """Refuse a full ``.npy`` replacement of the wrong length or dtype before the worker sees it."""
+    """Refuse a full ``.npy`` replacement of the wrong length, dtype or size before the worker sees it."""
     if upload.format != "npy":
         return
+    from gpu_core._staging import read_npy_header
+    from gpu_core.errors import GraphValidationError
+
     try:
         with open(upload.path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-            else:
-                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-    except (ValueError, OSError, EOFError) as exc:
+            shape, dtype, _ = read_npy_header(f)
+    except (GraphValidationError, OSError) as exc:
         upload.discard()
-        raise InvalidUploadError(f"the body is not an .npy file: {exc}", field="body") from None
-    if dtype.hasobject or dtype.kind not in "iuf" or shape != (num_edges,):
+        raise InvalidUploadError(f"the body is not a whole .npy of numbers: {exc}", field="body") from None
+    if dtype.kind not in "iuf" or shape != (num_edges,):
         upload.discard()
         raise InvalidUploadError(
             f"the weights must be a one-dimensional array of {num_edges} numbers (one per edge); the .npy "

@@ -300,9 +300,12 @@ def _portable(exc: BaseException) -> BaseException:
     return WorkerInternalError(f"{type(exc).__name__}: {exc}")
 
 
-def _read_weights(path: str, fmt: str) -> tuple[Any, Any]:
+def _read_weights(path: str, fmt: str, to_device: bool = False) -> tuple[Any, Any]:
     """(edge ids or None, weights) of a weights file: an ``.npy`` of every weight, or an ``.npz``
-    with ``weight`` (every weight) or ``edge_ids`` and ``weights`` (some). Never unpickles."""
+    with ``weight`` (every weight) or ``edge_ids`` and ``weights`` (some). Never unpickles.
+
+    ``to_device``: an ``.npy`` goes straight to a device array (pinned pieces, overlapped).
+    """
     import numpy as np
 
     from gpu_core.formats import npz_arrays
@@ -310,6 +313,10 @@ def _read_weights(path: str, fmt: str) -> tuple[Any, Any]:
     from ..errors import InvalidUploadError
 
     try:
+        if fmt == "npy" and to_device:
+            from gpu_core._staging import npy_to_device
+
+            return None, npy_to_device(path)
         if fmt == "npy":
             return None, np.load(path, mmap_mode="r", allow_pickle=False)
         npz = npz_arrays(Path(path).read_bytes())  # not np.load: it allocates what a member's header says
@@ -688,7 +695,7 @@ class _Worker:
         """
         graph = self._resident(graph_id)
         steps = Steps()
-        edge_ids, values = _read_weights(path, fmt)
+        edge_ids, values = _read_weights(path, fmt, to_device=graph.backend == "gpu")
         if edge_ids is None:
             graph.set_weights(values)
         else:

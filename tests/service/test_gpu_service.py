@@ -56,6 +56,46 @@ def test_gpu_worker_upload_submit_result_with_1e7_edges(server_factory: ServerFa
     )
 
 
+def test_new_weights_reach_the_device_in_pinned_pieces(server_factory: ServerFactory) -> None:
+    # a full replacement of 3M weights (24 MB of float64: three pieces of the staging reader),
+    # then a truncated .npy, which is refused without touching the weights in place
+    import io
+
+    import gpu_core
+    from gpu_core import _staging
+
+    server = server_factory(
+        MST_BACKEND="gpu", MST_MAX_EDGES=str(5_000_000), MST_MAX_UPLOAD_BYTES=str(1 << 30)
+    )
+    rng = np.random.default_rng(11)
+    n, m = 500_000, 3_000_000
+    assert m * 8 > 2 * _staging.PIECE
+    src, dst = rng.integers(0, n, m).astype(np.int32), rng.integers(0, n, m).astype(np.int32)
+    graph = server.upload_npz(src, dst, rng.integers(0, 100, m).astype(np.int32), n)
+    new = rng.random(m)
+    body = io.BytesIO()
+    np.save(body, new)
+    put = server.client.put(
+        f"/v1/graphs/{graph['id']}/weights",
+        content=body.getvalue(),
+        headers={"content-type": "application/octet-stream"},
+    )
+    assert put.status_code == 200 and put.json()["weight_dtype"] == "float64", put.text
+    expected = gpu_core.minimum_spanning_forest(src, dst, new, num_vertices=n, backend="cpu")
+    job = server.submit(graph["id"], wait=300).json()
+    edge_ids, weights, _ = server.result_npz(job["id"])
+    assert np.array_equal(edge_ids, expected.edge_ids) and np.array_equal(weights, expected.weights)
+    cut = server.client.put(
+        f"/v1/graphs/{graph['id']}/weights",
+        content=body.getvalue()[:-8],
+        headers={"content-type": "application/octet-stream"},
+    )
+    assert cut.status_code == 422 and "bytes of data" in cut.json()["detail"], cut.text
+    again = server.submit(graph["id"], wait=300).json()
+    assert again["weights_version"] == job["weights_version"]  # refused by the API: no version
+    assert np.array_equal(server.result_npz(again["id"])[0], expected.edge_ids)
+
+
 def _visible_gpus() -> int:
     import subprocess
 

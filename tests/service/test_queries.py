@@ -203,7 +203,11 @@ def test_new_weights_race_and_restart(server_factory: ServerFactory, tmp_path: A
     assert job["weights_version"] == 3
     assert server.client.get(f"/v1/jobs/{job['id']}/result").json()["edge_ids"] == kruskal(graph, new)
 
-    # refused updates change nothing
+    # refused updates change nothing; a cut-off .npy is refused by the API, naming the shortfall
+    cut = server.client.put(
+        f"/v1/graphs/{graph_id}/weights", content=npy_body(new)[:-2], headers={"content-type": OCTET}
+    )
+    assert cut.status_code == 422 and "bytes of data, the file has" in cut.json()["detail"], cut.text
     for bad in (
         server.client.put(
             f"/v1/graphs/{graph_id}/weights", content=npy_body(new[:-1]), headers={"content-type": OCTET}
