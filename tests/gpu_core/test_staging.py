@@ -27,7 +27,8 @@ def _saved(tmp_path: Path, array: np.ndarray[Any, Any]) -> Path:
         (1000, "uint8"),
         (_staging.PIECE // 8, "float64"),  # exactly one piece
         (_staging.PIECE // 4 * 2, "int32"),  # exactly two
-        (_staging.PIECE // 8 * 3 + 5, "int64"),  # three and a bit: both buffers reused
+        (_staging.PIECE // 8 * 3 + 5, "int64"),  # three and a bit: a reader each
+        (_staging.PIECE // 4 * 9 + 3, "float32"),  # 10 pieces: readers reuse their two buffers
         (1_000_003, ">f8"),  # big-endian: swapped to native
     ],
 )
