@@ -15,6 +15,7 @@ the host function, so the errors are the same typed errors with the same message
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -54,27 +55,48 @@ def _host_answer(xp: Any, n: int, u: Array, v: Array, w: Array) -> Array:
 
 
 def linkage_on_device(
-    n: int, src: Array, dst: Array, weights: Array, *, tail: int = TAIL, spacing: int = SPACING
-) -> Array:
+    n: int, src: Array, dst: Array, weights: Array, *, tail: int = TAIL, spacing: int = SPACING,
+    timings_ms: dict[str, float] | None = None,
+) -> Array:  # fmt: skip
     """The linkage matrix ``(n - 1) x 4`` (a float64 CuPy array) of a spanning tree of ``n`` points
     whose edges ``(src[i], dst[i])`` are in merge order (non-decreasing ``weights``), on the device.
 
     Equal to :func:`~gpu_core.linkage_from_sorted_edges` of the same edges, raising its errors.
-    ``tail`` and ``spacing`` (powers of two) tune the speed only.
+    ``tail`` and ``spacing`` (powers of two) tune the speed only. A ``timings_ms`` dict gets the
+    device time of each phase (CUDA events; ``check``, ``reps``, ``sort``, ``tour``, ``rows``).
     """
     import cupy as cp
 
     def launch(name: str, grid: tuple[int], block: tuple[int], args: tuple[Any, ...]) -> None:
         kernel(name, DENDROGRAM_FILE)(grid, block, args)
 
-    return build_linkage(cp, launch, n, src, dst, weights, tail=tail, spacing=spacing)
+    events: list[tuple[str, Any]] = []
+
+    def mark(phase: str) -> None:
+        if timings_ms is not None:
+            event = cp.cuda.Event()
+            event.record()
+            events.append((phase, event))
+
+    mark("start")
+    out = build_linkage(cp, launch, n, src, dst, weights, tail=tail, spacing=spacing, mark=mark)
+    if timings_ms is not None and len(events) > 1:
+        events[-1][1].synchronize()
+        for (_, begin), (phase, end) in itertools.pairwise(events):
+            timings_ms[phase] = timings_ms.get(phase, 0.0) + float(cp.cuda.get_elapsed_time(begin, end))
+    return out
+
+
+def _no_mark(phase: str) -> None:
+    pass
 
 
 def build_linkage(
     xp: Any, launch: Launch, n: int, src: Array, dst: Array, weights: Array, *, tail: int = TAIL,
-    spacing: int = SPACING,
+    spacing: int = SPACING, mark: Callable[[str], None] = _no_mark,
 ) -> Array:  # fmt: skip
-    """:func:`linkage_on_device` on the array module ``xp``, kernels run by ``launch``."""
+    """:func:`linkage_on_device` on the array module ``xp``, kernels run by ``launch``; ``mark(phase)``
+    is called at the end of each phase."""
     if tail < 1 or tail & (tail - 1) or spacing < 1 or spacing & (spacing - 1):
         raise ValueError(f"tail and spacing must be powers of two; got {tail} and {spacing}.")
     if n > MAX_POINTS:
@@ -91,24 +113,29 @@ def build_linkage(
     low = min(int(u.min()), int(v.min())) if u.dtype.kind == "i" else -1  # one read back each
     if low < 0 or max(int(u.max()), int(v.max())) >= n or bool((w[1:] < w[:-1]).any()):
         return _host_answer(xp, n, u, v, w)
+    mark("check")
     eu = xp.ascontiguousarray(u.astype(xp.int32))  # copies: both are rewritten in place
     ev = xp.ascontiguousarray(v.astype(xp.int32))
     if not _reps(xp, launch, m, eu, ev, tail):
         return _host_answer(xp, n, u, v, w)  # a cycle: the host names the components
+    mark("reps")
     grid, block = _grid(m), (BLOCK,)
     launch("winners", grid, block, (np.int32(m), eu, ev))
     order = xp.argsort(eu, kind="stable") if xp is np else xp.argsort(eu)  # CuPy's sort is stable
+    mark("sort")
     last_won = xp.empty(n, dtype=xp.int32)
     succ = xp.empty(2 * n, dtype=xp.int32)
     launch("init_tour", _grid(n), block, (np.int32(n), last_won, succ))
     launch("link_groups", grid, block, (np.int32(m), order, eu, ev, last_won, succ))
     owner, offset, suffix = _rank_tour(xp, launch, 2 * n, succ, spacing)
     del succ
+    mark("tour")
     out = xp.empty((m, 4), dtype=xp.float64)
     launch(
         "write_rows", grid, block,
         (np.int32(m), np.int32(n), order, eu, ev, last_won, owner, offset, suffix, w, out),
     )  # fmt: skip
+    mark("rows")
     return out
 
 
