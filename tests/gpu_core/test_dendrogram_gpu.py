@@ -90,6 +90,18 @@ def test_single_linkage_of_point_trees(make, d: int) -> None:
     assert isinstance(from_index, np.ndarray) and np.array_equal(from_index, cpu)
 
 
+@pytest.mark.parametrize(("kind", "d"), [("random", 2), ("blobs", 3), ("duplicated", 2)])
+def test_single_linkage_of_a_million_point_tree(kind: str, d: int) -> None:
+    import cupy
+
+    make = {"random": random_points, "blobs": blobs, "duplicated": duplicated}[kind]
+    ps = make(11, 10**6, d)
+    tree = gpu_core.euclidean_mst(cupy.asarray(ps.points), backend="gpu")
+    got = gpu_core.single_linkage(tree)
+    src, dst, w = (cupy.asnumpy(a) for a in (tree.src, tree.dst, tree.weights))
+    assert np.array_equal(cupy.asnumpy(got), gpu_core.linkage_from_sorted_edges(tree.n, src, dst, w))
+
+
 def test_single_point_and_two_points() -> None:
     import cupy
 
