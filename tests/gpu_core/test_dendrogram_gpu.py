@@ -8,6 +8,8 @@ clustered and duplicated points through ``gpu_core.single_linkage``, and the hos
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -15,9 +17,13 @@ import gpu_core
 from gpu_core._dendrogram_gpu import linkage_on_device
 from gpu_core.errors import DisconnectedForestError, GraphValidationError
 from tests.utils.dendrogram import Tree, random_tree, trees, with_cycle
-from tests.utils.points import blobs, duplicated, integer_grid, random_points
+from tests.utils.points import PointSet, blobs, duplicated, integer_grid, random_points
 
 pytestmark = pytest.mark.gpu
+
+MAKERS: dict[str, Callable[[int, int, int], PointSet]] = {
+    "random": random_points, "blobs": blobs, "duplicated": duplicated,
+}  # fmt: skip
 
 
 def _on_device(tree: Tree, dtype=np.int64):
@@ -94,8 +100,7 @@ def test_single_linkage_of_point_trees(make, d: int) -> None:
 def test_single_linkage_of_a_million_point_tree(kind: str, d: int) -> None:
     import cupy
 
-    make = {"random": random_points, "blobs": blobs, "duplicated": duplicated}[kind]
-    ps = make(11, 10**6, d)
+    ps = MAKERS[kind](11, 10**6, d)
     tree = gpu_core.euclidean_mst(cupy.asarray(ps.points), backend="gpu")
     got = gpu_core.single_linkage(tree)
     src, dst, w = (cupy.asnumpy(a) for a in (tree.src, tree.dst, tree.weights))
