@@ -110,8 +110,13 @@ def build_linkage(
     m = n - 1
     if n < 2 or not (u.ndim == v.ndim == w.ndim == 1 and u.shape[0] == v.shape[0] == w.shape[0] == m):
         return _host_answer(xp, n, u, v, w)
-    low = min(int(u.min()), int(v.min())) if u.dtype.kind == "i" else -1  # one read back each
-    if low < 0 or max(int(u.max()), int(v.max())) >= n or bool((w[1:] < w[:-1]).any()):
+    if u.dtype.kind != "i" or v.dtype.kind != "i":
+        return _host_answer(xp, n, u, v, w)
+    checks = xp.stack(  # one read back: the smallest and largest id, whether a weight goes down
+        [xp.minimum(u.min(), v.min()), xp.maximum(u.max(), v.max()), (w[1:] < w[:-1]).any()]
+    ).astype(xp.int64)
+    low, high, unsorted = (int(x) for x in checks.tolist())
+    if low < 0 or high >= n or unsorted:
         return _host_answer(xp, n, u, v, w)
     mark("check")
     eu = xp.ascontiguousarray(u.astype(xp.int32))  # copies: both are rewritten in place
