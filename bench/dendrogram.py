@@ -1,7 +1,7 @@
 """Single-linkage dendrogram on the device against the host's union-find (issue 11's HDBSCAN* host part).
 
     python -m bench.dendrogram --sizes 1e6,1e7 [--dims 2,3] [--kinds uniform,blobs] [--repeats 5]
-        [--tails 16,64,256] [--spacings 32] [--out FILE.json]
+        [--tails 32,64,128,256,512] [--spacings 16,32,64] [--out FILE.json]
 
 For each point set the Euclidean MST is computed on the device (CuPy points, the tree left there);
 then, on that tree, ``gpu_core._dendrogram_gpu.linkage_on_device`` (device time by CUDA events:
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="1e6,1e7", help="comma-separated point counts")
     p.add_argument("--dims", default="2,3")
     p.add_argument("--kinds", default="uniform,blobs")
-    p.add_argument("--tails", default="16,64,256", help="edges one thread finishes (powers of two)")
+    p.add_argument("--tails", default="32,64,128,256,512", help="edges one thread finishes (powers of two)")
     p.add_argument("--spacings", default="32", help="tour tokens per splitter (powers of two)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", type=Path)
