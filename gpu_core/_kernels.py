@@ -44,6 +44,8 @@ EMST_NAME_EXPRESSIONS: tuple[str, ...] = (
     f"neighbour_edges<{EMST_LIST}, false>",
     f"neighbour_edges<{EMST_LIST}, true>",
 )
+#: the single-linkage dendrogram kernels (plain extern "C" kernels: no name expressions)
+DENDROGRAM_FILE = "dendrogram.cu"
 #: per file: name expressions and NVRTC options (no FMA contraction in the exact point kernels)
 FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     KERNEL_FILE: (NAME_EXPRESSIONS, ("-std=c++17",)),
@@ -51,6 +53,7 @@ FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         EMST_NAME_EXPRESSIONS,
         ("-std=c++17", "--fmad=false", f"-DEMST_LEAF={EMST_LEAF}", f"-DEMST_LIST={EMST_LIST}"),
     ),
+    DENDROGRAM_FILE: ((), ("-std=c++17",)),
 }
 
 
@@ -66,7 +69,9 @@ def _module(device_id: int, file: str = KERNEL_FILE) -> Any:
 
     name_expressions, options = FILES[file]
     with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(code=kernel_source(file), options=options, name_expressions=name_expressions)
+        module = cupy.RawModule(
+            code=kernel_source(file), options=options, name_expressions=name_expressions or None
+        )
         module.compile()
     return module
 

@@ -340,16 +340,31 @@ def single_linkage(
     """Single-linkage dendrogram as a SciPy linkage matrix (``(n - 1) x 4``, float64).
 
     Takes points or a :class:`PointIndex` (then their Euclidean MST is computed on ``backend``)
-    or an :class:`EuclideanTree` (a mutual-reachability tree gives HDBSCAN*'s hierarchy). The merges
-    are computed on the host: a tree on the device is copied there first.
-    Cluster ``n + i`` is formed by the i-th merge; merges follow the tree's order.
+    or an :class:`EuclideanTree` (a mutual-reachability tree gives HDBSCAN*'s hierarchy).
+    Cluster ``n + i`` is formed by the i-th merge; merges follow the tree's order. On the GPU
+    backend the merges are computed on the device, where the tree is: a tree of CuPy arrays, CuPy
+    points or an index of them give a CuPy matrix (nothing is copied to the host); NumPy points
+    (or their index) get the matrix copied back. A tree on the host is merged on the host. Both
+    give the same matrix, bit for bit.
     """
     from ._linkage import linkage_from_sorted_edges
 
-    tree = (
-        points_or_tree
-        if isinstance(points_or_tree, EuclideanTree)
-        else euclidean_mst(points_or_tree, backend=backend)
-    )
-    src, dst, weights = (_to_host(a) for a in (tree.src, tree.dst, tree.weights))
-    return linkage_from_sorted_edges(tree.n, src, dst, weights)
+    started = time.perf_counter()
+    if isinstance(points_or_tree, EuclideanTree):
+        tree, keep_on_device = points_or_tree, True
+    else:
+        if isinstance(points_or_tree, PointIndex):
+            check_index_backend(points_or_tree, backend)
+            index, fresh = points_or_tree, False
+        else:
+            coords, chosen, from_cupy = _validated(points_or_tree, backend)
+            index, fresh = _build_index(points_or_tree, coords, chosen, from_cupy), True
+        # on the GPU backend the tree stays on the device for the merges
+        tree = index._state.tree(check_min_samples(1, index.n), started, fresh, index.backend == "gpu")
+        keep_on_device = index.on_device
+    if _is_cupy(tree.src):
+        from ._dendrogram_gpu import linkage_on_device
+
+        linkage = linkage_on_device(tree.n, tree.src, tree.dst, tree.weights)
+        return linkage if keep_on_device else linkage.get()  # type: ignore[no-any-return]
+    return linkage_from_sorted_edges(tree.n, tree.src, tree.dst, tree.weights)
