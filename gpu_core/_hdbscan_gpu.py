@@ -1,0 +1,135 @@
+"""HDBSCAN*'s flat clustering from a dendrogram, where the dendrogram lies: NumPy or CuPy arrays.
+
+:func:`labels_from_dendrogram` takes the dendrogram as columns (``left``, ``right`` child ids:
+points ``0..n-1``, merge ``i`` is ``n + i``; ``sizes``; the merge distances, in merge order, as
+``linkage_from_sorted_edges`` builds them) and returns labels and probabilities as arrays of the
+same module. The condensed tree, the stabilities, the deaths and the labels run vectorized on
+that module (``_condense``, one code for both); only the selection runs on the host, over the
+clusters (few next to the points): their parents, births and stabilities are copied there and
+go through ``_hdbscan``'s selection, compiled by Numba where the host path would be.
+
+With NumPy it is ``_hdbscan``'s NumPy path (which calls it); with CuPy it gives the same bits:
+the float operations are the same elementwise ones (one rounding each, no FMA), and the sums
+(stabilities) run one thread per segment in the order ``_condense`` defines. Host syncs on the
+device: one per pointer-jumping round (its convergence check), the sizes of the cluster and
+chunk arrays, and the selection's copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._condense import condense_columns, labels_and_probabilities, summaries
+
+Array = Any  # a NumPy or a CuPy array
+
+BLOCK = 256  # threads per block of the segment kernels
+
+
+def _module_of(array: Any) -> Any:
+    if type(array).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def labels_from_dendrogram(
+    left: Array,
+    right: Array,
+    sizes: Array,
+    distances: Array,
+    min_cluster_size: int,
+    method: str = "eom",
+    epsilon: float = 0.0,
+    *,
+    compiled: bool | None = None,
+) -> tuple[Array, Array]:
+    """Labels (int64, -1: noise) and probabilities (float64) of HDBSCAN*'s flat clustering.
+
+    ``left``, ``right``, ``sizes``: the dendrogram's merges (any integer or float dtype, one
+    array module), ``distances``: their heights (float64). ``compiled``: the host selection as
+    in ``_hdbscan.labels_from_edges`` (None: compiled for more than ``COMPILED_FROM`` points
+    where Numba is installed). The same bits as ``_hdbscan.labels_from_tree``.
+    """
+    xp = _module_of(left)
+    n = int(left.shape[0]) + 1
+    if n < 2:  # one point: noise
+        return xp.full(n, -1, dtype=xp.int64), xp.zeros(n, dtype=xp.float64)
+    clusters = condense_columns(left, right, distances, sizes, min_cluster_size, xp)
+    stability, deaths = summaries(clusters, xp)
+    selected = _select_on_host(
+        n, _to_host(clusters.parent), _to_host(clusters.birth), _to_host(stability), method, epsilon, compiled
+    )
+    return labels_and_probabilities(clusters, xp.asarray(selected), deaths, xp)
+
+
+def _to_host(array: Array) -> Array:
+    return array if isinstance(array, np.ndarray) else array.get()
+
+
+def _select_on_host(
+    n: int, parent: Array, birth: Array, stability: Array, method: str, epsilon: float, compiled: bool | None
+) -> Array:
+    """The selected clusters' mask: ``_hdbscan``'s selection, compiled where the host path's is."""
+    from . import _hdbscan  # here: _hdbscan imports this module
+
+    passes = _hdbscan._passes(compiled, n)
+    if passes is None:
+        return _hdbscan.select_clusters(parent, birth, stability, method, epsilon)
+    plain = _hdbscan._plain
+    return passes.select_clusters(
+        plain(parent, np.int64), plain(birth, np.float64), plain(stability, np.float64),
+        method == "leaf", float(epsilon),
+    )  # fmt: skip
+
+
+def _launch(name: str, values: Array, starts: Array, ends: Array) -> Array:
+    import cupy
+
+    from ._kernels import HDBSCAN_FILE, kernel
+
+    count = int(starts.shape[0])
+    out = cupy.empty(count, dtype=cupy.float64)
+    if count:
+        kernel(name, HDBSCAN_FILE)(
+            ((count + BLOCK - 1) // BLOCK,),
+            (BLOCK,),
+            (
+                cupy.ascontiguousarray(values, dtype=cupy.float64),
+                cupy.ascontiguousarray(starts, dtype=cupy.int64),
+                cupy.ascontiguousarray(ends, dtype=cupy.int64),
+                np.int64(count),
+                out,
+            ),
+        )
+    return out
+
+
+def device_segment_sums(values: Array, starts: Array, ends: Array) -> Array:
+    """``_condense.segment_sums`` on the device: one thread per segment, in order."""
+    return _launch("segment_sums", values, starts, ends)
+
+
+def device_segment_max(values: Array, starts: Array, ends: Array) -> Array:
+    """``_condense.segment_max`` on the device."""
+    return _launch("segment_max", values, starts, ends)
+
+
+def warm_up_device() -> None:
+    """Compile the segment kernels and CuPy's elementwise kernels of this path on the current
+    device (a small dendrogram, both methods, with and without epsilon)."""
+    import cupy
+
+    from ._linkage import linkage_from_sorted_edges
+
+    rng = np.random.default_rng(0)
+    n = 300
+    u = rng.permutation(n)
+    v = u[rng.integers(0, np.arange(1, n))]
+    w = np.sort(rng.integers(0, 20, n - 1).astype(np.float64))  # ties and zeros
+    z = cupy.asarray(linkage_from_sorted_edges(n, u[1:], v, w))
+    for method, epsilon in (("eom", 0.0), ("leaf", 0.0), ("eom", 5.0), ("leaf", 5.0)):
+        labels_from_dendrogram(z[:, 0], z[:, 1], z[:, 3], z[:, 2], 3, method, epsilon)
