@@ -167,7 +167,8 @@ def segment_max(values: Array, starts: Array, ends: Array, xp: Any = np) -> Arra
 
 def _grouped(keys: Array, count: int, xp: Any) -> tuple[Array, Array, Array]:
     """A stable order grouping ``keys`` (``0..count-1``) and each key's range in it."""
-    order = _argsort(keys, xp)
+    narrow = keys.astype(xp.int32) if count < 2**31 else keys  # the device's radix sort: half the passes
+    order = _argsort(narrow, xp)
     ids = xp.arange(count, dtype=xp.int64)
     sorted_keys = keys[order]
     return (

@@ -133,14 +133,11 @@ def _stability(tree: CondensedTree, num_clusters: int) -> Array:
     return stability
 
 
-def select_clusters(
-    parent: Array, birth: Array, stability: Array | None, method: str, epsilon: float
-) -> Array:
+def select_clusters(parent: Array, birth: Array, stability: Array, method: str, epsilon: float) -> Array:
     """The selected clusters (a mask over cluster numbers, never the root 0): excess of mass
-    (``stability`` needed) or leaves, then the epsilon merge. ``parent[0] == 0``."""
+    or leaves, then the epsilon merge. ``parent[0] == 0``."""
     size = parent.shape[0]
     if method == "eom":
-        assert stability is not None
         keep = _eom(parent, stability)
     else:  # clusters without child clusters
         keep = np.ones(size, dtype=np.bool_)
