@@ -118,18 +118,27 @@ def device_segment_max(values: Array, starts: Array, ends: Array) -> Array:
     return _launch("segment_max", values, starts, ends)
 
 
-def warm_up_device() -> None:
-    """Compile the segment kernels and CuPy's elementwise kernels of this path on the current
-    device (a small dendrogram, both methods, with and without epsilon)."""
+#: dendrogram sizes of :func:`warm_up_device`: CuPy picks some reduction and scan kernels by the
+#: size of their input (``_graph.WARM_UP_SIZES`` says the same of the graph engine)
+WARM_UP_POINTS: tuple[int, ...] = tuple(2**j + 1 for j in range(2, 21, 2))
+
+
+def warm_up_device(sizes: tuple[int, ...] = WARM_UP_POINTS) -> None:
+    """Compile the segment kernels and the CuPy kernels of :func:`labels_from_dendrogram` on the
+    current device: random dendrograms of ``sizes`` points (some distances zero), every
+    method with and without epsilon up to a few thousand points, excess of mass above."""
     import cupy
 
     from ._linkage import linkage_from_sorted_edges
 
     rng = np.random.default_rng(0)
-    n = 300
-    u = rng.permutation(n)
-    v = u[rng.integers(0, np.arange(1, n))]
-    w = np.sort(rng.integers(0, 20, n - 1).astype(np.float64))  # ties and zeros
-    z = cupy.asarray(linkage_from_sorted_edges(n, u[1:], v, w))
-    for method, epsilon in (("eom", 0.0), ("leaf", 0.0), ("eom", 5.0), ("leaf", 5.0)):
-        labels_from_dendrogram(z[:, 0], z[:, 1], z[:, 3], z[:, 2], 3, method, epsilon)
+    for n in sizes:
+        u = rng.permutation(n)
+        v = u[(rng.random(n - 1) * np.arange(1, n)).astype(np.int64)]  # u[i + 1] under an earlier one
+        w = np.where(rng.random(n - 1) < 0.1, 0.0, rng.random(n - 1))  # zeros: lambda inf
+        order = np.argsort(w, kind="stable")
+        u, v, w = u[1:][order], v[order], w[order]
+        z = cupy.asarray(linkage_from_sorted_edges(n, u, v, w))
+        runs = (("eom", 0.0), ("leaf", 0.0), ("eom", 0.5), ("leaf", 0.5)) if n < 5000 else (("eom", 0.0),)
+        for method, epsilon in runs:
+            labels_from_dendrogram(z[:, 0], z[:, 1], z[:, 3], z[:, 2], 3, method, epsilon)
