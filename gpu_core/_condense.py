@@ -3,8 +3,9 @@
 ``xp`` is NumPy (the reference: ``_hdbscan``'s NumPy path, CI) or CuPy (``_hdbscan_gpu``: the
 same functions on the device). Everything is vectorized: pointer jumping (:func:`jump`) for the
 walks over the dendrogram and the cluster tree, sorts for the numbering. The only parts that
-differ by module are two segment reductions (:func:`segment_sums`, :func:`segment_max`): NumPy
-code here, one CUDA thread per segment on the device, each adding its segment in order.
+differ are two segment reductions (:func:`segment_sums`, :func:`segment_max`): NumPy code here
+(the reference), or with a ``launch`` the kernels of ``kernels/hdbscan_tree.cu``, one thread per
+segment adding its segment in order.
 
 **The order of the stability sums** (float sums depend on it). For cluster ``c`` born at
 ``birth_c``: ``clusterpart = 0.0 + (birth_k - birth_c) * size_k`` over its child clusters ``k``
@@ -18,12 +19,17 @@ chunks let the device sum a large cluster in parallel while every path keeps the
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 Array = Any  # a NumPy or a CuPy array
+#: ``launch(kernel name, grid, block, args)``: runs a kernel of ``kernels/hdbscan_tree.cu`` (CuPy's
+#: ``RawKernel`` on the device; the tests also run the file compiled for the host)
+Launch = Callable[[str, tuple[int], tuple[int], tuple[Any, ...]], None]
+BLOCK = 256  # threads per block of the segment kernels
 
 CHUNK = 1024
 """Points per chunk of a cluster's stability sum (``_hdbscan_compiled.CHUNK`` is the same)."""
@@ -130,12 +136,27 @@ def condense_columns(
     )
 
 
-def segment_sums(values: Array, starts: Array, ends: Array, xp: Any = np) -> Array:
-    """``out[s] = 0.0 + values[starts[s]] + ... + values[ends[s] - 1]``, added in that order."""
-    if xp is not np:
-        from ._hdbscan_gpu import device_segment_sums
+def _launched(name: str, values: Array, starts: Array, ends: Array, xp: Any, launch: Launch) -> Array:
+    count = int(starts.shape[0])
+    out = xp.empty(count, dtype=xp.float64)
+    if count:
+        args = (
+            xp.ascontiguousarray(values, dtype=xp.float64),
+            xp.ascontiguousarray(starts, dtype=xp.int64),
+            xp.ascontiguousarray(ends, dtype=xp.int64),
+            np.int64(count),
+            out,
+        )
+        launch(name, ((count + BLOCK - 1) // BLOCK,), (BLOCK,), args)
+    return out
 
-        return device_segment_sums(values, starts, ends)
+
+def segment_sums(
+    values: Array, starts: Array, ends: Array, xp: Any = np, launch: Launch | None = None
+) -> Array:
+    """``out[s] = 0.0 + values[starts[s]] + ... + values[ends[s] - 1]``, added in that order."""
+    if launch is not None:
+        return _launched("segment_sums", values, starts, ends, xp, launch)
     lengths = ends - starts
     out = np.zeros(starts.shape[0])
     if not out.size:
@@ -151,12 +172,12 @@ def segment_sums(values: Array, starts: Array, ends: Array, xp: Any = np) -> Arr
     return out
 
 
-def segment_max(values: Array, starts: Array, ends: Array, xp: Any = np) -> Array:
+def segment_max(
+    values: Array, starts: Array, ends: Array, xp: Any = np, launch: Launch | None = None
+) -> Array:
     """``out[s] = max(0.0, values[starts[s]:ends[s]])`` (no NaN among the values)."""
-    if xp is not np:
-        from ._hdbscan_gpu import device_segment_max
-
-        return device_segment_max(values, starts, ends)
+    if launch is not None:
+        return _launched("segment_max", values, starts, ends, xp, launch)
     out = np.zeros(starts.shape[0])
     lengths = ends - starts
     ids = np.repeat(np.arange(starts.shape[0]), lengths)
@@ -178,17 +199,18 @@ def _grouped(keys: Array, count: int, xp: Any) -> tuple[Array, Array, Array]:
     )
 
 
-def summaries(clusters: Clusters, xp: Any = np) -> tuple[Array, Array]:
+def summaries(clusters: Clusters, xp: Any = np, launch: Launch | None = None) -> tuple[Array, Array]:
     """Each cluster's stability (summed in the order of the module docstring) and death (the
-    largest lambda of its rows: its child clusters' births and its points' lambdas)."""
+    largest lambda of its rows: its child clusters' births and its points' lambdas). ``launch``:
+    the segment reductions' kernels (None: NumPy's reference code)."""
     count = int(clusters.birth.shape[0])
     birth = clusters.birth
     if count > 1:
         child_parent = clusters.parent[1:]
         order, first, end = _grouped(child_parent, count, xp)
         contrib = (birth[1:] - birth[child_parent]) * clusters.size[1:]
-        clusterpart = segment_sums(contrib[order], first, end, xp)
-        child_max = segment_max(birth[1:][order], first, end, xp)
+        clusterpart = segment_sums(contrib[order], first, end, xp, launch)
+        child_max = segment_max(birth[1:][order], first, end, xp, launch)
     else:
         clusterpart = xp.zeros(1, dtype=xp.float64)
         child_max = xp.zeros(1, dtype=xp.float64)
@@ -203,8 +225,9 @@ def summaries(clusters: Clusters, xp: Any = np) -> tuple[Array, Array]:
     owner = xp.searchsorted(chunk_end, chunk, side="right")
     start = first[owner] + (chunk - chunk_first[owner]) * CHUNK
     stop = xp.minimum(start + CHUNK, end[owner])
-    pointpart = segment_sums(segment_sums(values, start, stop, xp), chunk_first, chunk_end, xp)
-    deaths = xp.maximum(segment_max(lam, first, end, xp), child_max)
+    chunk_sums = segment_sums(values, start, stop, xp, launch)
+    pointpart = segment_sums(chunk_sums, chunk_first, chunk_end, xp, launch)
+    deaths = xp.maximum(segment_max(lam, first, end, xp, launch), child_max)
     return clusterpart + pointpart, deaths
 
 

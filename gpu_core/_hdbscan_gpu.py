@@ -21,11 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ._condense import condense_columns, labels_and_probabilities, summaries
+from ._condense import Launch, condense_columns, labels_and_probabilities, summaries
 
 Array = Any  # a NumPy or a CuPy array
-
-BLOCK = 256  # threads per block of the segment kernels
 
 
 def _module_of(array: Any) -> Any:
@@ -55,11 +53,32 @@ def labels_from_dendrogram(
     where Numba is installed). The same bits as ``_hdbscan.labels_from_tree``.
     """
     xp = _module_of(left)
+    launch = None if xp is np else _cupy_launch
+    return dendrogram_labels(
+        xp, launch, left, right, sizes, distances, min_cluster_size, method, epsilon, compiled=compiled
+    )
+
+
+def dendrogram_labels(
+    xp: Any,
+    launch: Launch | None,
+    left: Array,
+    right: Array,
+    sizes: Array,
+    distances: Array,
+    min_cluster_size: int,
+    method: str = "eom",
+    epsilon: float = 0.0,
+    *,
+    compiled: bool | None = None,
+) -> tuple[Array, Array]:
+    """:func:`labels_from_dendrogram` on array module ``xp`` with the segment kernels run by
+    ``launch`` (None: NumPy's reference code; the tests also pass the kernels compiled for the host)."""
     n = int(left.shape[0]) + 1
     if n < 2:  # one point: noise
         return xp.full(n, -1, dtype=xp.int64), xp.zeros(n, dtype=xp.float64)
     clusters = condense_columns(left, right, distances, sizes, min_cluster_size, xp)
-    stability, deaths = summaries(clusters, xp)
+    stability, deaths = summaries(clusters, xp, launch)
     selected = _select_on_host(
         n, _to_host(clusters.parent), _to_host(clusters.birth), _to_host(stability), method, epsilon, compiled
     )
@@ -86,36 +105,10 @@ def _select_on_host(
     )  # fmt: skip
 
 
-def _launch(name: str, values: Array, starts: Array, ends: Array) -> Array:
-    import cupy
-
+def _cupy_launch(name: str, grid: tuple[int], block: tuple[int], args: tuple[Any, ...]) -> None:
     from ._kernels import HDBSCAN_FILE, kernel
 
-    count = int(starts.shape[0])
-    out = cupy.empty(count, dtype=cupy.float64)
-    if count:
-        kernel(name, HDBSCAN_FILE)(
-            ((count + BLOCK - 1) // BLOCK,),
-            (BLOCK,),
-            (
-                cupy.ascontiguousarray(values, dtype=cupy.float64),
-                cupy.ascontiguousarray(starts, dtype=cupy.int64),
-                cupy.ascontiguousarray(ends, dtype=cupy.int64),
-                np.int64(count),
-                out,
-            ),
-        )
-    return out
-
-
-def device_segment_sums(values: Array, starts: Array, ends: Array) -> Array:
-    """``_condense.segment_sums`` on the device: one thread per segment, in order."""
-    return _launch("segment_sums", values, starts, ends)
-
-
-def device_segment_max(values: Array, starts: Array, ends: Array) -> Array:
-    """``_condense.segment_max`` on the device."""
-    return _launch("segment_max", values, starts, ends)
+    kernel(name, HDBSCAN_FILE)(grid, block, args)
 
 
 #: dendrogram sizes of :func:`warm_up_device`: CuPy picks some reduction and scan kernels by the

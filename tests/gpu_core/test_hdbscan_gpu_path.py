@@ -2,7 +2,8 @@
 
 With NumPy (here, CI) it must give the host paths' labels and probabilities bit for bit: the
 compiled passes (``labels_from_edges`` / ``labels_from_tree`` with ``compiled=True``: union-find
-and sequential passes, no shared code with the vectorized path) and the NumPy path. With CuPy
+and sequential passes, no shared code with the vectorized path) and the NumPy path. With the
+segment kernels of ``kernels/hdbscan_tree.cu`` compiled for the host (g++) the same. With CuPy
 (marked ``gpu``) the same, from a dendrogram copied to the device, up to 10^6 points. The
 stabilities' chunked summation order is checked against a plain-Python oracle of its definition,
 on clusters of several chunks.
@@ -18,7 +19,8 @@ import pytest
 
 import gpu_core
 from gpu_core import _condense, _hdbscan, _hdbscan_gpu
-from gpu_core._hdbscan_gpu import labels_from_dendrogram
+from gpu_core._hdbscan_gpu import dendrogram_labels, labels_from_dendrogram
+from tests.utils.hdbscan_kernels import host_compiler_available, host_launch
 from tests.utils.points import blobs, collinear, duplicated, integer_grid, random_points
 
 Tree = tuple[str, np.ndarray, np.ndarray, np.ndarray]
@@ -107,6 +109,34 @@ def test_numpy_module_equals_the_host_paths(tree: Tree) -> None:
             assert same_bits(labels, ref[0]) and same_bits(prob, ref[1]), (mcs, method, eps, compiled)
         clustered += int(ref[0].max() >= 1)
     assert clustered > 0  # some answers have two clusters or more: not a comparison of noise
+
+
+@pytest.mark.parametrize("tree", TREES, ids=[t[0] for t in TREES])
+def test_the_kernels_compiled_for_the_host_give_the_same_answer(tree: Tree) -> None:
+    """The device path's driver with ``kernels/hdbscan_tree.cu`` itself (compiled by g++, each
+    launch's threads in a shuffled order) instead of NumPy's reference reductions."""
+    if not host_compiler_available():
+        pytest.skip("g++ is not installed: the .cu file cannot be compiled for the host")
+    _, u, v, w = tree
+    n = len(u) + 1
+    z = gpu_core.linkage_from_sorted_edges(n, u, v, w)
+    for mcs, method, eps in parameters(w, n):
+        ref = labels_from_dendrogram(*columns(z), mcs, method, eps)  # == the host paths (test above)
+        launch = host_launch(seed=mcs)
+        got = dendrogram_labels(np, launch, *columns(z), mcs, method, eps)
+        assert same_bits(got[0], ref[0]) and same_bits(got[1], ref[1]), (mcs, method, eps)
+        assert sorted(set(launch.launched)) == ["segment_max", "segment_sums"]
+        clusters = _condense.condense_columns(z[:, 0], z[:, 1], z[:, 2], z[:, 3], mcs)
+        for a, b in zip(
+            _condense.summaries(clusters, np, launch), _condense.summaries(clusters), strict=True
+        ):
+            assert same_nan_or_bits(a, b)  # the stabilities too: a changed order rarely changes a label
+
+
+def same_nan_or_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal bits, NaNs aside (inf - inf: a cluster born at lambda inf with points at inf; the
+    host's and the device's NaNs may differ in sign)."""
+    return np.array_equal(np.isnan(a), np.isnan(b)) and same_bits(np.nan_to_num(a), np.nan_to_num(b))
 
 
 def test_integer_columns_give_the_same_answer() -> None:
@@ -228,6 +258,10 @@ def test_segment_reductions() -> None:
     starts = ends - np.minimum(lengths, ends)
     sums = _condense.segment_sums(values, starts, ends)
     tops = _condense.segment_max(values, starts, ends)
+    if host_compiler_available():  # the kernels, compiled for the host: the same bits
+        launch = host_launch(seed=1)
+        assert same_bits(_condense.segment_sums(values, starts, ends, np, launch), sums)
+        assert same_bits(_condense.segment_max(values, starts, ends, np, launch), tops)
     for s, (a, b) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
         total = 0.0
         for x in values[a:b].tolist():
@@ -326,10 +360,9 @@ def test_device_stabilities_and_deaths_equal_numpy() -> None:
             dev = _condense.condense_columns(dz[:, 0], dz[:, 1], dz[:, 2], dz[:, 3], mcs, cupy)
             for field in ("parent", "birth", "size", "point_cluster", "point_lam"):
                 assert same_bits(getattr(dev, field).get(), getattr(host, field)), field
-            for a, b in zip(_condense.summaries(dev, cupy), _condense.summaries(host), strict=True):
-                a = a.get()
-                assert np.array_equal(np.isnan(a), np.isnan(b))
-                assert same_bits(np.nan_to_num(a), np.nan_to_num(b))
+            device_summaries = _condense.summaries(dev, cupy, _hdbscan_gpu._cupy_launch)
+            for a, b in zip(device_summaries, _condense.summaries(host), strict=True):
+                assert same_nan_or_bits(a.get(), b)
 
 
 @pytest.mark.gpu
@@ -343,14 +376,13 @@ def test_device_segment_kernels() -> None:
     ends = np.minimum(np.cumsum(lengths), values.size)
     starts = ends - np.minimum(lengths, ends)
     dv, ds, de = cupy.asarray(values), cupy.asarray(starts), cupy.asarray(ends)
-    assert same_bits(
-        _condense.segment_sums(dv, ds, de, cupy).get(), _condense.segment_sums(values, starts, ends)
-    )
-    assert same_bits(
-        _condense.segment_max(dv, ds, de, cupy).get(), _condense.segment_max(values, starts, ends)
-    )
+    launch = _hdbscan_gpu._cupy_launch
+    sums = _condense.segment_sums(dv, ds, de, cupy, launch)
+    tops = _condense.segment_max(dv, ds, de, cupy, launch)
+    assert same_bits(sums.get(), _condense.segment_sums(values, starts, ends))
+    assert same_bits(tops.get(), _condense.segment_max(values, starts, ends))
     empty = cupy.zeros(0, dtype=cupy.int64)
-    assert _condense.segment_sums(dv, empty, empty, cupy).shape == (0,)
+    assert _condense.segment_sums(dv, empty, empty, cupy, launch).shape == (0,)
 
 
 @pytest.mark.gpu
