@@ -20,6 +20,7 @@ import pytest
 import gpu_core
 from gpu_core import _condense, _hdbscan, _hdbscan_gpu
 from gpu_core._hdbscan_gpu import dendrogram_labels, labels_from_dendrogram
+from tests.utils import fake_device
 from tests.utils.hdbscan_kernels import host_compiler_available, host_launch
 from tests.utils.points import blobs, collinear, duplicated, integer_grid, random_points
 
@@ -137,6 +138,28 @@ def same_nan_or_bits(a: np.ndarray, b: np.ndarray) -> bool:
     """Equal bits, NaNs aside (inf - inf: a cluster born at lambda inf with points at inf; the
     host's and the device's NaNs may differ in sign)."""
     return np.array_equal(np.isnan(a), np.isnan(b)) and same_bits(np.nan_to_num(a), np.nan_to_num(b))
+
+
+@pytest.mark.parametrize("tree", TREES[::3], ids=[t[0] for t in TREES[::3]])
+def test_the_device_driver_on_a_stand_in_for_cupy(tree: Tree) -> None:
+    """The driver as CuPy runs it (device arrays that NumPy refuses, CuPy's signatures, the
+    kernels compiled for the host): the same answer, the host copies and syncs it promises."""
+    if not host_compiler_available():
+        pytest.skip("g++ is not installed: the .cu file cannot be compiled for the host")
+    _, u, v, w = tree
+    n = len(u) + 1
+    z = gpu_core.linkage_from_sorted_edges(n, u, v, w)
+    for mcs, method, eps in parameters(w, n):
+        ref = labels_from_dendrogram(*columns(z), mcs, method, eps)
+        xp, counters = fake_device.module()
+        device_columns = [fake_device.to_device(xp, np.ascontiguousarray(c)) for c in columns(z)]
+        launch = fake_device.unwrapping(host_launch(seed=n))
+        labels, prob = dendrogram_labels(xp, launch, *device_columns, mcs, method, eps)
+        assert counters.copies == 3  # the clusters' parents, births and stabilities, for the selection
+        rounds = 3 * (int(np.log2(n)) + 2)  # three pointer jumps of at most log2(depth) + 1 rounds
+        assert counters.syncs <= rounds + 4, counters.syncs
+        assert isinstance(labels, fake_device.DeviceArray) and isinstance(prob, fake_device.DeviceArray)
+        assert same_bits(labels.get(), ref[0]) and same_bits(prob.get(), ref[1]), (mcs, method, eps)
 
 
 def test_integer_columns_give_the_same_answer() -> None:
