@@ -227,7 +227,8 @@ def summaries(clusters: Clusters, xp: Any = np, launch: Launch | None = None) ->
     stop = xp.minimum(start + CHUNK, end[owner])
     chunk_sums = segment_sums(values, start, stop, xp, launch)
     pointpart = segment_sums(chunk_sums, chunk_first, chunk_end, xp, launch)
-    deaths = xp.maximum(segment_max(lam, first, end, xp, launch), child_max)
+    chunk_max = segment_max(lam, start, stop, xp, launch)  # in chunks too: no thread walks a whole cluster
+    deaths = xp.maximum(segment_max(chunk_max, chunk_first, chunk_end, xp, launch), child_max)
     return clusterpart + pointpart, deaths
 
 
