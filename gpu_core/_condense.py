@@ -107,8 +107,8 @@ def condense_columns(
     # every merge belongs to the cluster started by its nearest ancestor-or-self that starts one
     owner = jump(xp.where(starts_cluster, merges, up), xp)
     # cluster numbers: root 0, the others by descending parent merge, the left child first
+    starts_cluster[root] = False  # numbered apart
     starters = xp.flatnonzero(starts_cluster)
-    starters = starters[starters != root]
     merge_of = up[starters]
     key = (root - merge_of) * 2 + (starters + n != left[merge_of]).astype(xp.int64)  # unique
     split_children = starters[_argsort(key, xp)]
