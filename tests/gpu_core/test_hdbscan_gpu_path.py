@@ -427,3 +427,33 @@ def test_device_equals_the_host_at_scale(n: int) -> None:
 @pytest.mark.gpu
 def test_device_warm_up_runs() -> None:
     _hdbscan_gpu.warm_up_device()
+
+
+@pytest.mark.gpu
+def test_points_to_labels_on_the_device_equal_the_cpu_backend() -> None:
+    """The path ``hdbscan`` is to take on the GPU: tree, dendrogram and labels on the device, the
+    selection on the host; the CPU backend's ``hdbscan`` of the same points, bit for bit."""
+    import cupy
+
+    from gpu_core._dendrogram_gpu import linkage_on_device
+
+    for ps, k in (
+        (blobs(4, 50_000, 2, centers=10, spread=0.1), 5),
+        (integer_grid(5, 30_000, 3), 5),
+        (duplicated(6, 20_000, 2), 3),
+    ):
+        n = ps.points.shape[0]
+        tree = gpu_core.euclidean_mst(cupy.asarray(ps.points), min_samples=k, backend="gpu")
+        z = linkage_on_device(n, tree.src, tree.dst, tree.weights)
+        for mcs, method, eps in (
+            (5, "eom", 0.0),
+            (20, "leaf", 0.0),
+            (10, "eom", float(cupy.median(tree.weights))),
+        ):
+            labels, prob = labels_from_dendrogram(z[:, 0], z[:, 1], z[:, 3], z[:, 2], mcs, method, eps)
+            ref = gpu_core.hdbscan(
+                ps.points, min_cluster_size=mcs, min_samples=k, cluster_selection_method=method,
+                cluster_selection_epsilon=eps, backend="cpu",
+            )  # fmt: skip
+            assert same_bits(labels.get(), ref.labels) and same_bits(prob.get(), ref.probabilities), ps.name
+            assert ref.num_clusters >= 2
