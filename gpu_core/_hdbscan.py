@@ -4,9 +4,11 @@ The tree (the expensive part) comes from :func:`euclidean_mst` on either backend
 condensed tree, the cluster stabilities and the selection (excess of mass or leaves,
 optionally merged below ``cluster_selection_epsilon``) run here on the host: compiled by
 Numba where it is installed (``_hdbscan_compiled``: two sequential passes, no linkage
-matrix), else in NumPy (the linkage matrix, then walks over the dendrogram vectorized with
-pointer jumping; only the selection, which visits the (few) condensed clusters, is a Python
-loop). Both give the same bits; the NumPy path is the reference.
+matrix), else in NumPy (the linkage matrix, then ``_hdbscan_gpu.labels_from_dendrogram``: the
+condensed tree, stabilities and labels of ``_condense``, vectorized with pointer jumping, the
+same code that runs on the device with CuPy; only the selection, which visits the (few)
+condensed clusters, is a Python loop). All give the same bits; the NumPy path is the
+reference. Stabilities are float sums: their order is ``_condense``'s (chunks of points).
 
 Follows ``sklearn.cluster.HDBSCAN`` (``_tree.pyx``): clusters are numbered differently
 (the partition and the probabilities are the same).
@@ -24,7 +26,9 @@ from typing import Any, Literal
 import numpy as np
 
 from . import _numba
+from ._condense import Clusters, condense_columns, summaries
 from ._graph import Backend
+from ._hdbscan_gpu import labels_from_dendrogram
 from ._linkage import _check_tree, _not_a_tree, linkage_from_sorted_edges
 from ._points import (
     PointIndex,
@@ -75,15 +79,6 @@ def _eom(parent: Array, stability: Array) -> Array:
     return chose & ~blocked
 
 
-def _jump(ptr: Array) -> Array:
-    """Follow the pointers from every node to their fixed point (``ptr[x] == x``) by pointer doubling."""
-    while True:
-        nxt = ptr[ptr]
-        if np.array_equal(nxt, ptr):
-            return ptr
-        ptr = nxt
-
-
 @dataclass(frozen=True)
 class CondensedTree:
     """Rows ``(parent, child, lambda, size)``; clusters are numbered from ``n`` (the root)."""
@@ -95,91 +90,66 @@ class CondensedTree:
     n: int
 
 
+def _columns(linkage: Array) -> tuple[Array, Array, Array, Array]:
+    """A linkage matrix's left and right child ids, sizes and distances."""
+    return linkage[:, 0], linkage[:, 1], linkage[:, 3], linkage[:, 2]
+
+
 def condense(linkage: Array, min_cluster_size: int) -> CondensedTree:
+    """The condensed tree's rows: cluster rows in cluster-number order, then one row per point."""
     n = linkage.shape[0] + 1
-    root = 2 * n - 2
-    nodes = 2 * n - 1
-    left = linkage[:, 0].astype(np.int64)
-    right = linkage[:, 1].astype(np.int64)
-    dist = linkage[:, 2]
-    with np.errstate(divide="ignore"):
-        lam_of_merge = np.where(dist > 0.0, 1.0 / np.where(dist > 0.0, dist, 1.0), np.inf)
-    size = np.ones(nodes, dtype=np.int64)
-    size[n:] = linkage[:, 3].astype(np.int64)
-    parent = np.arange(nodes)
-    merge_ids = np.arange(n, nodes)
-    parent[left] = merge_ids
-    parent[right] = merge_ids
-    big = size >= min_cluster_size
-    big[root] = True  # the root is always processed
-    sibling = np.empty(nodes, dtype=np.int64)
-    sibling[left] = right
-    sibling[right] = left
-    sibling[root] = root
-    # a big internal node starts a new cluster when its sibling is big too (a true split)
-    splits = big.copy()
-    splits[:n] = False
-    starts_cluster = splits & big[sibling]
-    starts_cluster[root] = True
-    # every big node belongs to the cluster started by its nearest ancestor-or-self that starts one
-    owner = _jump(np.where(starts_cluster, np.arange(nodes), parent))
-    # new cluster labels: root -> n, the others in descending node order, left before right
-    starters = np.flatnonzero(starts_cluster)
-    starters = starters[starters != root]
-    merge_of = parent[starters]
-    order = np.lexsort((starters != left[np.minimum(merge_of, root) - n], -merge_of))
-    label = np.full(nodes, -1, dtype=np.int64)
-    label[root] = n
-    label[starters[order]] = n + 1 + np.arange(starters.shape[0])
-    # cluster rows: each split child under its parent's cluster, at the split's lambda
-    split_children = starters[order]
-    c_parent = label[owner[parent[split_children]]]
-    c_child = label[split_children]
-    c_lam = lam_of_merge[parent[split_children] - n]
-    c_size = size[split_children]
-    # point rows: a point leaves at the parent of its topmost small ancestor-or-self
-    top_small = _jump(np.where(big | big[parent], np.arange(nodes), parent))[:n]
-    leave_at = parent[top_small]
-    p_parent = label[owner[leave_at]]
-    p_lam = lam_of_merge[leave_at - n]
+    left, right, sizes, distances = _columns(linkage)
+    cl = condense_columns(left, right, distances, sizes, min_cluster_size)
+    count = cl.parent.shape[0]
     return CondensedTree(
-        parent=np.concatenate([c_parent, p_parent]),
-        child=np.concatenate([c_child, np.arange(n)]),
-        lam=np.concatenate([c_lam, p_lam]),
-        size=np.concatenate([c_size, np.ones(n, dtype=np.int64)]),
+        parent=np.concatenate([cl.parent[1:], cl.point_cluster]) + n,
+        child=np.concatenate([n + np.arange(1, count), np.arange(n)]),
+        lam=np.concatenate([cl.birth[1:], cl.point_lam]),
+        size=np.concatenate([cl.size[1:], np.ones(n, dtype=np.int64)]),
         n=n,
     )
 
 
-def _stability(tree: CondensedTree, num_clusters: int) -> Array:
+def _clusters_of(tree: CondensedTree, num_clusters: int) -> Clusters:
+    """The rows of ``tree`` (in any order) by cluster number (``_condense.Clusters``)."""
     n = tree.n
+    rows = tree.child >= n
+    parent = np.zeros(num_clusters, dtype=np.int64)
     birth = np.zeros(num_clusters)
-    is_cluster_row = tree.child >= n
-    birth[tree.child[is_cluster_row] - n] = tree.lam[is_cluster_row]
-    contrib = (tree.lam - birth[tree.parent - n]) * tree.size
-    return np.bincount(tree.parent - n, weights=contrib, minlength=num_clusters)
+    size = np.full(num_clusters, n, dtype=np.int64)
+    parent[tree.child[rows] - n] = tree.parent[rows] - n
+    birth[tree.child[rows] - n] = tree.lam[rows]
+    size[tree.child[rows] - n] = tree.size[rows]
+    point_cluster = np.empty(n, dtype=np.int64)
+    point_lam = np.empty(n)
+    point_cluster[tree.child[~rows]] = tree.parent[~rows] - n
+    point_lam[tree.child[~rows]] = tree.lam[~rows]
+    return Clusters(parent, birth, size, point_cluster, point_lam)
 
 
-def _select(tree: CondensedTree, method: str, epsilon: float) -> set[int]:
-    """The selected clusters' ids (excess of mass or leaves, then the epsilon merge)."""
-    n = tree.n
-    is_c = tree.child >= n
-    cp, cc = tree.parent[is_c], tree.child[is_c]
-    num_clusters = int(cc.max()) - n + 1 if cc.size else 1
+def _stability(tree: CondensedTree, num_clusters: int) -> Array:
+    """The clusters' stabilities, summed in the order ``_condense`` defines (chunks of points)."""
+    stability: Array = summaries(_clusters_of(tree, num_clusters))[0]
+    return stability
+
+
+def select_clusters(parent: Array, birth: Array, stability: Array, method: str, epsilon: float) -> Array:
+    """The selected clusters (a mask over cluster numbers, never the root 0): excess of mass
+    or leaves, then the epsilon merge. ``parent[0] == 0``."""
+    size = parent.shape[0]
     if method == "eom":
-        parent_c = np.zeros(num_clusters, dtype=np.int64)
-        parent_c[cc - n] = cp - n
-        keep = _eom(parent_c, _stability(tree, num_clusters))
-        selected = set((np.flatnonzero(keep) + n).tolist())
-    else:
-        selected = set(np.setdiff1d(cc, cp).tolist())  # clusters without child clusters
-    if epsilon == 0.0 or not cc.size or (method == "eom" and not selected):
-        return selected
+        keep = _eom(parent, stability)
+    else:  # clusters without child clusters
+        keep = np.ones(size, dtype=np.bool_)
+        keep[parent[1:]] = False
+    keep[0] = False
+    if epsilon == 0.0 or size == 1 or not keep.any():
+        return keep
     # the epsilon merge walks the cluster tree: dictionaries, built only when needed
     children: dict[int, list[int]] = {}
     parent_of: dict[int, int] = {}
     birth_lam: dict[int, float] = {}
-    for p, c, lam in zip(cp.tolist(), cc.tolist(), tree.lam[is_c].tolist(), strict=True):
+    for c, (p, lam) in enumerate(zip(parent[1:].tolist(), birth[1:].tolist(), strict=True), start=1):
         children.setdefault(p, []).append(c)
         parent_of[c] = p
         birth_lam[c] = lam
@@ -192,7 +162,10 @@ def _select(tree: CondensedTree, method: str, epsilon: float) -> set[int]:
             stack.extend(children.get(x, []))
         return out
 
-    return _epsilon_search(selected, children, parent_of, birth_lam, n, epsilon, descendants)
+    leaves = set(np.flatnonzero(keep).tolist())
+    out = np.zeros(size, dtype=np.bool_)
+    out[list(_epsilon_search(leaves, children, parent_of, birth_lam, 0, epsilon, descendants))] = True
+    return out
 
 
 def _epsilon_search(
@@ -351,39 +324,10 @@ class _PrefaultedOutputs(threading.Thread):
 def _labels_from_tree_numpy(
     linkage: Array, min_cluster_size: int, method: str, epsilon: float
 ) -> tuple[Array, Array]:
-    tree = condense(linkage, min_cluster_size)
-    n = tree.n
-    selected = _select(tree, method, epsilon)
-    num_clusters = int(tree.child.max()) - n + 1 if tree.child.max() >= n else 1
-    # each cluster's nearest selected ancestor-or-self
-    cl_parent = np.arange(num_clusters)
-    rows = tree.child >= n
-    cl_parent[tree.child[rows] - n] = tree.parent[rows] - n
-    sel = np.zeros(num_clusters, dtype=bool)
-    sel[[c - n for c in selected if c != n]] = True
-    anchor = _jump(np.where(sel, np.arange(num_clusters), cl_parent))
-    anchor_sel = sel[anchor]
-    ordered = sorted(c - n for c in selected if c != n)
-    label_of = np.full(num_clusters, -1, dtype=np.int64)
-    label_of[ordered] = np.arange(len(ordered))
-    point_rows = ~rows
-    points = tree.child[point_rows]
-    p_cluster = tree.parent[point_rows] - n
-    labels = np.full(n, -1, dtype=np.int64)
-    a = anchor[p_cluster]
-    labels[points] = np.where(anchor_sel[p_cluster], label_of[a], -1)
-    # probabilities: the point's lambda over the largest lambda of its cluster's direct rows
-    deaths = np.zeros(num_clusters)
-    np.maximum.at(deaths, tree.parent - n, tree.lam)
-    probabilities = np.zeros(n)
-    lam = tree.lam[point_rows]
-    in_cluster = labels[points] >= 0
-    max_lam = deaths[a]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.minimum(lam, max_lam) / max_lam
-    prob = np.where((max_lam == 0.0) | np.isinf(lam), 1.0, ratio)
-    probabilities[points[in_cluster]] = prob[in_cluster]
-    return labels, probabilities
+    left, right, sizes, distances = _columns(linkage)
+    return labels_from_dendrogram(
+        left, right, sizes, distances, min_cluster_size, method, epsilon, compiled=False
+    )
 
 
 COMPILED_FROM = 1_000
@@ -413,8 +357,9 @@ def _passes(compiled: bool | None, n: int) -> Any:
 
 def warm_up_compiled() -> bool:
     """Compile (or load from Numba's on-disk cache) every compiled host pass a request can run:
-    HDBSCAN*'s passes from edges and from a linkage matrix (excess of mass, leaves, epsilon) and
-    the dendrogram's union-find. Called by :func:`gpu_core.warm_up`; False where Numba is absent."""
+    HDBSCAN*'s passes from edges and from a linkage matrix (excess of mass, leaves, epsilon), the
+    selection alone (the device path's, ``_hdbscan_gpu``) and the dendrogram's union-find. Called
+    by :func:`gpu_core.warm_up`; False where Numba is absent."""
     if _compiled_passes() is None:
         return False
     rng = np.random.default_rng(0)
@@ -426,6 +371,8 @@ def warm_up_compiled() -> bool:
     for method, epsilon in (("eom", 0.0), ("leaf", 0.0), ("eom", 10.0), ("leaf", 10.0)):
         labels_from_edges(n, u[1:], v, w, 3, method, epsilon, compiled=True)
         labels_from_tree(linkage, 3, method, epsilon, compiled=True)
+        left, right, sizes, distances = _columns(linkage)
+        labels_from_dendrogram(left, right, sizes, distances, 3, method, epsilon, compiled=True)
     return True
 
 

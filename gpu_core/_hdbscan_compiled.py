@@ -28,11 +28,14 @@ the loop by ``WALKERS`` interleaved cursors, each prefetching its next point.
 
 :func:`cluster_tree` numbers the clusters as the NumPy path does (the root first, then the
 children of the splits from the last split down, the child with the lower dendrogram id
-first) and sums the stabilities in the same order as its ``np.bincount`` (cluster rows in
-label order, then the points in index order: float sums depend on the order);
-:func:`select_and_label` selects (excess of mass or leaves, then the epsilon merge) and
-labels the points. :func:`condense_linkage` is :func:`condense_edges` for a kept linkage
-matrix (the service's dendrogram), with the same outputs.
+first) and sums the stabilities in the order ``_condense`` defines (float sums depend on the
+order): the child clusters in number order, apart from the points in index order, cut per
+cluster into chunks of ``CHUNK`` points summed on their own (a running sum and count in the
+cluster's record, flushed into the cluster's point part at every full chunk and at the end);
+:func:`select_and_label` selects (:func:`select_clusters`: excess of mass or leaves, then the
+epsilon merge; the device path of ``_hdbscan_gpu`` calls it too) and labels the points.
+:func:`condense_linkage` is :func:`condense_edges` for a kept linkage matrix (the service's
+dendrogram), with the same outputs.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ _prefetch = prefetch()
 
 D = 16  # prefetch distance of the finds, in merges
 WALKERS = 16  # interleaved list walks
+CHUNK = 1024  # points per chunk of a stability sum: _condense.CHUNK (a constant here, see _eom)
 
 
 @jit
@@ -372,6 +376,24 @@ def _epsilon_merge(selected: Any, cl_parent: Any, birth: Any, epsilon: float) ->
     return out
 
 
+@jit
+def select_clusters(  # pragma: no cover - runs compiled
+    cl_parent: Any, birth: Any, stability: Any, leaf: bool, epsilon: float
+) -> Any:
+    """``_hdbscan.select_clusters``: the selected clusters' mask (never the root 0)."""
+    size = cl_parent.shape[0]
+    if leaf:
+        selected = np.ones(size, dtype=np.bool_)
+        selected[0] = False
+        for c in range(1, size):
+            selected[cl_parent[c]] = False
+    else:
+        selected = _eom(cl_parent, stability)
+    if epsilon != 0.0 and size > 1 and selected.any():
+        selected = _epsilon_merge(selected, cl_parent, birth, epsilon)
+    selected[0] = False
+    return selected
+
 
 @jit
 def cluster_tree(  # pragma: no cover - runs compiled
@@ -396,22 +418,38 @@ def cluster_tree(  # pragma: no cover - runs compiled
             number[splits[s, side]] = k
             segment_of[k] = splits[s, side]
             k += 1
-    # per segment, 32 bytes (a point's random access hits one line): birth, stability, death
+    # per segment, 32 bytes (a point's random access hits one line): birth, the running chunk's
+    # sum, death, the running chunk's count; the cluster part and the point part of the stability
+    # apart (a point touches the latter once a chunk)
     record = np.zeros(4 * size)
     for g in range(size):
         record[4 * g] = seg_birth[g]  # the root's stays 0
-    for c in range(1, size):  # cluster rows first, in number order, as np.bincount adds them
+    clusterpart = np.zeros(size)
+    pointpart = np.zeros(size)
+    for c in range(1, size):  # the child clusters, in number order
         g = segment_of[c]
-        up = 4 * seg_parent[g]
-        record[up + 1] += (seg_birth[g] - record[up]) * seg_size[g]
-        record[up + 2] = max(record[up + 2], seg_birth[g])
-    for p in range(n):  # then the points, in index order
+        up = seg_parent[g]
+        clusterpart[up] += (seg_birth[g] - record[4 * up]) * seg_size[g]
+        record[4 * up + 2] = max(record[4 * up + 2], seg_birth[g])
+    for p in range(n):  # the points, in index order, in chunks of CHUNK per segment
         if p + D < n:
             _prefetch(record, 4 * aux[4 * (p + D) + 1])
-        g = 4 * aux[4 * p + 1]
+        seg = aux[4 * p + 1]
+        g = 4 * seg
         lam = p_lam[F * p + L]
-        record[g + 1] += lam - record[g]
+        running = record[g + 1] + (lam - record[g])
         record[g + 2] = max(record[g + 2], lam)
+        taken = record[g + 3] + 1.0
+        if taken == CHUNK:  # a full chunk: into the point part, in chunk order
+            pointpart[seg] += running
+            record[g + 1] = 0.0
+            record[g + 3] = 0.0
+        else:
+            record[g + 1] = running
+            record[g + 3] = taken
+    for g in range(size):  # the last (partial) chunks
+        if record[4 * g + 3] > 0.0:
+            pointpart[g] += record[4 * g + 1]
     cl_parent = np.zeros(size, dtype=np.int64)
     birth = np.zeros(size)
     cl_size = np.zeros(size, dtype=np.int64)
@@ -423,7 +461,7 @@ def cluster_tree(  # pragma: no cover - runs compiled
             cl_parent[c] = number[seg_parent[g]]
             birth[c] = seg_birth[g]
             cl_size[c] = seg_size[g]
-        stability[c] = record[4 * g + 1]
+        stability[c] = clusterpart[g] + pointpart[g]
         deaths[c] = record[4 * g + 2]
     return number, cl_parent, birth, cl_size, stability, deaths
 
@@ -450,16 +488,7 @@ def select_and_label(  # pragma: no cover - runs compiled
     F = p_lam.shape[0] // n  # float64 slots per point record
     L = F // 2  # the lambda's slot
     size = cl_parent.shape[0]
-    if leaf:
-        selected = np.ones(size, dtype=np.bool_)
-        selected[0] = False
-        for c in range(1, size):
-            selected[cl_parent[c]] = False
-    else:
-        selected = _eom(cl_parent, stability)
-    if epsilon != 0.0 and size > 1 and selected.any():
-        selected = _epsilon_merge(selected, cl_parent, birth, epsilon)
-    selected[0] = False
+    selected = select_clusters(cl_parent, birth, stability, leaf, epsilon)
     anchor = np.zeros(size, dtype=np.int64)  # nearest selected ancestor-or-self (0: none)
     label_of = np.full(size, -1, dtype=np.int64)
     count = 0

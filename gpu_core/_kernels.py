@@ -46,6 +46,8 @@ EMST_NAME_EXPRESSIONS: tuple[str, ...] = (
 )
 #: the single-linkage dendrogram kernels (plain extern "C" kernels: no name expressions)
 DENDROGRAM_FILE = "dendrogram.cu"
+#: HDBSCAN*'s segment reductions (the condensed tree's stabilities and deaths, on the device)
+HDBSCAN_FILE = "hdbscan_tree.cu"
 #: per file: name expressions and NVRTC options (no FMA contraction in the exact point kernels)
 FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     KERNEL_FILE: (NAME_EXPRESSIONS, ("-std=c++17",)),
@@ -54,6 +56,7 @@ FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("-std=c++17", "--fmad=false", f"-DEMST_LEAF={EMST_LEAF}", f"-DEMST_LIST={EMST_LIST}"),
     ),
     DENDROGRAM_FILE: ((), ("-std=c++17",)),
+    HDBSCAN_FILE: ((), ("-std=c++17", "--fmad=false")),
 }
 
 
