@@ -1,8 +1,10 @@
 """HDBSCAN* flat clustering from the mutual-reachability tree, with scikit-learn's semantics.
 
-The tree (the expensive part) comes from :func:`euclidean_mst` on either backend; the
-condensed tree, the cluster stabilities and the selection (excess of mass or leaves,
-optionally merged below ``cluster_selection_epsilon``) run here on the host: compiled by
+The tree comes from :func:`euclidean_mst` on either backend. On the GPU backend the tree stays
+on the device and so do its dendrogram (``_dendrogram_gpu``), condensed tree, stabilities and
+labels (``_hdbscan_gpu``); only the selection over the (few) condensed clusters runs on the
+host. On the CPU backend the condensed tree, the cluster stabilities and the selection (excess
+of mass or leaves, optionally merged below ``cluster_selection_epsilon``) run on the host: compiled by
 Numba where it is installed (``_hdbscan_compiled``: two sequential passes, no linkage
 matrix), else in NumPy (the linkage matrix, then ``_hdbscan_gpu.labels_from_dendrogram``: the
 condensed tree, stabilities and labels of ``_condense``, vectorized with pointer jumping, the
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,11 +36,11 @@ from ._linkage import _check_tree, _not_a_tree, linkage_from_sorted_edges
 from ._points import (
     PointIndex,
     _build_index,
+    _is_cupy,
     _to_host,
     _validated,
     check_index_backend,
     check_min_samples,
-    tree_on_index,
 )
 from .errors import ClusteringParameterError
 
@@ -209,10 +212,16 @@ def labels_from_tree(
 ) -> tuple[Array, Array]:
     """Labels and probabilities of HDBSCAN*'s flat clustering of a single-linkage hierarchy.
 
+    A CuPy ``linkage`` (the device dendrogram) is labelled on the device: CuPy arrays back.
     ``compiled`` as for :func:`labels_from_edges` (None: compiled for more than
     :data:`COMPILED_FROM` points where Numba is installed).
     """
     n = linkage.shape[0] + 1
+    if _is_cupy(linkage) and n >= 2:  # a dendrogram on the device: labelled there, CuPy arrays back
+        z = linkage
+        return labels_from_dendrogram(
+            z[:, 0], z[:, 1], z[:, 3], z[:, 2], min_cluster_size, method, epsilon, compiled=compiled
+        )
     passes = _passes(compiled, n)
     if n < 2:  # one point: noise
         return np.full(n, -1, dtype=np.int64), np.zeros(n)
@@ -397,8 +406,6 @@ def labels_from_edges(
     the compiled path) and ``selection_ms`` (the rest). Raises like
     :func:`linkage_from_sorted_edges` unless the edges form one tree.
     """
-    import time
-
     t0 = time.perf_counter()
     passes = _passes(compiled, n)
     if n < 2:  # one point (or none): noise, after the checks of the (empty) tree
@@ -428,6 +435,28 @@ def labels_from_edges(
     return labels, probabilities
 
 
+def _labels_on_device(
+    tree: Any, min_cluster_size: int, method: str, epsilon: float, timings: dict[str, float]
+) -> tuple[Array, Array]:
+    """Labels and probabilities (NumPy) of a tree on the device: its dendrogram, condensed tree,
+    stabilities and labels are computed there (the selection over the clusters on the host)."""
+    from ._dendrogram_gpu import linkage_on_device
+
+    t0 = time.perf_counter()
+    z = linkage_on_device(tree.n, tree.src, tree.dst, tree.weights)
+    t1 = time.perf_counter()
+    labels, probabilities = labels_from_dendrogram(
+        z[:, 0], z[:, 1], z[:, 3], z[:, 2], min_cluster_size, method, epsilon
+    )
+    del z
+    t2 = time.perf_counter()
+    host = labels.get(), probabilities.get()
+    timings["linkage_ms"] = (t1 - t0) * 1e3
+    timings["selection_ms"] = (t2 - t1) * 1e3
+    timings["to_host_ms"] = (time.perf_counter() - t2) * 1e3
+    return host
+
+
 def hdbscan(
     points: Any,
     *,
@@ -441,11 +470,10 @@ def hdbscan(
 
     ``points``: an ``(n, d)`` NumPy or CuPy array, or a :class:`PointIndex` (then any
     ``min_samples`` reuses it, on its own backend). ``min_samples=None`` means
-    ``min_cluster_size``. The mutual-reachability tree is computed on ``backend``; the
-    condensed tree and the selection on the host.
+    ``min_cluster_size``. The mutual-reachability tree is computed on ``backend``; on the GPU
+    backend its dendrogram, condensed tree and labels too (the selection over the clusters on
+    the host). The labels and probabilities are NumPy arrays either way, the same bits.
     """
-    import time
-
     started = time.perf_counter()
     index: PointIndex | None = None
     if isinstance(points, PointIndex):
@@ -475,14 +503,19 @@ def hdbscan(
             f"cluster_selection_epsilon must be a finite number >= 0; got {cluster_selection_epsilon!r}.",
             field="cluster_selection_epsilon",
         )
+    fresh = index is None
     if index is None:
-        tree = tree_on_index(_build_index(points, coords, chosen, from_cupy), k, started, fresh=True)
-    else:
-        tree = tree_on_index(index, k, started, fresh=False)
+        index = _build_index(points, coords, chosen, from_cupy)
+    # on the GPU backend the tree stays on the device: the dendrogram and the labels are made there
+    tree = index._state.tree(k, started, fresh, index.backend == "gpu")
     t0 = time.perf_counter()
     timings = dict(tree.timings_ms)
     if n == 1:
         labels, probabilities = np.full(1, -1, dtype=np.int64), np.zeros(1)
+    elif _is_cupy(tree.src):
+        labels, probabilities = _labels_on_device(
+            tree, int(min_cluster_size), cluster_selection_method, eps, timings
+        )
     else:
         src, dst, weights = (_to_host(a) for a in (tree.src, tree.dst, tree.weights))
         labels, probabilities = labels_from_edges(
