@@ -95,8 +95,8 @@ def measure(n: int, d: int, kind: str, mcs: int, min_samples: int, repeats: int,
     )
 
     def select() -> Any:
-        arrays = [_hdbscan_gpu._to_host(a) for a in (clusters.parent, clusters.birth, stability)]
-        return xp.asarray(_hdbscan_gpu._select_on_host(n, *arrays, "eom", 0.0, None))
+        parent, birth, stab = (_hdbscan_gpu._to_host(a) for a in (clusters.parent, clusters.birth, stability))
+        return xp.asarray(_hdbscan_gpu._select_on_host(n, parent, birth, stab, "eom", 0.0, None))
 
     parts["copy_and_selection_ms"], selected = _median_ms(select, sync, repeats)
     parts["labels_ms"], _ = _median_ms(

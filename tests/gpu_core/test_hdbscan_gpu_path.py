@@ -11,7 +11,7 @@ on clusters of several chunks.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -50,10 +50,11 @@ def point_tree(name: str, points: np.ndarray, min_samples: int) -> Tree:
 def trees() -> Iterator[Tree]:
     """Point sets (random, blobs, duplicates: zero distances and inf lambdas, integer grids and
     collinear points: many ties) and random trees, small and several chunks large."""
-    for seed, (maker, n, d) in enumerate(
-        [(random_points, 700, 2), (blobs, 1500, 2), (duplicated, 900, 2), (integer_grid, 1200, 2),
-         (collinear, 500, 1), (blobs, 3000, 3), (duplicated, 2500, 3), (integer_grid, 4000, 3)]
-    ):  # fmt: skip
+    makers: list[tuple[Callable[..., Any], int, int]] = [
+        (random_points, 700, 2), (blobs, 1500, 2), (duplicated, 900, 2), (integer_grid, 1200, 2),
+        (collinear, 500, 1), (blobs, 3000, 3), (duplicated, 2500, 3), (integer_grid, 4000, 3),
+    ]  # fmt: skip
+    for seed, (maker, n, d) in enumerate(makers):
         points = maker(seed, n, d).points
         yield point_tree(f"{maker.__name__}-{n}x{d}", points, 1 + seed % 5)
     rng = np.random.default_rng(7)
@@ -154,7 +155,8 @@ def test_the_device_driver_on_a_stand_in_for_cupy(tree: Tree) -> None:
         xp, counters = fake_device.module()
         device_columns = [fake_device.to_device(xp, np.ascontiguousarray(c)) for c in columns(z)]
         launch = fake_device.unwrapping(host_launch(seed=n))
-        labels, prob = dendrogram_labels(xp, launch, *device_columns, mcs, method, eps)
+        left, right, sizes, dist = device_columns
+        labels, prob = dendrogram_labels(xp, launch, left, right, sizes, dist, mcs, method, eps)
         assert counters.copies == 3  # the clusters' parents, births and stabilities, for the selection
         rounds = 3 * (int(np.log2(n)) + 2)  # three pointer jumps of at most log2(depth) + 1 rounds
         assert counters.syncs <= rounds + 4, counters.syncs
@@ -452,7 +454,7 @@ def test_points_to_labels_on_the_device_equal_the_cpu_backend() -> None:
         ):
             labels, prob = labels_from_dendrogram(z[:, 0], z[:, 1], z[:, 3], z[:, 2], mcs, method, eps)
             ref = gpu_core.hdbscan(
-                ps.points, min_cluster_size=mcs, min_samples=k, cluster_selection_method=method,
+                ps.points, min_cluster_size=mcs, min_samples=k, cluster_selection_method=method,  # type: ignore[arg-type]
                 cluster_selection_epsilon=eps, backend="cpu",
             )  # fmt: skip
             assert same_bits(labels.get(), ref.labels) and same_bits(prob.get(), ref.probabilities), ps.name

@@ -12,7 +12,6 @@ import functools
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +94,7 @@ def _library() -> Any:
     return lib
 
 
-def host_launch(seed: int) -> Callable[[str, tuple[int], tuple[int], tuple[Any, ...]], None]:
+def host_launch(seed: int) -> Any:
     """A ``launch`` for ``_condense`` that runs the kernels compiled for the host on NumPy arrays."""
     lib = _library()
     rng = np.random.default_rng(seed)
