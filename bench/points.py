@@ -122,17 +122,18 @@ def run_peer(name: str, points: np.ndarray, mcs: int, ms: int, timeout_s: float)
 
 
 def _median_run(fn: Callable[[], Any], repeats: int, warmup: bool = True) -> tuple[float, Any]:
-    """Median seconds of ``repeats`` runs (after a warm-up run), and the result of the median run."""
+    """Median seconds of ``repeats`` runs (after a warm-up run), and the last run's result (every
+    run gives the same answer)."""
     if warmup:
         fn()
     runs = []
+    result = None
     for _ in range(repeats):
+        result = None  # as a caller that is done with the last answer (its memory can be reused)
         t0 = time.perf_counter()
         result = fn()
-        runs.append((time.perf_counter() - t0, result))
-    runs.sort(key=lambda r: r[0])
-    seconds = statistics.median(r[0] for r in runs)
-    return seconds, runs[len(runs) // 2][1]
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs), result
 
 
 def _split(timings: dict[str, float]) -> dict[str, float]:

@@ -441,6 +441,7 @@ def _labels_on_device(
     """Labels and probabilities (NumPy) of a tree on the device: its dendrogram, condensed tree,
     stabilities and labels are computed there (the selection over the clusters on the host)."""
     from ._dendrogram_gpu import linkage_on_device
+    from ._staging import to_pinned
 
     t0 = time.perf_counter()
     z = linkage_on_device(tree.n, tree.src, tree.dst, tree.weights)
@@ -450,7 +451,7 @@ def _labels_on_device(
     )
     del z
     t2 = time.perf_counter()
-    host = labels.get(), probabilities.get()
+    host = to_pinned(labels), to_pinned(probabilities)
     timings["linkage_ms"] = (t1 - t0) * 1e3
     timings["selection_ms"] = (t2 - t1) * 1e3
     timings["to_host_ms"] = (time.perf_counter() - t2) * 1e3

@@ -1,4 +1,5 @@
-"""An ``.npy`` file straight to a device array, through pinned staging buffers.
+"""Host and device copies through pinned memory: an ``.npy`` file straight to a device array,
+and device arrays to NumPy arrays in pinned memory.
 
 ``cupy.asarray(np.load(path, mmap_mode="r"))`` copies the file's pages into one pinned buffer
 (faulting the mapping in page by page), then to the device: 24-26 ms for the 134 MB of weights of
@@ -107,3 +108,18 @@ def _read_pieces(
         finally:
             os.close(fd)
             stream.synchronize()  # no copy still reads a buffer that goes back to the pool
+
+
+def to_pinned(device_array: Any) -> np.ndarray[Any, Any]:
+    """A device array copied into a NumPy array in pinned memory from CuPy's pinned pool.
+
+    ``.get()`` copies into fresh pageable memory, faulted in page by page: the labels and
+    probabilities of 10^7 points (160 MB) took 49 ms that way on an H200 host. Here the copy runs
+    at the bus's speed into memory the pool hands back once the array is freed (a caller that
+    keeps every result gets new pinned memory each time, which costs an allocation).
+    """
+    import cupyx
+
+    out: np.ndarray[Any, Any] = cupyx.empty_pinned(device_array.shape, dtype=device_array.dtype)
+    device_array.get(out=out)
+    return out
