@@ -46,8 +46,22 @@ def read_points(path: str, fmt: str, max_inflated_bytes: int, max_ratio: float) 
     return arrays["points"]
 
 
+def _on_host(array: Any) -> Any:
+    """A result array in host memory (a device array comes through pinned memory)."""
+    if isinstance(array, np.ndarray):
+        return array
+    from gpu_core._staging import to_pinned
+
+    return to_pinned(array)
+
+
 class ResidentPoints:
-    """A point set on a worker's backend, with the trees (by ``min_samples``) computed on it so far."""
+    """A point set on a worker's backend, with the trees (by ``min_samples``) computed on it so far.
+
+    On the GPU backend the index is built from a device copy of the points, so the trees and their
+    dendrograms stay on the device, where HDBSCAN*'s labels are made too; results come to the host
+    only to be written.
+    """
 
     def __init__(self, points: Any, backend: str) -> None:
         from gpu_core._points import validate_points
@@ -79,7 +93,12 @@ class ResidentPoints:
 
         if self._index is not None:
             return self._index, True
-        self._index = gpu_core.build_point_index(self.coords, backend=self.backend)  # type: ignore[arg-type]
+        coords = self.coords
+        if self.backend == "gpu":  # an index of device points: trees, dendrograms and labels stay there
+            import cupy
+
+            coords = cupy.asarray(coords)
+        self._index = gpu_core.build_point_index(coords, backend=self.backend)  # type: ignore[arg-type]
         return self._index, False
 
     def tree(self, min_samples: int) -> tuple[Any, bool, bool]:
@@ -150,6 +169,7 @@ class ResidentPoints:
             summary = {"num_edges": n - 1, "total_weight": None, "num_components": clusters}
         else:
             raise InvalidUploadError(f"point sets have no task {task!r}.", field="task")
+        arrays = {name: _on_host(a) for name, a in arrays.items()}
         summary.update(reused_tree=reused, reused_index=reused_index)
         summary["compute_ms"] = (time.perf_counter() - started) * 1e3
         return summary, arrays

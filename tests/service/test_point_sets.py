@@ -1,5 +1,6 @@
-"""A resident point set in the worker (in process, CPU): one spatial index, built on first need,
-reused by every tree of any min_samples, counted in the point set's bytes."""
+"""A resident point set in the worker (in process, CPU and GPU): one spatial index, built on first
+need, reused by every tree of any min_samples, counted in the point set's bytes; the answers are
+host arrays equal to the CPU backend's."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import gpu_core
 from service.runtime.point_sets import ResidentPoints
 
 
-def test_one_index_per_point_set(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_one_index_per_point_set(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     builds: list[gpu_core.PointIndex] = []
     build = gpu_core.build_point_index
 
@@ -23,9 +25,10 @@ def test_one_index_per_point_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu_core, "build_point_index", counting)
     rng = np.random.default_rng(3)
     points = np.concatenate([c + rng.normal(0, 0.3, (100, 2)) for c in ((0, 0), (5, 5), (0, 6))])
-    resident = ResidentPoints(points, "cpu")
+    resident = ResidentPoints(points, backend)
     assert resident.nbytes == points.nbytes and not builds  # nothing built at upload
     flags = []
+    answers: dict[str, dict[str, Any]] = {}
     for task, params in (
         ("hdbscan", {"min_cluster_size": 10, "min_samples": 5}),
         ("hdbscan", {"min_cluster_size": 10, "min_samples": 16}),
@@ -34,9 +37,15 @@ def test_one_index_per_point_set(monkeypatch: pytest.MonkeyPatch) -> None:
         ("hdbscan", {"min_cluster_size": 20, "min_samples": 16}),
     ):
         summary, arrays = resident.run(task, params)
+        answers[task] = arrays
         flags.append((summary["reused_tree"], summary["reused_index"]))
     assert flags == [(False, False), (False, True), (False, True), (True, True), (True, True)]
-    assert len(builds) == 1 and builds[0].backend == "cpu"
+    assert len(builds) == 1 and builds[0].backend == backend
+    assert all(isinstance(a, np.ndarray) for got in answers.values() for a in got.values())
+    tree = gpu_core.euclidean_mst(points, backend="cpu")
+    assert all(np.array_equal(answers["emst"][k], getattr(tree, k)) for k in ("src", "dst", "weights"))
+    linkage = gpu_core.single_linkage(points, backend="cpu")
+    assert np.array_equal(answers["single_linkage"]["linkage"], linkage)
     index, reused = resident.index()
     assert index is builds[0] and reused
     trees = sum(t.src.nbytes + t.dst.nbytes + t.weights.nbytes for t in resident._trees.values())
