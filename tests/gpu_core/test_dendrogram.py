@@ -13,13 +13,13 @@ import gpu_core
 from gpu_core._dendrogram_gpu import MAX_POINTS, build_linkage
 from gpu_core.errors import DisconnectedForestError, GraphTooLargeError, GraphValidationError
 from tests.utils.dendrogram import (
-    host_compiler_available,
     host_launch,
     random_tree,
     simulated_launch,
     trees,
     with_cycle,
 )
+from tests.utils.host_cuda import host_compiler_available
 
 LAUNCHERS = {
     "simulated": simulated_launch,

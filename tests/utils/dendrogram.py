@@ -11,12 +11,7 @@ dendrogram's driver (``gpu_core._dendrogram_gpu.build_linkage``) without a GPU:
 
 from __future__ import annotations
 
-import atexit
-import ctypes
 import functools
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +20,8 @@ from typing import Any
 import numpy as np
 
 import gpu_core
+
+from .host_cuda import compile_for_host, host_compiler_available, run_on_host
 
 KERNEL = Path(gpu_core.__file__).parent / "kernels" / "dendrogram.cu"
 
@@ -263,16 +260,6 @@ def simulated_launch(seed: int) -> Callable[[str, tuple[int], tuple[int], tuple[
 # --- the .cu file compiled for the host --------------------------------------------------------
 
 _HOST_PRELUDE = r"""
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <utility>
-#include <vector>
-struct Dim { unsigned x, y, z; };
-static Dim threadIdx, blockIdx, blockDim, gridDim;
-#define __global__
-#define __device__
-#define __forceinline__ inline
 typedef unsigned long long word_t;
 static word_t atomicCAS(word_t* a, word_t expect, word_t value) {
     const word_t old = *a;
@@ -280,65 +267,16 @@ static word_t atomicCAS(word_t* a, word_t expect, word_t value) {
     return old;
 }
 """
-
-_HOST_DISPATCH = r"""
-template <typename... A, std::size_t... I>
-static void call(void (*k)(A...), void** args, std::index_sequence<I...>) { k(*static_cast<A*>(args[I])...); }
-
-// Every thread of the grid in turn, in an order shuffled by `seed` (0: in order).
-template <typename... A>
-static void launch(void (*k)(A...), unsigned grid, unsigned block, void** args, unsigned long long seed) {
-    gridDim = {grid, 1, 1};
-    blockDim = {block, 1, 1};
-    std::vector<unsigned long long> ids(static_cast<std::size_t>(grid) * block);
-    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = i;
-    for (std::size_t i = ids.size(); seed && i > 1; --i) {
-        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-        std::swap(ids[i - 1], ids[(seed >> 33) % i]);
-    }
-    for (unsigned long long id : ids) {
-        blockIdx = {static_cast<unsigned>(id / block), 0, 0};
-        threadIdx = {static_cast<unsigned>(id % block), 0, 0};
-        call(k, args, std::index_sequence_for<A...>{});
-    }
-}
-
-#define KERNEL(f) if (!std::strcmp(name, #f)) { launch(f, grid, block, args, seed); return 0; }
-extern "C" int run_kernel(const char* name, unsigned grid, unsigned block, void** args,
-                          unsigned long long seed) {
-    KERNEL(unite_lower) KERNEL(find_upper) KERNEL(finish_blocks) KERNEL(winners) KERNEL(init_tour)
-    KERNEL(link_groups) KERNEL(mark_splitters) KERNEL(walk_sublists) KERNEL(splitter_links) KERNEL(jump)
-    KERNEL(write_rows)
-    return -1;
-}
-"""
+#: the kernels of dendrogram.cu
+HOST_KERNELS = (
+    "unite_lower", "find_upper", "finish_blocks", "winners", "init_tour", "link_groups",
+    "mark_splitters", "walk_sublists", "splitter_links", "jump", "write_rows",
+)  # fmt: skip
 
 
 @functools.cache
 def _host_library() -> Any:
-    compiler = shutil.which("g++")
-    if compiler is None:
-        return None
-    folder = Path(tempfile.mkdtemp(prefix="dendrogram-host-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    source = folder / "dendrogram_host.cpp"
-    source.write_text(f'{_HOST_PRELUDE}\n#include "{KERNEL}"\n{_HOST_DISPATCH}', encoding="utf-8")
-    library = folder / "dendrogram_host.so"
-    cmd = [compiler, "-std=c++17", "-O1", "-shared", "-fPIC"]  # nvcc checks the warnings (CI)
-    cmd += ["-o", str(library), str(source)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
-    lib = ctypes.CDLL(str(library))
-    lib.run_kernel.restype = ctypes.c_int
-    name, count, pointers, seed = ctypes.c_char_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_ulonglong
-    lib.run_kernel.argtypes = [name, count, count, pointers, seed]
-    return lib
-
-
-def host_compiler_available() -> bool:
-    return shutil.which("g++") is not None
-
-
-_SCALARS = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32}
+    return compile_for_host(KERNEL, _HOST_PRELUDE, HOST_KERNELS) if host_compiler_available() else None
 
 
 def host_launch(seed: int) -> Callable[[str, tuple[int], tuple[int], tuple[Any, ...]], None]:
@@ -347,15 +285,6 @@ def host_launch(seed: int) -> Callable[[str, tuple[int], tuple[int], tuple[Any, 
     rng = np.random.default_rng(seed)
 
     def launch(name: str, grid: tuple[int], block: tuple[int], args: tuple[Any, ...]) -> None:
-        holders: list[Any] = []
-        for a in args:
-            if isinstance(a, np.ndarray):
-                assert a.flags.c_contiguous, name
-                holders.append(ctypes.c_void_p(a.ctypes.data))
-            else:
-                holders.append(_SCALARS[np.dtype(type(a))](a))
-        pointers = (ctypes.c_void_p * len(holders))(*(ctypes.addressof(h) for h in holders))
-        shuffle = int(rng.integers(1, 2**62))
-        assert lib.run_kernel(name.encode(), grid[0], block[0], pointers, shuffle) == 0, name
+        run_on_host(lib, name, grid, block, args, int(rng.integers(1, 2**62)))
 
     return launch
