@@ -118,8 +118,9 @@ def to_pinned(device_array: Any) -> np.ndarray[Any, Any]:
     at the bus's speed into memory the pool hands back once the array is freed (a caller that
     keeps every result gets new pinned memory each time, which costs an allocation).
     """
+    import cupy
     import cupyx
 
     out: np.ndarray[Any, Any] = cupyx.empty_pinned(device_array.shape, dtype=device_array.dtype)
-    device_array.get(out=out)
+    cupy.ascontiguousarray(device_array).get(out=out)  # no copy where it already is
     return out
