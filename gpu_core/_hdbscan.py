@@ -29,7 +29,6 @@ from typing import Any, Literal
 import numpy as np
 
 from . import _numba
-from ._condense import Clusters, condense_columns, summaries
 from ._graph import Backend
 from ._hdbscan_gpu import labels_from_dendrogram
 from ._linkage import _check_tree, _not_a_tree, linkage_from_sorted_edges
@@ -41,6 +40,7 @@ from ._points import (
     _validated,
     check_index_backend,
     check_min_samples,
+    tree_on_index,
 )
 from .errors import ClusteringParameterError
 
@@ -82,58 +82,9 @@ def _eom(parent: Array, stability: Array) -> Array:
     return chose & ~blocked
 
 
-@dataclass(frozen=True)
-class CondensedTree:
-    """Rows ``(parent, child, lambda, size)``; clusters are numbered from ``n`` (the root)."""
-
-    parent: Array
-    child: Array
-    lam: Array
-    size: Array
-    n: int
-
-
 def _columns(linkage: Array) -> tuple[Array, Array, Array, Array]:
     """A linkage matrix's left and right child ids, sizes and distances."""
     return linkage[:, 0], linkage[:, 1], linkage[:, 3], linkage[:, 2]
-
-
-def condense(linkage: Array, min_cluster_size: int) -> CondensedTree:
-    """The condensed tree's rows: cluster rows in cluster-number order, then one row per point."""
-    n = linkage.shape[0] + 1
-    left, right, sizes, distances = _columns(linkage)
-    cl = condense_columns(left, right, distances, sizes, min_cluster_size)
-    count = cl.parent.shape[0]
-    return CondensedTree(
-        parent=np.concatenate([cl.parent[1:], cl.point_cluster]) + n,
-        child=np.concatenate([n + np.arange(1, count), np.arange(n)]),
-        lam=np.concatenate([cl.birth[1:], cl.point_lam]),
-        size=np.concatenate([cl.size[1:], np.ones(n, dtype=np.int64)]),
-        n=n,
-    )
-
-
-def _clusters_of(tree: CondensedTree, num_clusters: int) -> Clusters:
-    """The rows of ``tree`` (in any order) by cluster number (``_condense.Clusters``)."""
-    n = tree.n
-    rows = tree.child >= n
-    parent = np.zeros(num_clusters, dtype=np.int64)
-    birth = np.zeros(num_clusters)
-    size = np.full(num_clusters, n, dtype=np.int64)
-    parent[tree.child[rows] - n] = tree.parent[rows] - n
-    birth[tree.child[rows] - n] = tree.lam[rows]
-    size[tree.child[rows] - n] = tree.size[rows]
-    point_cluster = np.empty(n, dtype=np.int64)
-    point_lam = np.empty(n)
-    point_cluster[tree.child[~rows]] = tree.parent[~rows] - n
-    point_lam[tree.child[~rows]] = tree.lam[~rows]
-    return Clusters(parent, birth, size, point_cluster, point_lam)
-
-
-def _stability(tree: CondensedTree, num_clusters: int) -> Array:
-    """The clusters' stabilities, summed in the order ``_condense`` defines (chunks of points)."""
-    stability: Array = summaries(_clusters_of(tree, num_clusters))[0]
-    return stability
 
 
 def select_clusters(parent: Array, birth: Array, stability: Array, method: str, epsilon: float) -> Array:
@@ -508,7 +459,7 @@ def hdbscan(
     if index is None:
         index = _build_index(points, coords, chosen, from_cupy)
     # on the GPU backend the tree stays on the device: the dendrogram and the labels are made there
-    tree = index._state.tree(k, started, fresh, index.backend == "gpu")
+    tree = tree_on_index(index, k, started, fresh=fresh, on_device=index.backend == "gpu")
     t0 = time.perf_counter()
     timings = dict(tree.timings_ms)
     if n == 1:

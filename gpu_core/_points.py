@@ -307,10 +307,15 @@ def check_index_backend(index: PointIndex, backend: Backend) -> None:
         )
 
 
-def tree_on_index(index: PointIndex, min_samples: int, started: float, *, fresh: bool) -> EuclideanTree:
+def tree_on_index(
+    index: PointIndex, min_samples: int, started: float, *, fresh: bool, on_device: bool | None = None
+) -> EuclideanTree:
     """The tree of a checked ``min_samples`` on ``index``; ``fresh``: the index was built by this
-    computation (its build time then counts in ``compute_ms`` and ``timings_ms["index_ms"]``)."""
-    return index._state.tree(min_samples, started, fresh, index.on_device)
+    computation (its build time then counts in ``compute_ms`` and ``timings_ms["index_ms"]``).
+    ``on_device``: leave the tree on the device (None: where the index's points were; True for
+    the GPU backend's own further work on it, dendrograms and labels)."""
+    keep = index.on_device if on_device is None else on_device
+    return index._state.tree(min_samples, started, fresh, keep)
 
 
 def euclidean_mst(points: Any, *, min_samples: int = 1, backend: Backend = "auto") -> EuclideanTree:
@@ -360,7 +365,9 @@ def single_linkage(
             coords, chosen, from_cupy = _validated(points_or_tree, backend)
             index, fresh = _build_index(points_or_tree, coords, chosen, from_cupy), True
         # on the GPU backend the tree stays on the device for the merges
-        tree = index._state.tree(check_min_samples(1, index.n), started, fresh, index.backend == "gpu")
+        tree = tree_on_index(
+            index, check_min_samples(1, index.n), started, fresh=fresh, on_device=index.backend == "gpu"
+        )
         keep_on_device = index.on_device
     if _is_cupy(tree.src):
         from ._dendrogram_gpu import linkage_on_device

@@ -25,6 +25,7 @@ import pytest
 
 import gpu_core
 from gpu_core import _hdbscan, errors
+from tests.utils import condensed_rows
 from tests.utils.points import blobs, duplicated, integer_grid
 
 pytest.importorskip("numba")
@@ -86,7 +87,7 @@ def test_compiled_equals_numpy_on_random_trees(seed: int) -> None:
         assert clustered > 0  # the sets do cluster: the comparison is not one of all-noise answers
 
 
-def compiled_condensed_tree(u, v, w, mcs: int) -> tuple[_hdbscan.CondensedTree, np.ndarray]:
+def compiled_condensed_tree(u, v, w, mcs: int) -> tuple[condensed_rows.CondensedTree, np.ndarray]:
     """The compiled passes' condensed tree and stabilities, as the NumPy path's rows."""
     n = len(u) + 1
     passes = _hdbscan._compiled_passes()
@@ -95,7 +96,7 @@ def compiled_condensed_tree(u, v, w, mcs: int) -> tuple[_hdbscan.CondensedTree, 
     assert bad == -1
     number, cl_parent, birth, cl_size, stability, _ = passes.cluster_tree(*segments, aux, p_lam)
     point_segment, point_lam = _hdbscan._point_fields(aux, p_lam)
-    tree = _hdbscan.CondensedTree(
+    tree = condensed_rows.CondensedTree(
         parent=np.concatenate([cl_parent[1:], number[point_segment]]) + n,
         child=np.concatenate([n + np.arange(1, cl_parent.size), np.arange(n)]),
         lam=np.concatenate([birth[1:], point_lam]),
@@ -114,11 +115,11 @@ def test_compiled_condensed_tree_and_stabilities_equal_numpy(seed: int) -> None:
     if seed % 4 == 0:
         u, v, w = point_tree(seed, 2000)
     for mcs in (2, 5, 17):
-        ref = _hdbscan.condense(gpu_core.linkage_from_sorted_edges(len(u) + 1, u, v, w), mcs)
+        ref = condensed_rows.condense(gpu_core.linkage_from_sorted_edges(len(u) + 1, u, v, w), mcs)
         got, stability = compiled_condensed_tree(np.asarray(u, np.int64), np.asarray(v, np.int64), w, mcs)
         for field in ("parent", "child", "lam", "size"):
             assert same_bits(getattr(got, field), getattr(ref, field)), field
-        assert same_bits(stability, _hdbscan._stability(ref, stability.size))
+        assert same_bits(stability, condensed_rows.stability(ref, stability.size))
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5])

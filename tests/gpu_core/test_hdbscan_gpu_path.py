@@ -20,7 +20,7 @@ import pytest
 import gpu_core
 from gpu_core import _condense, _hdbscan, _hdbscan_gpu
 from gpu_core._hdbscan_gpu import dendrogram_labels, labels_from_dendrogram
-from tests.utils import fake_device
+from tests.utils import condensed_rows, fake_device
 from tests.utils.hdbscan_kernels import host_compiler_available, host_launch
 from tests.utils.points import blobs, collinear, duplicated, integer_grid, random_points
 
@@ -195,7 +195,7 @@ def test_tiny_trees_and_min_cluster_size_above_n(n: int) -> None:
                         assert (got[0] == -1).all()
 
 
-def python_stabilities(tree: _hdbscan.CondensedTree, count: int) -> list[float]:
+def python_stabilities(tree: condensed_rows.CondensedTree, count: int) -> list[float]:
     """The stability order's definition, in plain Python floats (one rounding per operation)."""
     n = tree.n
     birth = [0.0] * count
@@ -225,7 +225,7 @@ def python_stabilities(tree: _hdbscan.CondensedTree, count: int) -> list[float]:
     return out
 
 
-def plain_sequential(tree: _hdbscan.CondensedTree, count: int) -> list[float]:
+def plain_sequential(tree: condensed_rows.CondensedTree, count: int) -> list[float]:
     """The former order (cluster rows, then points, one running sum): to show the chunks matter."""
     n = tree.n
     birth = [0.0] * count
@@ -255,10 +255,10 @@ def test_stabilities_follow_the_chunked_order() -> None:
     cases.append((*point_tree("blobs", blobs(3, 20000, 2, centers=6, spread=0.05).points, 5)[1:], 500))
     for u, v, w, mcs in cases:  # the blobs: six clusters of about 3300 points
         n = len(u) + 1
-        tree = _hdbscan.condense(gpu_core.linkage_from_sorted_edges(n, u, v, w), mcs)
+        tree = condensed_rows.condense(gpu_core.linkage_from_sorted_edges(n, u, v, w), mcs)
         count = int(tree.child.max()) - n + 1 if tree.child.max() >= n else 1
         expected = np.array(python_stabilities(tree, count))
-        assert same_bits(_hdbscan._stability(tree, count), expected)
+        assert same_bits(condensed_rows.stability(tree, count), expected)
         counts = np.bincount(tree.parent[tree.child < n] - n, minlength=count)
         multi_chunk += int((counts > 2 * _condense.CHUNK).sum())
         differs += int((np.array(plain_sequential(tree, count)) != expected).sum())
