@@ -35,8 +35,15 @@ CHUNK = 1024
 """Points per chunk of a cluster's stability sum (``_hdbscan_compiled.CHUNK`` is the same)."""
 
 
-def jump(ptr: Array, xp: Any = np) -> Array:
-    """Follow the pointers from every node to their fixed point (``ptr[x] == x``) by pointer doubling."""
+def jump(ptr: Array, xp: Any = np, launch: Launch | None = None) -> Array:
+    """Follow the pointers from every node to their fixed point (``ptr[x] == x``): by pointer
+    doubling (a host check after each round), or with ``launch`` in one kernel (``find_roots``),
+    which overwrites ``ptr`` (an int64 array the caller made for it)."""
+    if launch is not None:
+        count = int(ptr.shape[0])
+        if count:
+            launch("find_roots", ((count + BLOCK - 1) // BLOCK,), (BLOCK,), (ptr, np.int64(count)))
+        return ptr
     while True:
         nxt = ptr[ptr]
         if bool(xp.array_equal(nxt, ptr)):
@@ -71,12 +78,19 @@ class Clusters:
 
 
 def condense_columns(
-    left: Array, right: Array, distances: Array, sizes: Array, min_cluster_size: int, xp: Any = np
+    left: Array,
+    right: Array,
+    distances: Array,
+    sizes: Array,
+    min_cluster_size: int,
+    xp: Any = np,
+    launch: Launch | None = None,
 ) -> Clusters:
     """The condensed tree of a dendrogram given as columns (merge ``i`` is node ``n + i``).
 
     Clusters are numbered as the compiled passes number them: the root 0, then the children of
-    the splits from the last merge down, the left child (``left``'s column) first.
+    the splits from the last merge down, the left child (``left``'s column) first. ``launch``:
+    the walks up the dendrogram by ``find_roots`` (None: pointer doubling).
     """
     m = int(left.shape[0])
     n = m + 1
@@ -105,7 +119,7 @@ def condense_columns(
     starts_cluster = big & big_node[sibling[n:]]
     starts_cluster[root] = True
     # every merge belongs to the cluster started by its nearest ancestor-or-self that starts one
-    owner = jump(xp.where(starts_cluster, merges, up), xp)
+    owner = jump(xp.where(starts_cluster, merges, up), xp, launch)
     # cluster numbers: root 0, the others by descending parent merge, the left child first
     starts_cluster[root] = False  # numbered apart
     starters = xp.flatnonzero(starts_cluster)
@@ -124,7 +138,7 @@ def condense_columns(
     birth[1:] = lam_of_merge[split]
     cl_size[1:] = msize[split_children]
     # a point leaves at the parent of its topmost small ancestor-or-self
-    top_small = jump(xp.where(big | big[up], merges, up), xp)
+    top_small = jump(xp.where(big | big[up], merges, up), xp, launch)
     first_up = parent[:n] - n
     leave_at = xp.where(big[first_up], first_up, up[top_small[first_up]])
     return Clusters(
@@ -233,15 +247,23 @@ def summaries(clusters: Clusters, xp: Any = np, launch: Launch | None = None) ->
 
 
 def labels_and_probabilities(
-    clusters: Clusters, selected: Array, deaths: Array, xp: Any = np
+    clusters: Clusters,
+    selected: Array,
+    deaths: Array,
+    xp: Any = np,
+    anchor: Array | None = None,
+    launch: Launch | None = None,
 ) -> tuple[Array, Array]:
     """Labels (selected clusters numbered in cluster order; -1: noise) and probabilities: a
-    point's lambda over the death of its selected cluster (1 where that is 0 or the lambda inf)."""
+    point's lambda over the death of its selected cluster (1 where that is 0 or the lambda inf).
+    ``anchor``: each cluster's selected ancestor-or-self (0 where none), if already known;
+    ``launch``: else found by ``find_roots`` (None: pointer doubling)."""
     count = int(selected.shape[0])
     ids = xp.arange(count, dtype=xp.int64)
     selected = selected.copy()
     selected[0] = False
-    anchor = jump(xp.where(selected, ids, clusters.parent), xp)  # nearest selected ancestor-or-self
+    if anchor is None:  # the nearest selected ancestor-or-self
+        anchor = jump(xp.where(selected, ids, clusters.parent), xp, launch)
     label_of = xp.where(selected, xp.cumsum(selected, dtype=xp.int64) - 1, -1)
     a = anchor[clusters.point_cluster]
     labels = label_of[a]  # -1 where the anchor is the (never selected) root

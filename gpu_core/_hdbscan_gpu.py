@@ -4,15 +4,17 @@
 points ``0..n-1``, merge ``i`` is ``n + i``; ``sizes``; the merge distances, in merge order, as
 ``linkage_from_sorted_edges`` builds them) and returns labels and probabilities as arrays of the
 same module. The condensed tree, the stabilities, the deaths and the labels run vectorized on
-that module (``_condense``, one code for both); only the selection runs on the host, over the
-clusters (few next to the points): their parents, births and stabilities are copied there and
-go through ``_hdbscan``'s selection, compiled by Numba where the host path would be.
+that module (``_condense``, one code for both). The selection runs there too, by heavy paths
+(``_eom_paths``), for excess of mass and leaves; with a ``cluster_selection_epsilon`` it runs on
+the host, over the clusters (few next to the points): their parents, births and stabilities are
+copied there and go through ``_hdbscan``'s selection, compiled by Numba where the host path would be.
 
 With NumPy it is ``_hdbscan``'s NumPy path (which calls it); with CuPy it gives the same bits:
-the float operations are the same elementwise ones (one rounding each, no FMA), and the sums
-(stabilities) run one thread per segment in the order ``_condense`` defines. Host syncs on the
-device: one per pointer-jumping round (its convergence check), the sizes of the cluster and
-chunk arrays, and the selection's copy.
+the float operations are the same elementwise ones (one rounding each, no FMA), the sums
+(stabilities) run one thread per segment in the order ``_condense`` defines, and the excess of
+mass one thread per path in the host's order. Walks up the trees are one kernel each
+(``find_roots``). Host syncs on the device: the sizes of the cluster and chunk arrays, and the
+paths' launch bounds (or the host selection's copy).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._condense import Launch, condense_columns, labels_and_probabilities, summaries
+from ._eom_paths import select_on_device
 
 Array = Any  # a NumPy or a CuPy array
 
@@ -77,12 +80,15 @@ def dendrogram_labels(
     n = int(left.shape[0]) + 1
     if n < 2:  # one point: noise
         return xp.full(n, -1, dtype=xp.int64), xp.zeros(n, dtype=xp.float64)
-    clusters = condense_columns(left, right, distances, sizes, min_cluster_size, xp)
+    clusters = condense_columns(left, right, distances, sizes, min_cluster_size, xp, launch)
     stability, deaths = summaries(clusters, xp, launch)
+    if launch is not None and epsilon == 0.0:  # the selection by heavy paths, where the tree is
+        selected, anchor = select_on_device(clusters.parent, clusters.size, stability, method, xp, launch)
+        return labels_and_probabilities(clusters, selected, deaths, xp, anchor)
     selected = _select_on_host(
         n, _to_host(clusters.parent), _to_host(clusters.birth), _to_host(stability), method, epsilon, compiled
     )
-    return labels_and_probabilities(clusters, xp.asarray(selected), deaths, xp)
+    return labels_and_probabilities(clusters, xp.asarray(selected), deaths, xp, launch=launch)
 
 
 def _to_host(array: Array) -> Array:
@@ -123,12 +129,13 @@ WARM_UP_POINTS: tuple[int, ...] = tuple(2**j + 1 for j in range(2, 21, 2))
 
 
 def warm_up_device(sizes: tuple[int, ...] = WARM_UP_POINTS) -> None:
-    """Compile the segment kernels and the CuPy kernels of :func:`labels_from_dendrogram` on the
-    current device: random dendrograms of ``sizes`` points (some distances zero), every
-    method with and without epsilon up to a few thousand points, excess of mass above."""
+    """Compile the kernels of the device path from a tree to labels (the dendrogram's, the
+    condensed tree's and the selection's, and the CuPy kernels around them) on the current
+    device: random trees of ``sizes`` points (some distances zero), every method with and
+    without epsilon up to a few thousand points, excess of mass above."""
     import cupy
 
-    from ._linkage import linkage_from_sorted_edges
+    from ._dendrogram_gpu import linkage_on_device
 
     rng = np.random.default_rng(0)
     for n in sizes:
@@ -137,7 +144,7 @@ def warm_up_device(sizes: tuple[int, ...] = WARM_UP_POINTS) -> None:
         w = np.where(rng.random(n - 1) < 0.1, 0.0, rng.random(n - 1))  # zeros: lambda inf
         order = np.argsort(w, kind="stable")
         u, v, w = u[1:][order], v[order], w[order]
-        z = cupy.asarray(linkage_from_sorted_edges(n, u, v, w))
+        z = linkage_on_device(n, cupy.asarray(u), cupy.asarray(v), cupy.asarray(w))
         runs = (("eom", 0.0), ("leaf", 0.0), ("eom", 0.5), ("leaf", 0.5)) if n < 5000 else (("eom", 0.0),)
         for method, epsilon in runs:
             labels_from_dendrogram(z[:, 0], z[:, 1], z[:, 3], z[:, 2], 3, method, epsilon)

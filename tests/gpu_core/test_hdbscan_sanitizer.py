@@ -1,5 +1,6 @@
-"""HDBSCAN*'s device path under ``compute-sanitizer`` (memcheck, racecheck): the segment kernels of
-``kernels/hdbscan_tree.cu`` and the dendrogram's, from points to labels, with every method."""
+"""HDBSCAN*'s device path under ``compute-sanitizer`` (memcheck, racecheck): the segment and
+excess-of-mass kernels of ``kernels/hdbscan_tree.cu`` and the dendrogram's, from points to labels,
+with every method, and the excess of mass alone over larger cluster trees."""
 
 from __future__ import annotations
 
@@ -32,6 +33,20 @@ SCRIPT = textwrap.dedent(
             )
             assert np.array_equal(got.labels, want.labels), (mcs, ms, method, eps)
             assert np.array_equal(got.probabilities, want.probabilities), (mcs, ms, method, eps)
+    # the excess of mass by heavy paths over larger trees: long paths, several light depths
+    from gpu_core import _eom_paths, _hdbscan
+    from gpu_core._hdbscan_gpu import _cupy_launch
+    from tests.gpu_core.test_eom_paths import cluster_tree, stabilities
+
+    rng = np.random.default_rng(0)
+    for shape, splits in (("random", 3000), ("caterpillar", 2000)):
+        parent, size = cluster_tree(rng, splits, shape)
+        stability = stabilities(rng, parent.size, "specials")
+        selected, _ = _eom_paths.select_on_device(
+            cupy.asarray(parent), cupy.asarray(size), cupy.asarray(stability), "eom", cupy, _cupy_launch
+        )
+        want = _hdbscan.select_clusters(parent, np.zeros(parent.size), stability, "eom", 0.0)
+        assert np.array_equal(selected.get(), want), shape
     cupy.cuda.runtime.deviceSynchronize()
     print("sanitized ok")
     """

@@ -118,7 +118,8 @@ def _binary(op: Callable[..., Any], reflected: bool = False) -> Callable[..., An
 
 for _name, _op in {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
-    "floordiv": np.floor_divide, "and": np.bitwise_and, "or": np.bitwise_or,
+    "floordiv": np.floor_divide, "mod": np.remainder, "and": np.bitwise_and, "or": np.bitwise_or,
+    "lshift": np.left_shift, "rshift": np.right_shift,
 }.items():  # fmt: skip
     setattr(DeviceArray, f"__{_name}__", _binary(_op))
     setattr(DeviceArray, f"__r{_name}__", _binary(_op, reflected=True))
@@ -148,9 +149,9 @@ def module() -> tuple[types.ModuleType, Counters]:
 
         return call
 
-    for name in ("int32", "int64", "float64", "bool_", "inf"):
+    for name in ("int32", "int64", "uint8", "uint64", "float64", "bool_", "inf"):
         setattr(xp, name, getattr(np, name))
-    for name in ("arange", "zeros", "empty", "full", "where", "array_equal", "cumsum"):
+    for name in ("arange", "zeros", "empty", "full", "ones", "where", "array_equal", "cumsum", "bincount"):
         setattr(xp, name, fn(getattr(np, name)))
 
     def flatnonzero(a: Any) -> DeviceArray:
@@ -161,6 +162,7 @@ def module() -> tuple[types.ModuleType, Counters]:
     for name in ("minimum", "maximum", "isinf"):
         setattr(xp, name, fn(getattr(np, name)))
     setattr(xp, "searchsorted", fn(lambda a, v, side="left": np.searchsorted(a, v, side=side)))  # noqa: B010
+    setattr(xp, "concatenate", fn(np.concatenate))  # noqa: B010
     setattr(xp, "ascontiguousarray", fn(lambda a, dtype=None: np.ascontiguousarray(a, dtype=dtype)))  # noqa: B010
 
     def asarray(a: Any) -> DeviceArray:  # a copy to the device

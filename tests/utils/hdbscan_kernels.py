@@ -1,7 +1,8 @@
 """``kernels/hdbscan_tree.cu`` compiled for the host by g++ (CUDA's built-ins replaced by
 sequential stand-ins, no FMA contraction), every thread of a launch run in turn in a shuffled
-order: the device path's segment kernels, their launch arguments and the driver around them
-(``gpu_core._hdbscan_gpu.dendrogram_labels`` on NumPy arrays), checked where no GPU is.
+order: the device path's segment and excess-of-mass kernels, their launch arguments and the
+drivers around them (``gpu_core._hdbscan_gpu.dendrogram_labels``, ``gpu_core._eom_paths`` on
+NumPy arrays), checked where no GPU is.
 """
 
 from __future__ import annotations
@@ -19,7 +20,17 @@ from .host_cuda import compile_for_host, host_compiler_available, run_on_host
 __all__ = ["KERNEL", "NAMES", "host_compiler_available", "host_launch"]
 
 KERNEL = Path(gpu_core.__file__).parent / "kernels" / "hdbscan_tree.cu"
-NAMES = ("segment_sums", "segment_max")
+NAMES = ("segment_sums", "segment_max", "eom_up", "eom_above", "find_roots", "find_roots_counted")
+_I, _F, _B, _U = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.uint8), np.dtype(np.uint64)
+#: each kernel's argument types (arrays by dtype, scalars by type): the signatures in the file
+SIGNATURES: dict[str, list[Any]] = {
+    "segment_sums": [_F, _I, _I, np.int64, _F],
+    "segment_max": [_F, _I, _I, np.int64, _F],
+    "eom_up": [_I, _I, np.int64, np.int64, _F, _F, _I, _F, _B],
+    "eom_above": [_I, np.int64, np.int64, _I, _I, _I, _I, _I, _I],
+    "find_roots": [_I, np.int64],
+    "find_roots_counted": [_U, np.int64],
+}
 
 
 @functools.cache
@@ -36,7 +47,7 @@ def host_launch(seed: int) -> Any:
     def launch(name: str, grid: tuple[int], block: tuple[int], args: tuple[Any, ...]) -> None:
         assert name in NAMES, name
         kinds = [a.dtype if isinstance(a, np.ndarray) else type(a) for a in args]
-        assert kinds == [np.float64, np.int64, np.int64, np.int64, np.float64], (name, kinds)  # the signature
+        assert kinds == SIGNATURES[name], (name, kinds)
         run_on_host(lib, name, grid, block, args, int(rng.integers(1, 2**62)))
         launched.append(name)
 
