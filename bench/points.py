@@ -10,7 +10,7 @@ For each point set (uniform or Gaussian blobs, 2-D and 3-D, every size of the su
   in host memory (``host_seconds``); the CPU backend has only the latter;
 * ``hdbscan`` with ``min_samples`` 2, 5 and 16: ``gpu_core.hdbscan`` end to end to labels in
   host memory, from the points where the EMST took them (on the device for the GPU backend: the
-  tree, dendrogram, condensed tree and labels are made there, the selection on the host).
+  tree, dendrogram, condensed tree, selection and labels are made there).
 
 Each figure is the median of ``--repeats`` runs after one warm-up run; throughput is in
 MFeatures/s (n*d / seconds, the paper's unit), with the engine's time split (index build,
