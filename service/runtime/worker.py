@@ -728,6 +728,10 @@ class _Worker:
         if not self._host_passes_ready:  # once per worker: no clustering request compiles
             self._host_passes_ready = True
             warm_up_compiled()
+            if self.backend == "gpu":  # the device path from a tree to labels
+                from gpu_core._hdbscan_gpu import warm_up_device
+
+                warm_up_device()
         config = self.config
         raw = read_points(path, fmt, config.max_inflated_bytes or 2**63, config.max_compression_ratio or 1e18)
         resident = ResidentPoints(raw, self.backend)
