@@ -7,8 +7,9 @@ For each point set the mutual-reachability tree is computed on the device (CuPy 
 left there) and its dendrogram too (``_dendrogram_gpu.linkage_on_device``); then
 ``gpu_core._hdbscan_gpu.labels_from_dendrogram`` on the device columns: the wall time of the whole
 call (median of ``--repeats`` after a warm-up, the device synchronized), and its parts timed one
-by one the same way (the condensed tree; stabilities and deaths; the selection's copy and host
-selection; the labels). The host's compiled passes on the host copy of the tree
+by one the same way (the condensed tree; stabilities and deaths; the selection by heavy paths,
+their decomposition alone, and for comparison the copy to the host and the host's selection,
+checked equal; the labels). The host's compiled passes on the host copy of the tree
 (``_hdbscan.labels_from_edges``: union-find, condensed tree, selection, labels) are timed for
 scale, and the device's labels and probabilities are checked equal to theirs, bit for bit.
 ``--cpu`` runs the same driver with NumPy on the CPU backend's tree (a smoke test; no timing
@@ -48,7 +49,7 @@ def _median_ms(run: Callable[[], Any], sync: Callable[[], None], repeats: int) -
 
 def measure(n: int, d: int, kind: str, mcs: int, min_samples: int, repeats: int, cpu: bool) -> dict[str, Any]:
     import gpu_core
-    from gpu_core import _condense, _hdbscan, _hdbscan_gpu
+    from gpu_core import _condense, _eom_paths, _hdbscan, _hdbscan_gpu
 
     if cpu:
         xp: Any = np
@@ -88,19 +89,33 @@ def measure(n: int, d: int, kind: str, mcs: int, min_samples: int, repeats: int,
     # the parts, one by one (each synchronized: their sum exceeds the whole a little)
     parts: dict[str, float] = {}
     parts["condense_ms"], clusters = _median_ms(
-        lambda: _condense.condense_columns(left, right, distances, sizes, mcs, xp), sync, repeats
+        lambda: _condense.condense_columns(left, right, distances, sizes, mcs, xp, launch), sync, repeats
     )
     parts["stabilities_ms"], (stability, deaths) = _median_ms(
         lambda: _condense.summaries(clusters, xp, launch), sync, repeats
     )
 
-    def select() -> Any:
+    def host_select() -> Any:
         parent, birth, stab = (_hdbscan_gpu._to_host(a) for a in (clusters.parent, clusters.birth, stability))
         return xp.asarray(_hdbscan_gpu._select_on_host(n, parent, birth, stab, "eom", 0.0, None))
 
-    parts["copy_and_selection_ms"], selected = _median_ms(select, sync, repeats)
+    parts["host_selection_ms"], selected = _median_ms(host_select, sync, repeats)  # for comparison
+    anchor = None
+    if launch is not None:  # the selection the device path runs: excess of mass by heavy paths
+        parts["heavy_paths_ms"], paths = _median_ms(
+            lambda: _eom_paths.heavy_paths(clusters.parent, clusters.size, xp, launch), sync, repeats
+        )
+        record["paths"] = {"rounds": len(paths.rounds), "longest": int(paths.length.max())}
+        parts["selection_ms"], (by_paths, anchor) = _median_ms(
+            lambda: _eom_paths.select_on_device(clusters.parent, clusters.size, stability, "eom", xp, launch),
+            sync,
+            repeats,
+        )
+        record["same_selection"] = bool(xp.array_equal(by_paths, selected))
     parts["labels_ms"], _ = _median_ms(
-        lambda: _condense.labels_and_probabilities(clusters, selected, deaths, xp), sync, repeats
+        lambda: _condense.labels_and_probabilities(clusters, selected, deaths, xp, anchor, launch),
+        sync,
+        repeats,
     )
     record["parts"] = parts
     record["clusters"] = int(clusters.birth.shape[0])
