@@ -35,14 +35,16 @@ CHUNK = 1024
 """Points per chunk of a cluster's stability sum (``_hdbscan_compiled.CHUNK`` is the same)."""
 
 
-def jump(ptr: Array, xp: Any = np, launch: Launch | None = None) -> Array:
+def jump(ptr: Array, xp: Any = np, launch: Launch | None = None, *, parents_after: bool = False) -> Array:
     """Follow the pointers from every node to their fixed point (``ptr[x] == x``): by pointer
     doubling (a host check after each round), or with ``launch`` in one kernel (``find_roots``),
-    which overwrites ``ptr`` (an int64 array the caller made for it)."""
+    which overwrites ``ptr`` (an int64 array the caller made for it). ``parents_after``: parents
+    have larger ids than their children (else smaller): the kernel starts from the ancestors."""
     if launch is not None:
         count = int(ptr.shape[0])
         if count:
-            launch("find_roots", ((count + BLOCK - 1) // BLOCK,), (BLOCK,), (ptr, np.int64(count)))
+            args = (ptr, np.int64(count), np.int64(parents_after))
+            launch("find_roots", ((count + BLOCK - 1) // BLOCK,), (BLOCK,), args)
         return ptr
     while True:
         nxt = ptr[ptr]
@@ -119,7 +121,7 @@ def condense_columns(
     starts_cluster = big & big_node[sibling[n:]]
     starts_cluster[root] = True
     # every merge belongs to the cluster started by its nearest ancestor-or-self that starts one
-    owner = jump(xp.where(starts_cluster, merges, up), xp, launch)
+    owner = jump(xp.where(starts_cluster, merges, up), xp, launch, parents_after=True)
     # cluster numbers: root 0, the others by descending parent merge, the left child first
     starts_cluster[root] = False  # numbered apart
     starters = xp.flatnonzero(starts_cluster)
@@ -138,7 +140,7 @@ def condense_columns(
     birth[1:] = lam_of_merge[split]
     cl_size[1:] = msize[split_children]
     # a point leaves at the parent of its topmost small ancestor-or-self
-    top_small = jump(xp.where(big | big[up], merges, up), xp, launch)
+    top_small = jump(xp.where(big | big[up], merges, up), xp, launch, parents_after=True)
     first_up = parent[:n] - n
     leave_at = xp.where(big[first_up], first_up, up[top_small[first_up]])
     return Clusters(

@@ -49,10 +49,11 @@ class HeavyPaths:
 
 def _jump_with_counts(ptr: Array, count: Array, xp: Any, launch: Launch) -> tuple[Array, Array]:
     """Each node's root (``ptr[x] == x``) and the sum of ``count`` on its way there, the root's
-    excluded (``find_roots_counted``: pointer and sum packed in one word, 32 bits each)."""
+    excluded (``find_roots_counted``: pointer and sum packed in one word, 32 bits each). Parents
+    have smaller ids than their children (the cluster tree's numbering)."""
     size = int(ptr.shape[0])
     words = ptr.astype(xp.uint64) | (count.astype(xp.uint64) << 32)
-    launch("find_roots_counted", _grid(size), (BLOCK,), (words, np.int64(size)))
+    launch("find_roots_counted", _grid(size), (BLOCK,), (words, np.int64(size), np.int64(0)))  # parents first
     return (words & 0xFFFFFFFF).astype(xp.int64), (words >> 32).astype(xp.int64)
 
 

@@ -265,7 +265,9 @@ def test_find_roots_compiled_for_the_host(kind: str) -> None:
         roots, steps = plain_roots(ptr)
         if kind == "chains" and n == 5000:
             assert steps.max() > 500
-        assert np.array_equal(_condense.jump(ptr.copy(), np, host_launch(n)), roots)
+        for parents_after in (False, True):  # the order of the threads: the same answer
+            got = _condense.jump(ptr.copy(), np, host_launch(n), parents_after=parents_after)
+            assert np.array_equal(got, roots)
         assert np.array_equal(_condense.jump(ptr.copy(), np), roots)
         weights = np.ones(n, dtype=np.int64)
         weights[ptr == np.arange(n)] = 0

@@ -28,8 +28,8 @@ SIGNATURES: dict[str, list[Any]] = {
     "segment_max": [_F, _I, _I, np.int64, _F],
     "eom_up": [_I, _I, np.int64, np.int64, _F, _F, _I, _F, _B],
     "eom_above": [_I, np.int64, np.int64, _I, _I, _I, _I, _I, _I],
-    "find_roots": [_I, np.int64],
-    "find_roots_counted": [_U, np.int64],
+    "find_roots": [_I, np.int64, np.int64],
+    "find_roots_counted": [_U, np.int64, np.int64],
 }
 
 
