@@ -52,6 +52,8 @@ def _jump_with_counts(ptr: Array, count: Array, xp: Any, launch: Launch) -> tupl
     excluded (``find_roots_counted``: pointer and sum packed in one word, 32 bits each). Parents
     have smaller ids than their children (the cluster tree's numbering)."""
     size = int(ptr.shape[0])
+    if size >= 2**32:  # never from a device dendrogram (at most 2^30 points: its clusters fewer)
+        raise ValueError(f"find_roots_counted packs node ids in 32 bits; got {size} nodes.")
     words = ptr.astype(xp.uint64) | (count.astype(xp.uint64) << 32)
     launch("find_roots_counted", _grid(size), (BLOCK,), (words, np.int64(size), np.int64(0)))  # parents first
     return (words & 0xFFFFFFFF).astype(xp.int64), (words >> 32).astype(xp.int64)

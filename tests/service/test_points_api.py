@@ -117,6 +117,35 @@ def test_points_upload_tasks_and_restart(server_factory: ServerFactory, tmp_path
     assert server.client.get(f"/v1/points/{as_json['id']}").status_code == 404
 
 
+@pytest.mark.gpu
+def test_points_on_a_gpu_worker(server_factory: ServerFactory, tmp_path: Path) -> None:
+    """A GPU worker: its first point set warms up the device path (dendrogram, condensed tree,
+    selection); every task's answer equals the CPU engine's, bit for bit, and survives a restart."""
+    data = tmp_path / "data"
+    server = server_factory(data, MST_BACKEND="gpu")
+    assert all(w["backend"] == "gpu" for w in server.client.get("/readyz").json()["workers"])
+    rng = np.random.default_rng(5)
+    points = np.concatenate([blobs(1, 4000), rng.uniform(-25, 25, (2000, 2))])  # clusters and noise
+    record = upload(server, points)
+    check_tasks(server, points, record["id"])
+    cases: list[dict[str, Any]] = [
+        {"min_cluster_size": 8},
+        {"min_cluster_size": 12, "min_samples": 4, "cluster_selection_method": "leaf"},
+        {"min_cluster_size": 9, "cluster_selection_epsilon": 0.5},  # the selection on the host
+    ]
+    for params in cases:
+        expected = gpu_core.hdbscan(points, backend="cpu", **params)
+        _, result = run(server, record["id"], "hdbscan", params)
+        assert result["labels"] == expected.labels.tolist(), params
+        assert result["probabilities"] == expected.probabilities.tolist(), params
+        assert expected.num_clusters >= 2
+    server.stop()
+    server = server_factory(data, MST_BACKEND="gpu")
+    job, result = run(server, record["id"], "hdbscan", {"min_cluster_size": 8})
+    assert job["result"]["reused_tree"] is False
+    assert result["labels"] == gpu_core.hdbscan(points, min_cluster_size=8, backend="cpu").labels.tolist()
+
+
 @pytest.mark.parametrize(
     ("body", "code", "detail"),
     [
