@@ -124,10 +124,14 @@ def test_points_on_a_gpu_worker(server_factory: ServerFactory, tmp_path: Path) -
     data = tmp_path / "data"
     server = server_factory(data, MST_BACKEND="gpu")
     assert all(w["backend"] == "gpu" for w in server.client.get("/readyz").json()["workers"])
+    small = blobs()
+    check_tasks(server, small, upload(server, small)["id"])  # as on the CPU worker
     rng = np.random.default_rng(5)
     points = np.concatenate([blobs(1, 4000), rng.uniform(-25, 25, (2000, 2))])  # clusters and noise
     record = upload(server, points)
-    check_tasks(server, points, record["id"])
+    tree = gpu_core.euclidean_mst(points, backend="cpu")
+    job, result = run(server, record["id"], "emst")
+    assert result["weights"] == tree.weights.tolist() and job["result"]["total_weight"] == tree.total_weight
     cases: list[dict[str, Any]] = [
         {"min_cluster_size": 8},
         {"min_cluster_size": 12, "min_samples": 4, "cluster_selection_method": "leaf"},
