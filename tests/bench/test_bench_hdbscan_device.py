@@ -18,5 +18,6 @@ def test_device_benchmark_runs_on_the_cpu_and_agrees(tmp_path: Path) -> None:
     records = hdbscan_device.main([*argv, "--out", str(out)])
     assert len(records) == 2 and all(r["identical"] is True for r in records)
     assert all(r["selected_clusters"] >= 2 and r["labels_from_dendrogram_ms"] > 0 for r in records)
-    assert set(records[0]["parts"]) == {"condense_ms", "stabilities_ms", "copy_and_selection_ms", "labels_ms"}
+    # with NumPy no kernels run: the selection by heavy paths is timed on the device only
+    assert set(records[0]["parts"]) == {"condense_ms", "stabilities_ms", "host_selection_ms", "labels_ms"}
     assert json.loads(out.read_text())[0]["clusters"] == records[0]["clusters"]
