@@ -70,6 +70,8 @@ def cluster_tree(rng: np.random.Generator, splits: int, shape: str, n: int = 10*
 def stabilities(rng: np.random.Generator, count: int, kind: str) -> np.ndarray:
     if kind == "integers":  # exact ties between a cluster and its children's sum
         return rng.integers(0, 4, count).astype(np.float64)
+    if kind == "sums":  # one scale: down a long path the children's sum soon wins at every step,
+        return rng.random(count)  # as in the spines of real trees (eom_up's all-additions batches)
     values = rng.random(count) * 10.0 ** rng.integers(-3, 4, count)
     if kind == "specials":
         pick = rng.random(count)
@@ -89,7 +91,7 @@ def python_eom(parent: np.ndarray, stability: np.ndarray) -> tuple[list[float], 
         children[int(parent[c])].append(c)
     resolved = [0.0] * count
     chose = [False] * count
-    for c in range(count - 1, 0, -1):
+    for c in range(count - 1, -1, -1):  # the root's too: the walk of the root's path ends there
         sub = 0.0
         for child in sorted(children[c], reverse=True):
             sub = sub + resolved[child]
@@ -98,6 +100,7 @@ def python_eom(parent: np.ndarray, stability: np.ndarray) -> tuple[list[float], 
             resolved[c] = sub
         else:
             resolved[c], chose[c] = s, True
+    chose[0] = False  # the root is never chosen
     anchor = [0] * count
     for c in range(1, count):  # parents first
         up = anchor[int(parent[c])]
@@ -116,7 +119,7 @@ SHAPES = [
 CASES = [
     (shape, splits, kind, seed)
     for seed, (shape, splits) in enumerate(SHAPES)
-    for kind in ("floats", "integers", "specials")
+    for kind in ("floats", "integers", "specials", "sums")
 ]
 
 
@@ -135,7 +138,7 @@ def check(parent: np.ndarray, size: np.ndarray, stability: np.ndarray, xp: Any, 
     best, chose_by_slot = (back(a) for a in _eom_paths.resolve(paths, to(stability), xp, launch))
     node_at, start = back(paths.node_at), back(paths.start)
     heads = node_at[start]
-    for h in heads[heads != 0].tolist():  # the values other paths read
+    for h in heads.tolist():  # the values other paths read (the root's: where its path's walk ends)
         assert same_or_both_nan(float(best[h]), resolved[h]), h
     by_cluster = np.zeros(parent.size, dtype=bool)
     by_cluster[node_at] = chose_by_slot.astype(bool)
