@@ -5,7 +5,7 @@ at every path head, NaN and inf included) and against ``_hdbscan.select_clusters
 trees of every shape: random, balanced, caterpillars thousands of levels deep, equal child sizes,
 and stabilities with exact ties (a ``>=`` for the host's ``>`` would fail), zeros, inf and NaN.
 On the CPU with the kernels compiled for the host (each launch's threads in a shuffled order);
-with CuPy (marked ``gpu``) at 10^6 clusters and 2·10^5 levels. Also the walks up a forest in one
+with CuPy (marked ``gpu``) at 10^6 clusters and 10^5 levels. Also the walks up a forest in one
 launch (``find_roots``, ``find_roots_counted``) against a plain walk, on random forests and long
 chains, in both orders of the threads.
 """
