@@ -20,7 +20,6 @@ from .host_cuda import compile_for_host, host_compiler_available, run_on_host
 __all__ = ["KERNEL", "NAMES", "host_compiler_available", "host_launch"]
 
 KERNEL = Path(gpu_core.__file__).parent / "kernels" / "hdbscan_tree.cu"
-NAMES = ("segment_sums", "segment_max", "eom_up", "eom_above", "find_roots", "find_roots_counted")
 _I, _F, _B, _U = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.uint8), np.dtype(np.uint64)
 #: each kernel's argument types (arrays by dtype, scalars by type): the signatures in the file
 SIGNATURES: dict[str, list[Any]] = {
@@ -31,6 +30,7 @@ SIGNATURES: dict[str, list[Any]] = {
     "find_roots": [_I, np.int64, np.int64],
     "find_roots_counted": [_U, np.int64, np.int64],
 }
+NAMES = tuple(SIGNATURES)
 
 
 @functools.cache
