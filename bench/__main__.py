@@ -102,8 +102,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--jobs-parts",
-        choices=("all", "jobs", "oneshot"),
-        help="jobs benchmark: run only its jobs levels or only its one-shot level (default all)",
+        choices=("all", "jobs", "coalesced", "oneshot"),
+        help="jobs benchmark: run only its distinct-graph levels (jobs), its one-graph levels "
+        "(coalesced) or its one-shot level (default all)",
     )
     p.add_argument("--oneshot-clients", type=int, help="jobs benchmark: clients of the one-shot level")
     p.add_argument("--oneshot-edges", type=int, help="jobs benchmark: edges of each one-shot graph")

@@ -10,7 +10,15 @@ import numpy as np
 from bench.jobs import JobsSpec, _Checker, _small_graphs, run_jobs_benchmark, table
 
 TINY = JobsSpec(
-    "jobs", clients=(1, 3), duration_s=1.0, rmat_scale=8, oneshot_edges=500, oneshot_clients=3, processes=2
+    "jobs",
+    clients=(1, 3),
+    duration_s=1.0,
+    rmat_scale=8,
+    oneshot_edges=500,
+    oneshot_clients=3,
+    processes=2,
+    graphs=3,
+    coalesced_clients=(3,),
 )
 
 
@@ -39,11 +47,27 @@ def test_jobs_benchmark_runs_and_checks_every_forest() -> None:
     assert record["type"] == "jobs" and record["backend"] == "cpu"
     levels = record["levels"]
     assert [lv["clients"] for lv in levels] == [1, 3]
-    for level in [*levels, record["oneshot"]]:
+    assert [lv["graphs"] for lv in levels] == [1, 3]  # every client on its own graph
+    assert record["spec"]["graphs"] == 3
+    (coalesced,) = record["coalesced"]
+    assert coalesced["clients"] == 3 and coalesced["graphs"] == 1
+    for level in [*levels, coalesced, record["oneshot"]]:
         assert level["completed"] > 0 and level["errors"] == 0 and level["mismatches"] == 0
         assert 0 < level["p50_ms"] <= level["p99_ms"] <= level["max_ms"]
     assert record["checks"]["all_checked_equal"] is True
-    assert "| one-shot | 3 |" in table(record)
+    text = table(record)
+    assert "| one-shot | 3 |" in text
+    assert "| jobs, distinct graphs | 3 | 3 |" in text and "| jobs, coalesced (one graph) | 3 | 1 |" in text
+
+
+def test_distinct_graph_clients_check_their_own_forests() -> None:
+    """Each client is checked against its own graph's forest: a checker of another graph refuses it."""
+    from bench.jobs import _rmat_graph
+
+    _, first, _ = _rmat_graph(8, 0)
+    _, second, _ = _rmat_graph(8, 1)
+    assert not np.array_equal(first[0], second[0])  # distinct seeds, distinct forests
+    assert not _Checker(first)(_npz(*second))
 
 
 def test_the_one_shot_part_runs_alone() -> None:
@@ -63,4 +87,4 @@ def test_the_one_shot_part_runs_alone() -> None:
     assert record["oneshot"]["batch_members_mean"] >= 1  # from the server's mst_oneshot_batch_members
     cpu = record["oneshot"]["cpu_ms_per_request"]  # the server's processes' CPU time, from /proc
     assert set(cpu) == {"runtime", "fronts", "worker"} and cpu["worker"] > 0 and cpu["runtime"] > 0
-    assert table(record).count("| one-shot | 2 |") == 1 and "| jobs |" not in table(record)
+    assert table(record).count("| one-shot | 2 |") == 1 and "| jobs," not in table(record)
