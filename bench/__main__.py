@@ -106,6 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="jobs benchmark: run only its distinct-graph levels (jobs), its one-graph levels "
         "(coalesced) or its one-shot level (default all)",
     )
+    p.add_argument("--jobs-rmat-scale", type=int, help="jobs benchmark: RMAT scale of its resident graphs")
+    p.add_argument("--jobs-graphs", type=int, help="jobs benchmark: distinct resident graphs")
     p.add_argument("--oneshot-clients", type=int, help="jobs benchmark: clients of the one-shot level")
     p.add_argument("--oneshot-edges", type=int, help="jobs benchmark: edges of each one-shot graph")
     p.add_argument("--client-processes", type=int, help="load and jobs benchmarks: most client processes")
@@ -176,6 +178,10 @@ def load_spec(item: LoadSpec | JobsSpec, args: argparse.Namespace) -> Any:
     if isinstance(spec, JobsSpec):
         if args.jobs_parts not in (None, "all"):
             spec = dataclasses.replace(spec, parts=(args.jobs_parts,))
+        if args.jobs_rmat_scale is not None:
+            spec = dataclasses.replace(spec, rmat_scale=args.jobs_rmat_scale)
+        if args.jobs_graphs is not None:
+            spec = dataclasses.replace(spec, graphs=args.jobs_graphs)
         if args.oneshot_clients is not None:
             spec = dataclasses.replace(spec, oneshot_clients=args.oneshot_clients)
         if args.oneshot_edges is not None:
@@ -222,6 +228,8 @@ def _child_argv(args: argparse.Namespace, name: str, record: Path) -> list[str]:
         ("--load-duration", args.load_duration),
         ("--load-switch-interval", args.load_switch_interval),
         ("--jobs-parts", args.jobs_parts),
+        ("--jobs-rmat-scale", args.jobs_rmat_scale),
+        ("--jobs-graphs", args.jobs_graphs),
         ("--oneshot-clients", args.oneshot_clients),
         ("--oneshot-edges", args.oneshot_edges),
         ("--client-processes", args.client_processes),
