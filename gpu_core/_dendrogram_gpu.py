@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ._kernels import DENDROGRAM_FILE, kernel
+from ._backend.arrays import to_numpy
+from ._backend.kernels import DENDROGRAM_FILE, kernel
 from .errors import GraphTooLargeError
 
 Array = Any
@@ -45,16 +46,12 @@ def _grid(work: int) -> tuple[int]:
     return (max(1, min(-(-work // BLOCK), 65535)),)
 
 
-def _host(array: Array) -> np.ndarray[Any, Any]:
-    return array.get() if hasattr(array, "get") else np.asarray(array)
-
-
 def _host_answer(xp: Any, n: int, u: Array, v: Array, w: Array) -> Array:
     """The host function's answer: its typed error for input the kernels cannot take, or (n < 2) the
     empty matrix."""
     from ._linkage import linkage_from_sorted_edges
 
-    return xp.asarray(linkage_from_sorted_edges(n, _host(u), _host(v), _host(w)))
+    return xp.asarray(linkage_from_sorted_edges(n, to_numpy(u), to_numpy(v), to_numpy(w)))
 
 
 def linkage_on_device(

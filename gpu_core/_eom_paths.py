@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from ._backend.arrays import to_numpy
 from ._condense import Launch, _argsort
-from ._dendrogram_gpu import _host
 
 Array = Any
 BLOCK = 128  # threads (paths) per block: a launch's paths differ much in length
@@ -92,7 +92,7 @@ def heavy_paths(parent: Array, size: Array, xp: Any, launch: Launch) -> HeavyPat
     node_at[slot_of] = ids
     path_index = xp.zeros(count, dtype=xp.int64)
     path_index[by_depth] = xp.arange(int(by_depth.shape[0]), dtype=xp.int64)
-    bounds = np.concatenate(([0], np.cumsum(_host(xp.bincount(head_depth))[::-1])))
+    bounds = np.concatenate(([0], np.cumsum(to_numpy(xp.bincount(head_depth))[::-1])))
     rounds = [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
     return HeavyPaths(node_at, slot_of, path_index[head], path_start, path_length, rounds)
 
@@ -151,7 +151,7 @@ def resolve(paths: HeavyPaths, stability: Array, xp: Any, launch: Launch) -> tup
     chose = xp.zeros(count, dtype=xp.uint8)
     slot_bounds = xp.concatenate((paths.start, xp.full(1, count, dtype=xp.int64)))
     edges = np.array([a for a, _ in paths.rounds] + [paths.rounds[-1][1]], dtype=np.int64)
-    slot_edges = _host(slot_bounds[xp.asarray(edges)])
+    slot_edges = to_numpy(slot_bounds[xp.asarray(edges)])
     for r, (a, b) in enumerate(paths.rounds):  # the deepest first: their heads are light children
         lo, hi = int(slot_edges[r]), int(slot_edges[r + 1])
         light[lo:hi] = best[light_child[lo:hi]]

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ._kernels import kernel
+from ._backend.kernels import kernel
 from ._layout import MAX_GPU_EDGES, csr_pieces, slot_layout
 from ._order import Objective, edge_order
 from ._validate import validate_edges

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from ._backend.arrays import to_host
+from ._backend.resolve import Backend, resolve_backend
 from ._clusters import forest_components, kept_for_clusters
 from ._cpu import CpuGraph
 from ._forest import SpanningForest, make_forest
 from ._order import Objective, check_objective, edge_ids_argument, new_weights_argument
 from ._validate import WEIGHT_DTYPES, validate_edges
-from .errors import BackendUnavailableError, GraphValidationError
-
-Backend = Literal["auto", "gpu", "cpu"]
-BACKENDS: tuple[str, ...] = ("auto", "gpu", "cpu")
+from .errors import GraphValidationError
 
 
 class _Prepared(Protocol):
@@ -45,45 +43,6 @@ class _Prepared(Protocol):
     def to_host(self, *arrays: Any) -> list[np.ndarray[Any, Any]]: ...
 
 
-@functools.cache
-def _gpu_probe() -> str | None:
-    """None when CuPy sees a CUDA device, else the reason it does not."""
-    try:
-        import cupy
-    except ImportError:
-        return "CuPy is not installed (install the 'gpu' extra, e.g. pip install 'mst-service[gpu]')"
-    try:
-        count = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception as exc:  # CUDA raises its own error types for a missing driver
-        return f"CUDA is not usable: {exc}"
-    return None if count > 0 else "no CUDA device is visible"
-
-
-def gpu_available() -> bool:
-    """True when CuPy is importable and sees at least one CUDA device."""
-    return _gpu_probe() is None
-
-
-def resolve_backend(backend: str) -> Literal["gpu", "cpu"]:
-    """Turn ``"auto"`` into ``"gpu"`` or ``"cpu"``; refuse ``"gpu"`` where there is none."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}.")
-    if backend == "cpu":
-        return "cpu"
-    reason = _gpu_probe()
-    if reason is None:
-        return "gpu"
-    if backend == "gpu":
-        raise BackendUnavailableError(f"backend='gpu' was requested but {reason}.")
-    return "cpu"
-
-
-def _to_host(value: Any) -> Any:
-    if type(value).__module__.split(".")[0] == "cupy":
-        return value.get()
-    return value
-
-
 class Graph:
     """An undirected, weighted graph prepared for minimum-spanning-forest computations.
 
@@ -109,8 +68,8 @@ class Graph:
 
             self._impl = GpuGraph(src, dst, weight, num_vertices)
         else:
-            host_weight = _to_host(weight)
-            edges = validate_edges(np, _to_host(src), _to_host(dst), host_weight, num_vertices)
+            host_weight = to_host(weight)
+            edges = validate_edges(np, to_host(src), to_host(dst), host_weight, num_vertices)
             self._impl = CpuGraph(edges, host_weight)
         self._weights_version = 0
 

@@ -29,15 +29,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _numba
-from ._graph import Backend
+from ._backend.arrays import is_cupy, to_host
+from ._backend.jit import available as numba_available
+from ._backend.resolve import Backend
 from ._hdbscan_gpu import labels_from_dendrogram
 from ._linkage import _check_tree, _not_a_tree, linkage_from_sorted_edges
 from ._points import (
     PointIndex,
     _build_index,
-    _is_cupy,
-    _to_host,
     _validated,
     check_index_backend,
     check_min_samples,
@@ -169,7 +168,7 @@ def labels_from_tree(
     :data:`COMPILED_FROM` points where Numba is installed).
     """
     n = linkage.shape[0] + 1
-    if _is_cupy(linkage) and n >= 2:  # a dendrogram on the device: labelled there, CuPy arrays back
+    if is_cupy(linkage) and n >= 2:  # a dendrogram on the device: labelled there, CuPy arrays back
         z = linkage
         return labels_from_dendrogram(
             z[:, 0], z[:, 1], z[:, 3], z[:, 2], min_cluster_size, method, epsilon, compiled=compiled
@@ -299,7 +298,7 @@ worth loading it outside a warmed-up worker)."""
 @functools.cache
 def _compiled_passes() -> Any:
     """The module of compiled passes, or None where Numba is not installed."""
-    if not _numba.available():
+    if not numba_available():
         return None
     from . import _hdbscan_compiled
 
@@ -393,8 +392,8 @@ def _labels_on_device(
     """Labels and probabilities (NumPy) of a tree on the device, and the number of clusters: its
     dendrogram, condensed tree, stabilities, selection and labels are computed there (with an
     epsilon, the selection over the clusters on the host)."""
+    from ._backend.staging import to_pinned
     from ._dendrogram_gpu import linkage_on_device
-    from ._staging import to_pinned
 
     t0 = time.perf_counter()
     z = linkage_on_device(tree.n, tree.src, tree.dst, tree.weights)
@@ -468,12 +467,12 @@ def hdbscan(
     timings = dict(tree.timings_ms)
     if n == 1:
         labels, probabilities, count = np.full(1, -1, dtype=np.int64), np.zeros(1), 0
-    elif _is_cupy(tree.src):
+    elif is_cupy(tree.src):
         labels, probabilities, count = _labels_on_device(
             tree, int(min_cluster_size), cluster_selection_method, eps, timings
         )
     else:
-        src, dst, weights = (_to_host(a) for a in (tree.src, tree.dst, tree.weights))
+        src, dst, weights = (to_host(a) for a in (tree.src, tree.dst, tree.weights))
         labels, probabilities = labels_from_edges(
             n, src, dst, weights, int(min_cluster_size), cluster_selection_method, eps, timings=timings
         )

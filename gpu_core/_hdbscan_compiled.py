@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ._numba import jit, prefetch
+from ._backend.jit import jit, prefetch
 
 _prefetch = prefetch()
 

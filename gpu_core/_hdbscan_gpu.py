@@ -96,7 +96,7 @@ def _to_host(array: Array) -> Array:
         return array
     if type(array).__module__.split(".")[0] != "cupy":  # the tests' stand-in for a device
         return array.get()
-    from ._staging import to_pinned
+    from ._backend.staging import to_pinned
 
     return to_pinned(array)
 
@@ -118,7 +118,7 @@ def _select_on_host(
 
 
 def _cupy_launch(name: str, grid: tuple[int], block: tuple[int], args: tuple[Any, ...]) -> None:
-    from ._kernels import HDBSCAN_FILE, kernel
+    from ._backend.kernels import HDBSCAN_FILE, kernel
 
     kernel(name, HDBSCAN_FILE)(grid, block, args)
 

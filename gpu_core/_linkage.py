@@ -149,9 +149,9 @@ def _label_compiled(n: int, u: Any, v: Any, out: Any, parent: Any, lab: Any) -> 
 @functools.cache
 def _compiled() -> Any:
     """The loop compiled by Numba (about 100x faster), or None where Numba is not installed."""
-    from . import _numba
+    from ._backend.jit import available, jit
 
-    return _numba.jit(_label_compiled) if _numba.available() else None
+    return jit(_label_compiled) if available() else None
 
 
 def _label(n: int, u: np.ndarray[Any, Any], v: np.ndarray[Any, Any], out: np.ndarray[Any, Any]) -> int:

@@ -24,7 +24,8 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from ._graph import BACKENDS, Backend, resolve_backend
+from ._backend.arrays import is_cupy, to_host
+from ._backend.resolve import BACKENDS, Backend, resolve_backend
 from .errors import (
     ClusteringParameterError,
     NonFiniteCoordinateError,
@@ -66,14 +67,6 @@ class EuclideanTree:
         return int(self.src.shape[0])
 
 
-def _is_cupy(value: Any) -> bool:
-    return type(value).__module__.split(".")[0] == "cupy"
-
-
-def _to_host(value: Any) -> Any:
-    return value.get() if _is_cupy(value) else value
-
-
 def validate_points(points: Any, *, on_device: bool = False) -> Any:
     """The points as a C-contiguous ``(n, d)`` float64 array, or a typed error.
 
@@ -81,13 +74,13 @@ def validate_points(points: Any, *, on_device: bool = False) -> Any:
     CuPy array that never leaves the device (the checks run there, one synchronisation).
     """
     xp: Any = np
-    if _is_cupy(points) and on_device:
+    if is_cupy(points) and on_device:
         import cupy
 
         xp, array = cupy, points
     else:
         try:
-            array = np.asarray(_to_host(points))
+            array = np.asarray(to_host(points))
         except (TypeError, ValueError) as exc:
             raise PointDtypeError(f"'points' cannot be read as an array: {exc}", field="points") from None
     if array.dtype.kind not in "fiu":
@@ -260,7 +253,7 @@ def _validated(points: Any, backend: Backend) -> tuple[Any, Literal["gpu", "cpu"
     """(the validated coordinates, the backend chosen, whether the points were CuPy's)."""
     chosen = resolve_backend(backend)
     # on the GPU backend CuPy points stay on the device (validated there)
-    return validate_points(points, on_device=chosen == "gpu"), chosen, _is_cupy(points)
+    return validate_points(points, on_device=chosen == "gpu"), chosen, is_cupy(points)
 
 
 def _build_index(points: Any, coords: Any, backend: Literal["gpu", "cpu"], from_cupy: bool) -> PointIndex:
@@ -369,7 +362,7 @@ def single_linkage(
             index, check_min_samples(1, index.n), started, fresh=fresh, on_device=index.backend == "gpu"
         )
         keep_on_device = index.on_device
-    if _is_cupy(tree.src):
+    if is_cupy(tree.src):
         from ._dendrogram_gpu import linkage_on_device
 
         linkage = linkage_on_device(tree.n, tree.src, tree.dst, tree.weights)

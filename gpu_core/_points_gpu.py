@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ._kernels import EMST_FILE, EMST_LEAF, EMST_LIST, kernel
+from ._backend.kernels import EMST_FILE, EMST_LEAF, EMST_LIST, kernel
 from ._points import EuclideanTree, finish_tree
 from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
 

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ._graph import Backend, minimum_spanning_forest
+from ._backend.resolve import Backend
+from ._graph import minimum_spanning_forest
 
 
 def _scipy() -> Any:

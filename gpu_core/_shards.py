@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from ._backend.resolve import Backend
 from ._forest import SpanningForest, make_forest
-from ._graph import Backend, Graph
+from ._graph import Graph
 from ._order import check_objective
 
 

@@ -50,7 +50,7 @@ def _on_host(array: Any) -> Any:
     """A result array in host memory (a device array comes through pinned memory)."""
     if isinstance(array, np.ndarray):
         return array
-    from gpu_core._staging import to_pinned
+    from gpu_core._backend.staging import to_pinned
 
     return to_pinned(array)
 

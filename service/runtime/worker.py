@@ -314,7 +314,7 @@ def _read_weights(path: str, fmt: str, to_device: bool = False) -> tuple[Any, An
 
     try:
         if fmt == "npy" and to_device:
-            from gpu_core._staging import npy_to_device
+            from gpu_core._backend.staging import npy_to_device
 
             return None, npy_to_device(path)
         if fmt == "npy":

@@ -242,7 +242,8 @@ def test_without_numba_the_numpy_path_gives_the_same_answer() -> None:
         sys.modules["numba"] = None  # Numba not installed
         import numpy as np
         import gpu_core
-        from gpu_core import _hdbscan, _numba
+        from gpu_core import _hdbscan
+        from gpu_core._backend.jit import available
         from tests.utils.points import blobs
         points = blobs(6, 2000, 2, centers=6, spread=0.2).points
         r = gpu_core.hdbscan(points, min_cluster_size=8, min_samples=3, backend="cpu")
@@ -254,7 +255,7 @@ def test_without_numba_the_numpy_path_gives_the_same_answer() -> None:
         except RuntimeError:
             refused = True
         print(json.dumps({
-            "available": _numba.available(), "refused": refused,
+            "available": available(), "refused": refused,
             "loaded": "gpu_core._hdbscan_compiled" in sys.modules,
             "labels": r.labels.tolist(), "prob": r.probabilities.tobytes().hex(),
             "leaf": leaf[0].tolist(), "leaf_prob": leaf[1].tobytes().hex(), "z": z.tobytes().hex(),

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gpu_core
-from gpu_core._graph import Backend
+from gpu_core._backend.resolve import Backend
 
 from ..utils.backends import BACKENDS
 from ..utils.graphs import DTYPES, EdgeGraph, empty_graph, random_graph, rmat_graph

@@ -1,4 +1,4 @@
-"""``.npy`` files to device arrays through pinned pieces (``gpu_core._staging``)."""
+"""``.npy`` files to device arrays through pinned pieces (``gpu_core._backend.staging``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpu_core import _staging
+from gpu_core._backend import staging as _staging
 from gpu_core.errors import GraphValidationError
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import GraphValidationError
+from ..errors import GraphValidationError
 
 #: bytes per piece (8 and 16 MiB measured the same)
 PIECE = 8 << 20
