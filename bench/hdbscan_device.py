@@ -4,7 +4,7 @@
         [--min-cluster-size 5] [--min-samples 5] [--repeats 5] [--out FILE.json]
 
 For each point set the mutual-reachability tree is computed on the device (CuPy points, the tree
-left there) and its dendrogram too (``_dendrogram_gpu.linkage_on_device``); then
+left there) and its dendrogram too (``_dendrogram.gpu.linkage_on_device``); then
 ``gpu_core._hdbscan_gpu.labels_from_dendrogram`` on the device columns: the wall time of the whole
 call (median of ``--repeats`` after a warm-up, the device synchronized), and its parts timed one
 by one the same way (the condensed tree; stabilities and deaths; the selection by heavy paths,
@@ -64,7 +64,7 @@ def measure(n: int, d: int, kind: str, mcs: int, min_samples: int, repeats: int,
     else:
         import cupy as cp
 
-        from gpu_core._dendrogram_gpu import linkage_on_device
+        from gpu_core._dendrogram.gpu import linkage_on_device
 
         xp = cp
         points = cp.asarray(make_points(kind, n, d))

@@ -9,11 +9,11 @@
 
 from . import errors, formats
 from ._backend.resolve import Backend, gpu_available, resolve_backend
+from ._dendrogram.cpu import linkage_from_sorted_edges
 from ._estimate import MemoryEstimate, estimate_device_bytes
 from ._forest import SpanningForest, make_forest
 from ._graph import Graph, maximum_spanning_forest, minimum_spanning_forest, warm_up
 from ._hdbscan import HDBSCANResult, hdbscan
-from ._linkage import linkage_from_sorted_edges
 from ._order import OBJECTIVES
 from ._points import (
     MAX_DIMENSIONS,

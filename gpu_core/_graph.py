@@ -199,7 +199,7 @@ class Graph:
         numbers them (``n + i`` for the cluster the ``i``-th merge makes); heights are the
         weights as float64. The format ``scipy.cluster.hierarchy.fcluster`` and ``dendrogram`` take.
         """
-        from ._linkage import linkage_from_sorted_edges
+        from ._dendrogram.cpu import linkage_from_sorted_edges
 
         xp = self._impl.xp
         ids, weights, _ = self._forest_arrays("min", None)

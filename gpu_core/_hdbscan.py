@@ -1,7 +1,7 @@
 """HDBSCAN* flat clustering from the mutual-reachability tree, with scikit-learn's semantics.
 
 The tree comes from :func:`euclidean_mst` on either backend. On the GPU backend the tree stays on
-the device and so do its dendrogram (``_dendrogram_gpu``), condensed tree, stabilities, selection
+the device and so do its dendrogram (``_dendrogram.gpu``), condensed tree, stabilities, selection
 (``_eom_paths``; with ``cluster_selection_epsilon``, the selection over the (few) condensed
 clusters runs on the host) and labels (``_hdbscan_gpu``). On the CPU backend the condensed tree,
 the cluster stabilities and the selection (excess of mass or leaves, optionally merged below
@@ -32,8 +32,8 @@ import numpy as np
 from ._backend.arrays import is_cupy, to_host
 from ._backend.jit import available as numba_available
 from ._backend.resolve import Backend
+from ._dendrogram.cpu import check_tree, linkage_from_sorted_edges, not_a_tree
 from ._hdbscan_gpu import labels_from_dendrogram
-from ._linkage import _check_tree, _not_a_tree, linkage_from_sorted_edges
 from ._points import (
     PointIndex,
     _build_index,
@@ -369,13 +369,13 @@ def labels_from_edges(
         labels, probabilities = _labels_from_tree_numpy(linkage, min_cluster_size, method, epsilon)
     else:
         u, v, w = _plain(u, np.int64), _plain(v, np.int64), _plain(w, np.float64)
-        _check_tree(n, u, v, w)
+        check_tree(n, u, v, w)
         outputs = _PrefaultedOutputs(n)
         with _reused_work_arrays(n) as (parent, aux, p_lam):
             bad, *segments = passes.condense_edges(n, u, v, w, min_cluster_size, parent, aux, p_lam)
             if bad >= 0:  # an edge closed a cycle: n - 1 edges cannot span
                 outputs.join()
-                raise _not_a_tree(n, u, v)
+                raise not_a_tree(n, u, v)
             t1 = time.perf_counter()
             labels, probabilities = _select_and_label(
                 passes, tuple(segments), aux, p_lam, method, epsilon, outputs.result()
@@ -393,7 +393,7 @@ def _labels_on_device(
     dendrogram, condensed tree, stabilities, selection and labels are computed there (with an
     epsilon, the selection over the clusters on the host)."""
     from ._backend.staging import to_pinned
-    from ._dendrogram_gpu import linkage_on_device
+    from ._dendrogram.gpu import linkage_on_device
 
     t0 = time.perf_counter()
     z = linkage_on_device(tree.n, tree.src, tree.dst, tree.weights)

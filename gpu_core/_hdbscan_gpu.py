@@ -135,7 +135,7 @@ def warm_up_device(sizes: tuple[int, ...] = WARM_UP_POINTS) -> None:
     without epsilon up to a few thousand points, excess of mass above."""
     import cupy
 
-    from ._dendrogram_gpu import linkage_on_device
+    from ._dendrogram.gpu import linkage_on_device
 
     rng = np.random.default_rng(0)
     for n in sizes:

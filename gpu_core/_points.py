@@ -345,7 +345,7 @@ def single_linkage(
     (or their index) get the matrix copied back. A tree on the host is merged on the host. Both
     give the same matrix, bit for bit.
     """
-    from ._linkage import linkage_from_sorted_edges
+    from ._dendrogram.cpu import linkage_from_sorted_edges
 
     started = time.perf_counter()
     if isinstance(points_or_tree, EuclideanTree):
@@ -363,7 +363,7 @@ def single_linkage(
         )
         keep_on_device = index.on_device
     if is_cupy(tree.src):
-        from ._dendrogram_gpu import linkage_on_device
+        from ._dendrogram.gpu import linkage_on_device
 
         linkage = linkage_on_device(tree.n, tree.src, tree.dst, tree.weights)
         return linkage if keep_on_device else linkage.get()  # type: ignore[no-any-return]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gpu_core
-from gpu_core._dendrogram_gpu import MAX_POINTS, build_linkage
+from gpu_core._dendrogram.gpu import MAX_POINTS, build_linkage
 from gpu_core.errors import DisconnectedForestError, GraphTooLargeError, GraphValidationError
 from tests.utils.dendrogram import (
     host_launch,

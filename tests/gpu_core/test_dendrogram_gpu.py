@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import gpu_core
-from gpu_core._dendrogram_gpu import linkage_on_device
+from gpu_core._dendrogram.gpu import linkage_on_device
 from gpu_core.errors import DisconnectedForestError, GraphValidationError
 from tests.utils.dendrogram import Tree, random_tree, trees, with_cycle
 from tests.utils.points import PointSet, blobs, duplicated, integer_grid, random_points

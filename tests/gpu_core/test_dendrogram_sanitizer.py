@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent(
     cupy.cuda.set_pinned_memory_allocator(None)
 
     import gpu_core
-    from gpu_core._dendrogram_gpu import linkage_on_device
+    from gpu_core._dendrogram.gpu import linkage_on_device
     from gpu_core.errors import DisconnectedForestError
     from tests.utils.dendrogram import trees, with_cycle
 

@@ -278,13 +278,14 @@ WARM_CHECK = """
     import numpy as np
     t0 = time.perf_counter()
     import gpu_core
-    from gpu_core import _hdbscan, _linkage
+    from gpu_core import _hdbscan
+    from gpu_core._dendrogram import cpu as dendrogram_cpu
     gpu_core.warm_up("cpu")
     warm_up_s = time.perf_counter() - t0
     passes = _hdbscan._compiled_passes()
     dispatchers = {
         "condense_edges": passes.condense_edges, "condense_linkage": passes.condense_linkage,
-        "select_and_label": passes.select_and_label, "linkage": _linkage._compiled(),
+        "select_and_label": passes.select_and_label, "linkage": dendrogram_cpu._compiled(),
     }
     def state():
         return {k: [str(s) for s in d.signatures] for k, d in dispatchers.items()}

@@ -447,7 +447,7 @@ def test_points_to_labels_on_the_device_equal_the_cpu_backend() -> None:
     host) and labels on the device; the CPU backend's ``hdbscan`` of the same points, bit for bit."""
     import cupy
 
-    from gpu_core._dendrogram_gpu import linkage_on_device
+    from gpu_core._dendrogram.gpu import linkage_on_device
 
     for ps, k in (
         (blobs(4, 50_000, 2, centers=10, spread=0.1), 5),

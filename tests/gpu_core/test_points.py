@@ -127,7 +127,7 @@ def test_bad_min_samples(min_samples) -> None:
 
 @pytest.mark.parametrize("n", [50, 3000])  # the Python loop, and the compiled one where Numba is installed
 def test_linkage_loops_agree_and_detect_cycles(n: int) -> None:
-    from gpu_core import _linkage
+    from gpu_core._dendrogram import cpu as dendrogram_cpu
 
     rng = np.random.default_rng(n)
     perm = rng.permutation(n)
@@ -136,7 +136,7 @@ def test_linkage_loops_agree_and_detect_cycles(n: int) -> None:
     z = gpu_core.linkage_from_sorted_edges(n, u, v, w)
     ref = np.empty_like(z)
     ref[:, 2] = w
-    assert _linkage._label_python(n, u.astype(np.int64), v.astype(np.int64), ref) == -1
+    assert dendrogram_cpu._label_python(n, u.astype(np.int64), v.astype(np.int64), ref) == -1
     assert np.array_equal(z, ref)
     assert np.array_equal(z[:, :2].min(axis=1), z[:, 0]) and z[-1, 3] == n
     u2, v2 = u.copy(), v.copy()

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DisconnectedForestError, GraphValidationError
+from ..errors import DisconnectedForestError, GraphValidationError
 
 
-def _check_tree(n: int, u: np.ndarray[Any, Any], v: np.ndarray[Any, Any], w: np.ndarray[Any, Any]) -> None:
+def check_tree(n: int, u: np.ndarray[Any, Any], v: np.ndarray[Any, Any], w: np.ndarray[Any, Any]) -> None:
     if not (u.shape == v.shape == w.shape) or u.ndim != 1:
         raise GraphValidationError("u, v and w must be one-dimensional arrays of one length.", field="src")
     if u.size and (min(int(u.min()), int(v.min())) < 0 or max(int(u.max()), int(v.max())) >= n):
@@ -32,10 +32,10 @@ def _check_tree(n: int, u: np.ndarray[Any, Any], v: np.ndarray[Any, Any], w: np.
             index=at,
         )
     if u.shape[0] != n - 1:
-        raise _not_a_tree(n, u, v)
+        raise not_a_tree(n, u, v)
 
 
-def _not_a_tree(n: int, u: np.ndarray[Any, Any], v: np.ndarray[Any, Any]) -> DisconnectedForestError:
+def not_a_tree(n: int, u: np.ndarray[Any, Any], v: np.ndarray[Any, Any]) -> DisconnectedForestError:
     from scipy.sparse import coo_matrix  # imported here: `import gpu_core` stays light
     from scipy.sparse.csgraph import connected_components
 
@@ -59,11 +59,11 @@ def linkage_from_sorted_edges(n: int, u: Any, v: Any, w: Any) -> np.ndarray[Any,
     u = np.ascontiguousarray(u, dtype=np.int64)  # one layout: one compiled specialization
     v = np.ascontiguousarray(v, dtype=np.int64)
     w = np.asarray(w, dtype=np.float64)
-    _check_tree(n, u, v, w)
+    check_tree(n, u, v, w)
     out = np.empty((n - 1, 4), dtype=np.float64)
     out[:, 2] = w
     if n > 1 and _label(n, u, v, out) >= 0:  # an edge closed a cycle: n - 1 edges cannot span
-        raise _not_a_tree(n, u, v)
+        raise not_a_tree(n, u, v)
     return out
 
 
@@ -149,7 +149,7 @@ def _label_compiled(n: int, u: Any, v: Any, out: Any, parent: Any, lab: Any) -> 
 @functools.cache
 def _compiled() -> Any:
     """The loop compiled by Numba (about 100x faster), or None where Numba is not installed."""
-    from ._backend.jit import available, jit
+    from .._backend.jit import available, jit
 
     return jit(_label_compiled) if available() else None
 

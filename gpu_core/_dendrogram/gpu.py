@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ._backend.arrays import to_numpy
-from ._backend.kernels import DENDROGRAM_FILE, kernel
-from .errors import GraphTooLargeError
+from .._backend.arrays import to_numpy
+from .._backend.kernels import DENDROGRAM_FILE, kernel
+from ..errors import GraphTooLargeError
 
 Array = Any
 #: ``launch(kernel name, grid, block, args)``
@@ -49,7 +49,7 @@ def _grid(work: int) -> tuple[int]:
 def _host_answer(xp: Any, n: int, u: Array, v: Array, w: Array) -> Array:
     """The host function's answer: its typed error for input the kernels cannot take, or (n < 2) the
     empty matrix."""
-    from ._linkage import linkage_from_sorted_edges
+    from .cpu import linkage_from_sorted_edges
 
     return xp.asarray(linkage_from_sorted_edges(n, to_numpy(u), to_numpy(v), to_numpy(w)))
 
