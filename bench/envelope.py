@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 import gpu_core
-from gpu_core._estimate import pool_peak
+from gpu_core._graphs.estimate import pool_peak
 
 GENERATE_CHUNK = 1 << 27
 
@@ -63,7 +63,7 @@ def uniform_device_graph(num_vertices: int, num_edges: int, seed: int) -> tuple[
 def _timed_steps() -> dict[str, float]:
     """Wrap the build's steps (``GpuGraph`` methods) so each one's seconds are recorded, synchronized."""
     cp = _cupy()
-    from gpu_core import _gpu
+    from gpu_core._graphs import gpu as _gpu
 
     seconds: dict[str, float] = {}
     for name in ("_rank", "_gather_ids", "_fill_rows", "_heavy_chunks"):
@@ -87,7 +87,7 @@ def _timed_steps() -> dict[str, float]:
 
 def _untimed_steps(seconds: dict[str, float]) -> dict[str, float]:
     """Put the build's steps back as they were; a copy of the seconds recorded so far."""
-    from gpu_core import _gpu
+    from gpu_core._graphs import gpu as _gpu
 
     for name in ("_rank", "_gather_ids", "_fill_rows", "_heavy_chunks"):
         method = getattr(_gpu.GpuGraph, name, None)
@@ -205,7 +205,7 @@ def run_uniform(args: argparse.Namespace) -> dict[str, Any]:
     cp = _cupy()
     n, m = 1 << args.log2_vertices, int(float(args.edges))
     if args.wide:
-        from gpu_core import _layout
+        from gpu_core._graphs import layout as _layout
 
         _layout.WIDE_SLOTS_FROM = 0
     start = time.perf_counter()
@@ -234,7 +234,7 @@ def run_rmat(args: argparse.Namespace) -> dict[str, Any]:
     from bench.generators import GraphSpec, load_or_make
 
     if args.wide:
-        from gpu_core import _layout
+        from gpu_core._graphs import layout as _layout
 
         _layout.WIDE_SLOTS_FROM = 0
     spec = GraphSpec(f"rmat-{args.scale}-float", "rmat", (("scale", args.scale), ("edge_factor", 8)), "float")

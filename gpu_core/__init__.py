@@ -10,11 +10,20 @@
 from . import errors, formats
 from ._backend.resolve import Backend, gpu_available, resolve_backend
 from ._dendrogram.cpu import linkage_from_sorted_edges
-from ._estimate import MemoryEstimate, estimate_device_bytes
-from ._forest import SpanningForest, make_forest
-from ._graph import Graph, maximum_spanning_forest, minimum_spanning_forest, warm_up
+from ._graphs.estimate import MemoryEstimate, estimate_device_bytes
+from ._graphs.forest import SpanningForest, make_forest
+from ._graphs.graph import Graph, maximum_spanning_forest, minimum_spanning_forest
+from ._graphs.order import OBJECTIVES
+from ._graphs.shards import (
+    ShardForest,
+    edge_ranges,
+    merge_shard_forests,
+    shard_forest,
+    sharded_spanning_forest,
+    union_graph,
+)
+from ._graphs.validate import MAX_VERTICES, WEIGHT_DTYPES
 from ._hdbscan import HDBSCANResult, hdbscan
-from ._order import OBJECTIVES
 from ._points import (
     MAX_DIMENSIONS,
     EuclideanTree,
@@ -24,15 +33,7 @@ from ._points import (
     single_linkage,
 )
 from ._scipy_compat import minimum_spanning_tree
-from ._shards import (
-    ShardForest,
-    edge_ranges,
-    merge_shard_forests,
-    shard_forest,
-    sharded_spanning_forest,
-    union_graph,
-)
-from ._validate import MAX_VERTICES, WEIGHT_DTYPES
+from ._warm_up import warm_up
 from .formats import FORMATS, read_graph
 
 __all__ = [

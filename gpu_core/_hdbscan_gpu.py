@@ -124,7 +124,7 @@ def _cupy_launch(name: str, grid: tuple[int], block: tuple[int], args: tuple[Any
 
 
 #: dendrogram sizes of :func:`warm_up_device`: CuPy picks some reduction and scan kernels by the
-#: size of their input (``_graph.WARM_UP_SIZES`` says the same of the graph engine)
+#: size of their input (``_graphs.warm_up.WARM_UP_SIZES`` says the same of the graph engine)
 WARM_UP_POINTS: tuple[int, ...] = tuple(2**j + 1 for j in range(2, 21, 2))
 
 

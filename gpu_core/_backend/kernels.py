@@ -8,7 +8,7 @@ from typing import Any
 
 KERNEL_FILE = "ecl_mst.cu"
 #: templated kernels, instantiated through NVRTC name expressions
-#: the slot index types (``_layout.SlotLayout.slot``): 32-bit graphs and 64-bit ones
+#: the slot index types (``_graphs.layout.SlotLayout.slot``): 32-bit graphs and 64-bit ones
 SLOT_TYPES: tuple[str, ...] = ("int", "long long")
 NAME_EXPRESSIONS: tuple[str, ...] = (
     *(f"init_worklist<{phase}, {slot}>" for phase in ("false", "true") for slot in SLOT_TYPES),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gpu_core
-from gpu_core._forest import forest_total, weight_bound
+from gpu_core._graphs.forest import forest_total, weight_bound
 
 
 @pytest.mark.parametrize(

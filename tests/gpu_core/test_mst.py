@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import gpu_core
 from gpu_core import Backend
-from gpu_core._forest import filter_threshold
+from gpu_core._graphs.forest import filter_threshold
 from tests.utils.backends import BACKENDS
 from tests.utils.graphs import (
     DTYPES,

@@ -29,7 +29,7 @@ import numpy as np
 import cupy
 from cupy.cuda import compiler
 import gpu_core
-from gpu_core._graph import ID_DTYPES
+from gpu_core._graphs.warm_up import ID_DTYPES
 from gpu_core.errors import GraphValidationError
 
 compiled = []

@@ -1,6 +1,6 @@
 """The 64-bit slot layout (graphs of 2^31 slots or more), proven on small graphs.
 
-``gpu_core._layout.WIDE_SLOTS_FROM`` decides from which slot count a graph takes 64-bit slot
+``gpu_core._graphs.layout.WIDE_SLOTS_FROM`` decides from which slot count a graph takes 64-bit slot
 indices; the ``wide`` fixture lowers it to 0 so every graph here is built in that layout,
 and the forests are compared edge id for edge id with the 32-bit layout, the CPU backend and
 Kruskal. ``CSR_SPLIT_FROM`` lowered to 0 makes even small builds sort their CSR in chunks.
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import gpu_core
-from gpu_core import _layout
-from gpu_core._estimate import _gpu_bytes, pool_peak
-from gpu_core._layout import MAX_GPU_EDGES, WIDE_SLOTS_FROM, slot_layout
+from gpu_core._graphs import layout as _layout
+from gpu_core._graphs.estimate import _gpu_bytes, pool_peak
+from gpu_core._graphs.layout import MAX_GPU_EDGES, WIDE_SLOTS_FROM, slot_layout
 from tests.utils.graphs import DTYPES, EdgeGraph, random_graph, rmat_graph, star_graph
 from tests.utils.oracles import kruskal_edge_ids
 
@@ -89,7 +89,7 @@ def wide(monkeypatch: pytest.MonkeyPatch) -> None:
 def chunked(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CSR sorted in chunks, and the pool's free blocks handed back between build steps
     (what giant graphs do) even for small graphs."""
-    from gpu_core import _gpu
+    from gpu_core._graphs import gpu as _gpu
 
     monkeypatch.setattr(_layout, "CSR_SPLIT_FROM", 0)
     monkeypatch.setattr(_gpu, "RELEASE_FROM_EDGES", 0)

@@ -1,6 +1,6 @@
 """How much memory a graph of ``n`` vertices and ``m`` edges takes, before it is built.
 
-Counted from what the backends allocate (``_gpu.GpuGraph._build``, ``_cpu.CpuGraph``),
+Counted from what the backends allocate (``gpu.GpuGraph._build``, ``cpu.CpuGraph``),
 with ``k = m`` (no self-loops: an upper bound). Two numbers:
 
 * ``resident``: what the prepared graph holds while it stays loaded (``Graph.nbytes``);
@@ -8,7 +8,7 @@ with ``k = m`` (no self-loops: an upper bound). Two numbers:
   worst, as a host upload makes them), the sorts' scratch included. A build needs
   ``peak`` free bytes; afterwards it keeps ``resident``.
 
-GPU layouts (``_layout``): graphs of fewer than 2^31 slots index them with 32 bits; larger
+GPU layouts (``layout``): graphs of fewer than 2^31 slots index them with 32 bits; larger
 ones with 64 bits and worklists half the size (``slot_layout``). The build's phases, in
 bytes per edge (``w`` the weight's itemsize, ``I`` the input's device copies, 16 + w):
 ranking (4-byte weights) ``I + w + 16`` (the 64-bit keys and the sort's scratch),
@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._layout import SlotLayout, csr_pieces, slot_layout
+from .layout import SlotLayout, csr_pieces, slot_layout
 
 #: bytes a build adds whatever its size (pool rounding, counters, the pinned read-back block, sort scratch)
 GPU_OVERHEAD = 1 << 20
@@ -148,6 +148,6 @@ def _gpu_bytes(n: int, m: int, w: int, layout: SlotLayout) -> MemoryEstimate:
 
 
 def _tiles(num_edges: int) -> int:
-    """Tiles of the forest bit set (``_gpu.TILE_WORDS`` words each)."""
+    """Tiles of the forest bit set (``gpu.TILE_WORDS`` words each)."""
     words = max((num_edges + 31) // 32, 1)
     return max(-(-words // (256 * 8)), 1)

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from ._backend.kernels import kernel
-from ._layout import MAX_GPU_EDGES, csr_pieces, slot_layout
-from ._order import Objective, edge_order
-from ._validate import validate_edges
-from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
+from .._backend.kernels import kernel
+from ..errors import DeviceError, DeviceMemoryError, GraphTooLargeError
+from .layout import MAX_GPU_EDGES, csr_pieces, slot_layout
+from .order import Objective, edge_order
+from .validate import validate_edges
 
 INT32_MAX = 2**31 - 1
 BLOCK = 256
@@ -298,7 +298,7 @@ class GpuGraph:
 
     @property
     def wide(self) -> bool:
-        """Whether this graph indexes its slots with 64 bits (``_layout``)."""
+        """Whether this graph indexes its slots with 64 bits (``layout``)."""
         return self.layout.wide
 
     @property

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._forest import filter_threshold
+from .forest import filter_threshold
 
 #: graphs with at least this many slots (2 per loop-free edge) take 64-bit slot indices
 WIDE_SLOTS_FROM = 2**31

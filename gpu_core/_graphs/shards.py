@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from ._backend.resolve import Backend
-from ._forest import SpanningForest, make_forest
-from ._graph import Graph
-from ._order import check_objective
+from .._backend.resolve import Backend
+from .forest import SpanningForest, make_forest
+from .graph import Graph
+from .order import check_objective
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .errors import GraphValidationError, NonFiniteWeightError, UnsupportedDtypeError, VertexIdError
+from ..errors import GraphValidationError, NonFiniteWeightError, UnsupportedDtypeError, VertexIdError
 
 Objective = Literal["min", "max"]
 OBJECTIVES: tuple[str, ...] = ("min", "max")
@@ -68,7 +68,7 @@ def edge_ids_argument(xp: ModuleType, ids: Any, num_edges: int, field: str) -> A
 
 def new_weights_argument(xp: ModuleType, values: Any, dtype: Any | None, length: int, field: str) -> Any:
     """New weights as an array of a supported dtype, finite; cast to ``dtype`` only where exact."""
-    from ._validate import WEIGHT_DTYPES
+    from .validate import WEIGHT_DTYPES
 
     host = values
     if type(values).__module__.split(".")[0] != xp.__name__:

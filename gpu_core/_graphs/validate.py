@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import (
+from ..errors import (
     EdgeListShapeError,
     GraphTooLargeError,
     GraphValidationError,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import GraphValidationError
+from ..errors import GraphValidationError
 
 
 def forest_components(xp: ModuleType, n: int, u: Any, v: Any) -> Any:

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ._forest import filter_threshold, weight_bound
-from ._order import Objective, edge_order
-from ._validate import EdgeList
+from .forest import filter_threshold, weight_bound
+from .order import Objective, edge_order
+from .validate import EdgeList
 
 IntArray = np.ndarray[Any, np.dtype[np.signedinteger[Any]]]
 
