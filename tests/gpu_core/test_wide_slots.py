@@ -89,10 +89,10 @@ def wide(monkeypatch: pytest.MonkeyPatch) -> None:
 def chunked(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CSR sorted in chunks, and the pool's free blocks handed back between build steps
     (what giant graphs do) even for small graphs."""
-    from gpu_core._graphs import gpu as _gpu
+    from gpu_core._graphs import gpu_csr
 
     monkeypatch.setattr(_layout, "CSR_SPLIT_FROM", 0)
-    monkeypatch.setattr(_gpu, "RELEASE_FROM_EDGES", 0)
+    monkeypatch.setattr(gpu_csr, "RELEASE_FROM_EDGES", 0)
 
 
 def _gpu(g: EdgeGraph, *, wide: bool) -> gpu_core.Graph:
