@@ -24,14 +24,10 @@ from ._graphs.shards import (
 )
 from ._graphs.validate import MAX_VERTICES, WEIGHT_DTYPES
 from ._hdbscan import HDBSCANResult, hdbscan
-from ._points import (
-    MAX_DIMENSIONS,
-    EuclideanTree,
-    PointIndex,
-    build_point_index,
-    euclidean_mst,
-    single_linkage,
-)
+from ._points.emst import euclidean_mst, single_linkage
+from ._points.index import PointIndex, build_point_index
+from ._points.tree import EuclideanTree
+from ._points.validate import MAX_DIMENSIONS
 from ._scipy_compat import minimum_spanning_tree
 from ._warm_up import warm_up
 from .formats import FORMATS, read_graph

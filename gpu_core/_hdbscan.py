@@ -34,14 +34,8 @@ from ._backend.jit import available as numba_available
 from ._backend.resolve import Backend
 from ._dendrogram.cpu import check_tree, linkage_from_sorted_edges, not_a_tree
 from ._hdbscan_gpu import labels_from_dendrogram
-from ._points import (
-    PointIndex,
-    _build_index,
-    _validated,
-    check_index_backend,
-    check_min_samples,
-    tree_on_index,
-)
+from ._points.index import PointIndex, build_index, check_index_backend, tree_on_index, validated
+from ._points.validate import check_min_samples
 from .errors import ClusteringParameterError
 
 Array = np.ndarray[Any, Any]
@@ -435,7 +429,7 @@ def hdbscan(
         check_index_backend(points, backend)
         index, n = points, points.n
     else:  # validated here only (the tree's computation takes the index built from them)
-        coords, chosen, from_cupy = _validated(points, backend)
+        coords, chosen, from_cupy = validated(points, backend)
         n = int(coords.shape[0])
     if (
         isinstance(min_cluster_size, bool)
@@ -460,7 +454,7 @@ def hdbscan(
         )
     fresh = index is None
     if index is None:
-        index = _build_index(points, coords, chosen, from_cupy)
+        index = build_index(points, coords, chosen, from_cupy)
     # on the GPU backend the tree stays on the device: the dendrogram and the labels are made there
     tree = tree_on_index(index, k, started, fresh=fresh, on_device=index.backend == "gpu")
     t0 = time.perf_counter()

@@ -64,7 +64,7 @@ class ResidentPoints:
     """
 
     def __init__(self, points: Any, backend: str) -> None:
-        from gpu_core._points import validate_points
+        from gpu_core._points.validate import validate_points
 
         self.coords = validate_points(points)
         self.dtype = "float32" if np.asarray(points).dtype == np.float32 else "float64"

@@ -17,7 +17,9 @@ from sklearn.cluster import HDBSCAN
 from sklearn.metrics import adjusted_rand_score
 
 import gpu_core
-from gpu_core import _points, errors
+from gpu_core import errors
+from gpu_core._points import index as point_index
+from gpu_core._points.validate import validate_points
 from tests.utils.points import (
     blobs,
     core_squared,
@@ -79,13 +81,13 @@ def test_emst_and_single_linkage_after_hdbscan_on_one_index() -> None:
 
 def test_validation_happens_once(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Any] = []
-    validate = _points.validate_points
+    validate = validate_points
 
     def counting(points: Any, **kwargs: Any) -> Any:
         calls.append(points)
         return validate(points, **kwargs)
 
-    monkeypatch.setattr(_points, "validate_points", counting)
+    monkeypatch.setattr(point_index, "validate_points", counting)  # where the index module calls it
     pts = blobs(5, 200, 3).points
     gpu_core.hdbscan(pts, min_cluster_size=8, backend="cpu")
     assert len(calls) == 1  # hdbscan's check; the tree takes the index built from its result
@@ -143,7 +145,7 @@ def test_node_core_minima_follow_the_kernels_recurrence(
     (On a device, test_point_index_gpu.py compares them with the kernels themselves.)"""
     import math
 
-    from gpu_core import _points_gpu
+    from gpu_core._points import gpu as _points_gpu
 
     monkeypatch.setattr(_points_gpu, "LEAF", leaf)
     dev = _points_gpu._Device.__new__(_points_gpu._Device)

@@ -82,7 +82,7 @@ def test_node_core_minima_equal_the_kernels() -> None:
     what pack_nodes makes of the kernels' arrays."""
     import cupy
 
-    from gpu_core._points_gpu import BLOCK, PACKED_FLOATS, _grid, _k
+    from gpu_core._points.gpu import BLOCK, PACKED_FLOATS, _grid, _k
 
     for n, d in ((1000, 2), (777, 3), (300, 8), (513, 1)):
         index = gpu_core.build_point_index(blobs(n, n, d).points, backend="gpu")

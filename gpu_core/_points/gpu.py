@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ._backend.kernels import EMST_FILE, EMST_LEAF, EMST_LIST, kernel
-from ._points import EuclideanTree, finish_tree
-from .errors import DeviceError, DeviceMemoryError, GraphTooLargeError
+from .._backend.kernels import EMST_FILE, EMST_LEAF, EMST_LIST, kernel
+from ..errors import DeviceError, DeviceMemoryError, GraphTooLargeError
+from .tree import EuclideanTree, finish_tree
 
 BLOCK = 256
 #: points per leaf of the hierarchy (kLeaf in kernels/emst.cu)
@@ -309,11 +309,9 @@ def _compute(
         elif k <= DEVICE_MAX_K:
             core2 = dev.core_distances(k, packed_nodes)
         else:  # beyond the registers of one thread: the exact host search, same values
-            from ._points_cpu import CpuIndex, _core_distances, _Search
+            from .kdtree import exact_core_distances
 
-            host_index = CpuIndex(dev.host_coords(), owns_coords=True)
-            core2 = cp.asarray(_core_distances(_Search(host_index, None), k))[dev.orig]
-            del host_index
+            core2 = cp.asarray(exact_core_distances(dev.host_coords(), k))[dev.orig]
         min_core2 = dev.min_core2(core2)
         dev.pack(min_core2, packed_nodes)  # the boxes again, with the node core minima
         clock.stop("core_ms", t0)
