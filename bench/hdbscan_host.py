@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 import gpu_core
-from gpu_core import _hdbscan
+from gpu_core._clustering import hdbscan as _hdbscan
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -56,7 +56,7 @@ def one_time_costs() -> dict[str, float]:
     """Seconds of ``warm_up_compiled`` in a fresh process: first with an empty Numba cache
     (compilation), then with the cache that run filled (loading); the import of Numba included."""
     script = (
-        "import time; t = time.perf_counter(); from gpu_core import _hdbscan; "
+        "import time; t = time.perf_counter(); from gpu_core._clustering import hdbscan as _hdbscan; "
         "_hdbscan.warm_up_compiled(); print(time.perf_counter() - t)"
     )
     out: dict[str, float] = {}

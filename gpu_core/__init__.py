@@ -9,6 +9,7 @@
 
 from . import errors, formats
 from ._backend.resolve import Backend, gpu_available, resolve_backend
+from ._clustering.hdbscan import HDBSCANResult, hdbscan
 from ._dendrogram.cpu import linkage_from_sorted_edges
 from ._graphs.estimate import MemoryEstimate, estimate_device_bytes
 from ._graphs.forest import SpanningForest, make_forest
@@ -23,7 +24,6 @@ from ._graphs.shards import (
     union_graph,
 )
 from ._graphs.validate import MAX_VERTICES, WEIGHT_DTYPES
-from ._hdbscan import HDBSCANResult, hdbscan
 from ._points.emst import euclidean_mst, single_linkage
 from ._points.index import PointIndex, build_point_index
 from ._points.tree import EuclideanTree

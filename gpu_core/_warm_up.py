@@ -6,8 +6,8 @@ Composed here, above both parts, so that neither imports the other.
 from __future__ import annotations
 
 from ._backend.resolve import Backend
+from ._clustering.hdbscan import warm_up_compiled
 from ._graphs.warm_up import warm_up_graphs
-from ._hdbscan import warm_up_compiled
 
 
 def warm_up(backend: Backend = "auto", *, host_passes: bool = True) -> str:
@@ -22,7 +22,7 @@ def warm_up(backend: Backend = "auto", *, host_passes: bool = True) -> str:
     maximum forests, a what-if, cluster labels, and weight updates
     (:func:`gpu_core._graphs.warm_up.warm_up_graphs`). Where Numba is installed and
     ``host_passes``, first compiles (or loads from its cache: about 1 s) the host passes of
-    ``hdbscan`` and ``single_linkage`` (:func:`gpu_core._hdbscan.warm_up_compiled`; the service's
+    ``hdbscan`` and ``single_linkage`` (:func:`gpu_core._clustering.hdbscan.warm_up_compiled`; the service's
     workers do that when their first point set arrives). Returns the backend that was warmed up.
     """
     if host_passes:

@@ -127,7 +127,7 @@ class ResidentPoints:
 
     def run(self, task: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(summary, result arrays) of a task on this point set."""
-        from gpu_core._hdbscan import labels_from_tree
+        from gpu_core._clustering.hdbscan import labels_from_tree
         from gpu_core.errors import ClusteringParameterError
 
         started = time.perf_counter()

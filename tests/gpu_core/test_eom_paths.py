@@ -1,7 +1,7 @@
-"""Excess of mass by heavy paths (``gpu_core._eom_paths``): the host's selection, on the device.
+"""Excess of mass by heavy paths (``gpu_core._clustering.eom_paths``): the host's selection, on the device.
 
 Against a plain-Python oracle of the definition (resolved stabilities and choices, bit for bit
-at every path head, NaN and inf included) and against ``_hdbscan.select_clusters``, on cluster
+at every path head, NaN and inf included) and against ``_select.select_clusters``, on cluster
 trees of every shape: random, balanced, caterpillars thousands of levels deep, equal child sizes,
 and stabilities with exact ties (a ``>=`` for the host's ``>`` would fail), zeros, inf and NaN.
 On the CPU with the kernels compiled for the host (each launch's threads in a shuffled order);
@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpu_core import _condense, _eom_paths, _hdbscan
+from gpu_core._clustering import condense as _condense
+from gpu_core._clustering import eom_paths as _eom_paths
+from gpu_core._clustering import select as _select
 from tests.utils.hdbscan_kernels import host_compiler_available, host_launch
 
 ClusterTree = tuple[np.ndarray, np.ndarray]  # parent, size (points)
@@ -127,7 +129,7 @@ CASES = [
 
 def check(parent: np.ndarray, size: np.ndarray, stability: np.ndarray, xp: Any, launch: Any) -> None:
     resolved, chose, anchor = python_eom(parent, stability)
-    host = _hdbscan.select_clusters(parent, np.zeros(parent.size), stability, "eom", 0.0)
+    host = _select.select_clusters(parent, np.zeros(parent.size), stability, "eom", 0.0)
     to = (lambda a: a) if xp is np else xp.asarray
     back = (lambda a: a) if xp is np else (lambda a: a.get())
     selected, got_anchor = _eom_paths.select_on_device(to(parent), to(size), to(stability), "eom", xp, launch)
@@ -220,7 +222,7 @@ def test_leaves_and_a_lone_root() -> None:
     parent, size = cluster_tree(np.random.default_rng(5), 300, "random")
     stability = np.ones(parent.size)
     for method in ("leaf", "eom"):
-        host = _hdbscan.select_clusters(parent, np.zeros(parent.size), stability, method, 0.0)
+        host = _select.select_clusters(parent, np.zeros(parent.size), stability, method, 0.0)
         selected, anchor = _eom_paths.select_on_device(parent, size, stability, method, np, host_launch(1))
         assert np.array_equal(selected, host)
         walked = np.where(selected, np.arange(parent.size), 0)
@@ -288,7 +290,7 @@ def test_find_roots_compiled_for_the_host(kind: str) -> None:
 def test_device_find_roots(kind: str) -> None:
     import cupy
 
-    from gpu_core._hdbscan_gpu import _cupy_launch
+    from gpu_core._clustering.dendrogram_labels import _cupy_launch
 
     rng = np.random.default_rng(6)
     ptr = forest(rng, 300_000, kind, roots=1e-5)
@@ -311,7 +313,7 @@ def test_device_find_roots(kind: str) -> None:
 def test_device_equals_the_definition(case: tuple[str, int, str, int]) -> None:
     import cupy
 
-    from gpu_core._hdbscan_gpu import _cupy_launch
+    from gpu_core._clustering.dendrogram_labels import _cupy_launch
 
     shape, splits, kind, seed = case
     rng = np.random.default_rng(seed)
@@ -326,13 +328,13 @@ def test_device_at_scale(shape: str) -> None:
     such trees): the host's selection, bit for bit."""
     import cupy
 
-    from gpu_core._hdbscan_gpu import _cupy_launch
+    from gpu_core._clustering.dendrogram_labels import _cupy_launch
 
     rng = np.random.default_rng(9)
     parent, size = cluster_tree(rng, 500_000 if shape == "random" else 100_000, shape, n=10**7)
     for kind in ("floats", "specials"):
         stability = stabilities(rng, parent.size, kind)
-        host = _hdbscan.select_clusters(parent, np.zeros(parent.size), stability, "eom", 0.0)
+        host = _select.select_clusters(parent, np.zeros(parent.size), stability, "eom", 0.0)
         selected, _ = _eom_paths.select_on_device(
             cupy.asarray(parent), cupy.asarray(size), cupy.asarray(stability), "eom", cupy, _cupy_launch
         )

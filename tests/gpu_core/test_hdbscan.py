@@ -18,7 +18,7 @@ from sklearn.metrics import adjusted_rand_score
 
 import gpu_core
 from gpu_core import errors
-from gpu_core._hdbscan import labels_from_tree
+from gpu_core._clustering.hdbscan import labels_from_tree
 from tests.utils.points import blobs, random_points
 
 SETS = [
@@ -110,9 +110,10 @@ def test_bad_parameters(kwargs, field) -> None:
 
 
 def test_compiled_and_python_excess_of_mass_agree() -> None:
-    from gpu_core import _hdbscan
+    from gpu_core._clustering import passes as _passes
+    from gpu_core._clustering import select as _select
 
-    passes = _hdbscan._compiled_passes()
+    passes = _passes.compiled_passes()
     if passes is None:
         pytest.skip("Numba is not installed")
     rng = np.random.default_rng(8)
@@ -121,4 +122,4 @@ def test_compiled_and_python_excess_of_mass_agree() -> None:
     parent[1:] = (np.arange(1, size) - 1) // 2  # a binary tree, children after parents
     stability = rng.random(size) * rng.integers(1, 4, size)
     copy = passes._eom  # the compiled passes' own copy (see its docstring)
-    assert np.array_equal(copy(parent, stability), _hdbscan._eom(parent, stability))
+    assert np.array_equal(copy(parent, stability), _select._eom(parent, stability))

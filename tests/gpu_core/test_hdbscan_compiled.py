@@ -24,7 +24,9 @@ import numpy as np
 import pytest
 
 import gpu_core
-from gpu_core import _hdbscan, errors
+from gpu_core import errors
+from gpu_core._clustering import hdbscan as _hdbscan
+from gpu_core._clustering import passes as _passes
 from tests.utils import condensed_rows
 from tests.utils.points import blobs, duplicated, integer_grid
 
@@ -90,7 +92,7 @@ def test_compiled_equals_numpy_on_random_trees(seed: int) -> None:
 def compiled_condensed_tree(u, v, w, mcs: int) -> tuple[condensed_rows.CondensedTree, np.ndarray]:
     """The compiled passes' condensed tree and stabilities, as the NumPy path's rows."""
     n = len(u) + 1
-    passes = _hdbscan._compiled_passes()
+    passes = _passes.compiled_passes()
     parent, aux, p_lam = _hdbscan._work_arrays(n)
     bad, *segments = passes.condense_edges(n, u, v, w, mcs, parent, aux, p_lam)
     assert bad == -1
@@ -135,7 +137,7 @@ def test_compiled_equals_numpy_on_tiny_trees(n: int) -> None:
 
 def test_64_bit_point_records_give_the_same_answer() -> None:
     """Past 2^31 points the records hold 64-bit ids (32 bytes): the same passes, the same bits."""
-    passes = _hdbscan._compiled_passes()
+    passes = _passes.compiled_passes()
     rng = np.random.default_rng(9)
     for kind in ("ties", "distinct", "chain"):
         u, v, w = random_tree(rng, 2000, kind)
@@ -201,8 +203,8 @@ def test_compiled_path_reports_bad_trees_like_the_numpy_path() -> None:
 def test_hdbscan_takes_the_compiled_path_and_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
     """``gpu_core.hdbscan`` of more than COMPILED_FROM points runs the compiled passes."""
     points = blobs(5, 2500, 2, centers=8, spread=0.2).points
-    assert points.shape[0] > _hdbscan.COMPILED_FROM
-    passes = _hdbscan._compiled_passes()
+    assert points.shape[0] > _passes.COMPILED_FROM
+    passes = _passes.compiled_passes()
     calls: list[int] = []
     original = passes.condense_edges
 
@@ -242,7 +244,7 @@ def test_without_numba_the_numpy_path_gives_the_same_answer() -> None:
         sys.modules["numba"] = None  # Numba not installed
         import numpy as np
         import gpu_core
-        from gpu_core import _hdbscan
+        from gpu_core._clustering import hdbscan as _hdbscan
         from gpu_core._backend.jit import available
         from tests.utils.points import blobs
         points = blobs(6, 2000, 2, centers=6, spread=0.2).points
@@ -256,7 +258,7 @@ def test_without_numba_the_numpy_path_gives_the_same_answer() -> None:
             refused = True
         print(json.dumps({
             "available": available(), "refused": refused,
-            "loaded": "gpu_core._hdbscan_compiled" in sys.modules,
+            "loaded": "gpu_core._clustering.compiled" in sys.modules,
             "labels": r.labels.tolist(), "prob": r.probabilities.tobytes().hex(),
             "leaf": leaf[0].tolist(), "leaf_prob": leaf[1].tobytes().hex(), "z": z.tobytes().hex(),
         }))
@@ -278,11 +280,11 @@ WARM_CHECK = """
     import numpy as np
     t0 = time.perf_counter()
     import gpu_core
-    from gpu_core import _hdbscan
+    from gpu_core._clustering import hdbscan as _hdbscan, passes as _passes
     from gpu_core._dendrogram import cpu as dendrogram_cpu
     gpu_core.warm_up("cpu")
     warm_up_s = time.perf_counter() - t0
-    passes = _hdbscan._compiled_passes()
+    passes = _passes.compiled_passes()
     dispatchers = {
         "condense_edges": passes.condense_edges, "condense_linkage": passes.condense_linkage,
         "select_and_label": passes.select_and_label, "linkage": dendrogram_cpu._compiled(),

@@ -1,4 +1,5 @@
-"""HDBSCAN*'s dendrogram-to-labels path written for any array module (``_hdbscan_gpu``).
+"""HDBSCAN*'s dendrogram-to-labels path written for any array module
+(``gpu_core._clustering.dendrogram_labels``).
 
 With NumPy (here, CI) it must give the host paths' labels and probabilities bit for bit: the
 compiled passes (``labels_from_edges`` / ``labels_from_tree`` with ``compiled=True``: union-find
@@ -18,8 +19,12 @@ import numpy as np
 import pytest
 
 import gpu_core
-from gpu_core import _condense, _hdbscan, _hdbscan_gpu
-from gpu_core._hdbscan_gpu import dendrogram_labels, labels_from_dendrogram
+from gpu_core._clustering import condense as _condense
+from gpu_core._clustering import dendrogram_labels as _dendrogram_labels
+from gpu_core._clustering import hdbscan as _hdbscan
+from gpu_core._clustering import passes as _passes
+from gpu_core._clustering import select as _select
+from gpu_core._clustering.dendrogram_labels import dendrogram_labels, labels_from_dendrogram
 from tests.utils import condensed_rows, fake_device
 from tests.utils.hdbscan_kernels import host_compiler_available, host_launch
 from tests.utils.points import blobs, collinear, duplicated, integer_grid, random_points
@@ -80,7 +85,7 @@ def references(u, v, w, mcs: int, method: str, eps: float) -> tuple[np.ndarray, 
     n = len(u) + 1
     z = gpu_core.linkage_from_sorted_edges(n, u, v, w)
     ref = _hdbscan.labels_from_tree(z, mcs, method, eps, compiled=False)
-    if _hdbscan._compiled_passes() is not None:
+    if _passes.compiled_passes() is not None:
         for got in (
             _hdbscan.labels_from_tree(z, mcs, method, eps, compiled=True),
             _hdbscan.labels_from_edges(n, u, v, w, mcs, method, eps, compiled=True),
@@ -106,7 +111,7 @@ def test_numpy_module_equals_the_host_paths(tree: Tree) -> None:
     clustered = 0
     for mcs, method, eps in parameters(w, n):
         ref = references(u, v, w, mcs, method, eps)
-        for compiled in (False, True) if _hdbscan._compiled_passes() is not None else (False,):
+        for compiled in (False, True) if _passes.compiled_passes() is not None else (False,):
             labels, prob = labels_from_dendrogram(*columns(z), mcs, method, eps, compiled=compiled)
             assert same_bits(labels, ref[0]) and same_bits(prob, ref[1]), (mcs, method, eps, compiled)
         clustered += int(ref[0].max() >= 1)
@@ -272,7 +277,7 @@ def test_stabilities_follow_the_chunked_order() -> None:
         counts = np.bincount(tree.parent[tree.child < n] - n, minlength=count)
         multi_chunk += int((counts > 2 * _condense.CHUNK).sum())
         differs += int((np.array(plain_sequential(tree, count)) != expected).sum())
-        passes = _hdbscan._compiled_passes()
+        passes = _passes.compiled_passes()
         if passes is not None:
             parent, aux, p_lam = _hdbscan._work_arrays(n)
             bad, *segments = passes.condense_edges(n, u, v, w, mcs, parent, aux, p_lam)
@@ -306,7 +311,7 @@ def test_segment_reductions() -> None:
 
 
 def test_compiled_selection_equals_numpy_selection() -> None:
-    passes = _hdbscan._compiled_passes()
+    passes = _passes.compiled_passes()
     if passes is None:
         pytest.skip("Numba is not installed")
     rng = np.random.default_rng(5)
@@ -319,13 +324,13 @@ def test_compiled_selection_equals_numpy_selection() -> None:
         stability = rng.random(size) * rng.integers(1, 4, size)
         for method in ("eom", "leaf"):
             for eps in (0.0, 0.3, 1.0, 5.0):
-                ref = _hdbscan.select_clusters(parent, birth, stability, method, eps)
+                ref = _select.select_clusters(parent, birth, stability, method, eps)
                 got = passes.select_clusters(parent, birth, stability, method == "leaf", eps)
                 assert same_bits(got, ref), (size, method, eps)
 
 
 def test_chunk_constants_agree() -> None:
-    passes = _hdbscan._compiled_passes()
+    passes = _passes.compiled_passes()
     if passes is None:
         pytest.skip("Numba is not installed")
     assert passes.CHUNK == _condense.CHUNK
@@ -337,7 +342,7 @@ def test_numpy_inputs_stay_on_the_host() -> None:
     labels, prob = labels_from_dendrogram(*columns(z), 5)
     assert type(labels) is np.ndarray and labels.dtype == np.int64
     assert type(prob) is np.ndarray and prob.dtype == np.float64
-    assert _hdbscan_gpu._module_of(z) is np
+    assert _dendrogram_labels._module_of(z) is np
 
 
 # --- on the device ---------------------------------------------------------------------------
@@ -395,7 +400,7 @@ def test_device_stabilities_and_deaths_equal_numpy() -> None:
             dev = _condense.condense_columns(dz[:, 0], dz[:, 1], dz[:, 2], dz[:, 3], mcs, cupy)
             for field in ("parent", "birth", "size", "point_cluster", "point_lam"):
                 assert same_bits(getattr(dev, field).get(), getattr(host, field)), field
-            device_summaries = _condense.summaries(dev, cupy, _hdbscan_gpu._cupy_launch)
+            device_summaries = _condense.summaries(dev, cupy, _dendrogram_labels._cupy_launch)
             for a, b in zip(device_summaries, _condense.summaries(host), strict=True):
                 assert same_nan_or_bits(a.get(), b)
 
@@ -411,7 +416,7 @@ def test_device_segment_kernels() -> None:
     ends = np.minimum(np.cumsum(lengths), values.size)
     starts = ends - np.minimum(lengths, ends)
     dv, ds, de = cupy.asarray(values), cupy.asarray(starts), cupy.asarray(ends)
-    launch = _hdbscan_gpu._cupy_launch
+    launch = _dendrogram_labels._cupy_launch
     sums = _condense.segment_sums(dv, ds, de, cupy, launch)
     tops = _condense.segment_max(dv, ds, de, cupy, launch)
     assert same_bits(sums.get(), _condense.segment_sums(values, starts, ends))
@@ -438,7 +443,7 @@ def test_device_equals_the_host_at_scale(n: int) -> None:
 
 @pytest.mark.gpu
 def test_device_warm_up_runs() -> None:
-    _hdbscan_gpu.warm_up_device()
+    _dendrogram_labels.warm_up_device()
 
 
 @pytest.mark.gpu

@@ -34,8 +34,9 @@ SCRIPT = textwrap.dedent(
             assert np.array_equal(got.labels, want.labels), (mcs, ms, method, eps)
             assert np.array_equal(got.probabilities, want.probabilities), (mcs, ms, method, eps)
     # the excess of mass by heavy paths over larger trees: long paths, several light depths
-    from gpu_core import _eom_paths, _hdbscan
-    from gpu_core._hdbscan_gpu import _cupy_launch
+    from gpu_core._clustering import eom_paths as _eom_paths
+    from gpu_core._clustering import select as _select
+    from gpu_core._clustering.dendrogram_labels import _cupy_launch
     from tests.gpu_core.test_eom_paths import cluster_tree, stabilities
 
     rng = np.random.default_rng(0)
@@ -45,7 +46,7 @@ SCRIPT = textwrap.dedent(
         selected, _ = _eom_paths.select_on_device(
             cupy.asarray(parent), cupy.asarray(size), cupy.asarray(stability), "eom", cupy, _cupy_launch
         )
-        want = _hdbscan.select_clusters(parent, np.zeros(parent.size), stability, "eom", 0.0)
+        want = _select.select_clusters(parent, np.zeros(parent.size), stability, "eom", 0.0)
         assert np.array_equal(selected.get(), want), shape
     cupy.cuda.runtime.deviceSynchronize()
     print("sanitized ok")

@@ -4,14 +4,14 @@
 points ``0..n-1``, merge ``i`` is ``n + i``; ``sizes``; the merge distances, in merge order, as
 ``linkage_from_sorted_edges`` builds them) and returns labels and probabilities as arrays of the
 same module. The condensed tree, the stabilities, the deaths and the labels run vectorized on
-that module (``_condense``, one code for both). The selection runs there too, by heavy paths
-(``_eom_paths``), for excess of mass and leaves; with a ``cluster_selection_epsilon`` it runs on
+that module (``condense``, one code for both). The selection runs there too, by heavy paths
+(``eom_paths``), for excess of mass and leaves; with a ``cluster_selection_epsilon`` it runs on
 the host, over the clusters (few next to the points): their parents, births and stabilities are
-copied there and go through ``_hdbscan``'s selection, compiled by Numba where the host path would be.
+copied there and go through ``select``'s selection, compiled by Numba where the host path would be.
 
-With NumPy it is ``_hdbscan``'s NumPy path (which calls it); with CuPy it gives the same bits:
+With NumPy it is ``hdbscan``'s NumPy path (which calls it); with CuPy it gives the same bits:
 the float operations are the same elementwise ones (one rounding each, no FMA), the sums
-(stabilities) run one thread per segment in the order ``_condense`` defines, and the excess of
+(stabilities) run one thread per segment in the order ``condense`` defines, and the excess of
 mass one thread per path in the host's order. Walks up the trees are one kernel each
 (``find_roots``). Host syncs on the device: the sizes of the cluster and chunk arrays, and the
 paths' launch bounds (or the host selection's copy).
@@ -23,8 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from ._condense import Launch, condense_columns, labels_and_probabilities, summaries
-from ._eom_paths import select_on_device
+from .condense import Launch, condense_columns, labels_and_probabilities, summaries
+from .eom_paths import select_on_device
+from .passes import passes_for, plain
+from .select import select_clusters
 
 Array = Any  # a NumPy or a CuPy array
 
@@ -52,8 +54,8 @@ def labels_from_dendrogram(
 
     ``left``, ``right``, ``sizes``: the dendrogram's merges (any integer or float dtype, one
     array module), ``distances``: their heights (float64). ``compiled``: the host selection as
-    in ``_hdbscan.labels_from_edges`` (None: compiled for more than ``COMPILED_FROM`` points
-    where Numba is installed). The same bits as ``_hdbscan.labels_from_tree``.
+    in ``hdbscan.labels_from_edges`` (None: compiled for more than ``COMPILED_FROM`` points
+    where Numba is installed). The same bits as ``hdbscan.labels_from_tree``.
     """
     xp = _module_of(left)
     launch = None if xp is np else _cupy_launch
@@ -96,7 +98,7 @@ def _to_host(array: Array) -> Array:
         return array
     if type(array).__module__.split(".")[0] != "cupy":  # the tests' stand-in for a device
         return array.get()
-    from ._backend.staging import to_pinned
+    from .._backend.staging import to_pinned
 
     return to_pinned(array)
 
@@ -104,13 +106,10 @@ def _to_host(array: Array) -> Array:
 def _select_on_host(
     n: int, parent: Array, birth: Array, stability: Array, method: str, epsilon: float, compiled: bool | None
 ) -> Array:
-    """The selected clusters' mask: ``_hdbscan``'s selection, compiled where the host path's is."""
-    from . import _hdbscan  # here: _hdbscan imports this module
-
-    passes = _hdbscan._passes(compiled, n)
+    """The selected clusters' mask: ``select``'s selection, compiled where the host path's is."""
+    passes = passes_for(compiled, n)
     if passes is None:
-        return _hdbscan.select_clusters(parent, birth, stability, method, epsilon)
-    plain = _hdbscan._plain
+        return select_clusters(parent, birth, stability, method, epsilon)
     return passes.select_clusters(
         plain(parent, np.int64), plain(birth, np.float64), plain(stability, np.float64),
         method == "leaf", float(epsilon),
@@ -118,7 +117,7 @@ def _select_on_host(
 
 
 def _cupy_launch(name: str, grid: tuple[int], block: tuple[int], args: tuple[Any, ...]) -> None:
-    from ._backend.kernels import HDBSCAN_FILE, kernel
+    from .._backend.kernels import HDBSCAN_FILE, kernel
 
     kernel(name, HDBSCAN_FILE)(grid, block, args)
 
@@ -135,7 +134,7 @@ def warm_up_device(sizes: tuple[int, ...] = WARM_UP_POINTS) -> None:
     without epsilon up to a few thousand points, excess of mass above."""
     import cupy
 
-    from ._dendrogram.gpu import linkage_on_device
+    from .._dendrogram.gpu import linkage_on_device
 
     rng = np.random.default_rng(0)
     for n in sizes:

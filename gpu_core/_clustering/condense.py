@@ -1,6 +1,6 @@
 """HDBSCAN*'s condensed tree, cluster stabilities and labels, written once for any array module.
 
-``xp`` is NumPy (the reference: ``_hdbscan``'s NumPy path, CI) or CuPy (``_hdbscan_gpu``: the
+``xp`` is NumPy (the reference: ``hdbscan``'s NumPy path, CI) or CuPy (``dendrogram_labels``: the
 same functions on the device). Everything is vectorized: pointer jumping (:func:`jump`) for the
 walks over the dendrogram and the cluster tree, sorts for the numbering. The only parts that
 differ are two segment reductions (:func:`segment_sums`, :func:`segment_max`): NumPy code here
@@ -13,7 +13,7 @@ in number order; ``pointpart = 0.0 + S_0 + S_1 + ...``, where the points whose r
 ``c``, in index order, are cut into chunks of :data:`CHUNK` consecutive ones and ``S_j = 0.0 +``
 the chunk's ``lambda_p - birth_c`` in index order; ``stability = clusterpart + pointpart``. The
 chunks let the device sum a large cluster in parallel while every path keeps the same bits
-(the compiled passes of ``_hdbscan_compiled`` keep a running chunk sum per cluster).
+(the compiled passes of ``compiled`` keep a running chunk sum per cluster).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ Launch = Callable[[str, tuple[int], tuple[int], tuple[Any, ...]], None]
 BLOCK = 256  # threads per block of the segment kernels
 
 CHUNK = 1024
-"""Points per chunk of a cluster's stability sum (``_hdbscan_compiled.CHUNK`` is the same)."""
+"""Points per chunk of a cluster's stability sum (``compiled.CHUNK`` is the same)."""
 
 
 def jump(ptr: Array, xp: Any = np, launch: Launch | None = None, *, parents_after: bool = False) -> Array:
@@ -53,7 +53,7 @@ def jump(ptr: Array, xp: Any = np, launch: Launch | None = None, *, parents_afte
         ptr = nxt
 
 
-def _argsort(keys: Array, xp: Any) -> Array:
+def argsort(keys: Array, xp: Any) -> Array:
     """A stable argsort (CuPy's is always stable and takes no ``kind``)."""
     return np.argsort(keys, kind="stable") if xp is np else keys.argsort()
 
@@ -127,7 +127,7 @@ def condense_columns(
     starters = xp.flatnonzero(starts_cluster)
     merge_of = up[starters]
     key = (root - merge_of) * 2 + (starters + n != left[merge_of]).astype(xp.int64)  # unique
-    split_children = starters[_argsort(key, xp)]
+    split_children = starters[argsort(key, xp)]
     count = int(split_children.shape[0]) + 1
     number = xp.full(m, -1, dtype=xp.int64)
     number[root] = 0
@@ -205,7 +205,7 @@ def segment_max(
 def _grouped(keys: Array, count: int, xp: Any) -> tuple[Array, Array, Array]:
     """A stable order grouping ``keys`` (``0..count-1``) and each key's range in it."""
     narrow = keys.astype(xp.int32) if count < 2**31 else keys  # the device's radix sort: half the passes
-    order = _argsort(narrow, xp)
+    order = argsort(narrow, xp)
     ids = xp.arange(count, dtype=xp.int64)
     sorted_keys = keys[order]
     return (

@@ -1,6 +1,6 @@
 """HDBSCAN*'s cluster selection where the condensed tree lies: excess of mass by heavy paths.
 
-The host's excess of mass (``_hdbscan._eom``) is a loop over the clusters from the last to the
+The host's excess of mass (``select._eom``) is a loop over the clusters from the last to the
 first: a cluster's children are resolved before it, and its resolved stability is
 ``max``-like of its own and the sum of its two children's. The float sums make it a chain that
 cannot be re-associated, and the tree is deep (about 10^5 levels for 10^7 uniform points), so
@@ -14,7 +14,7 @@ ancestor-or-self) need no walk: down a path, a cluster's anchor is the head's in
 else the path's first chosen cluster from there on; one short launch per light depth passes the
 inherited anchors down (``eom_above``), the rest is elementwise.
 
-Written against an array module and a kernel launcher (``_condense.Launch``): CuPy and its
+Written against an array module and a kernel launcher (``condense.Launch``): CuPy and its
 ``RawKernel`` on the device; NumPy and the kernels compiled for the host in the CPU tests.
 """
 
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ._backend.arrays import to_numpy
-from ._condense import Launch, _argsort
+from .._backend.arrays import to_numpy
+from .condense import Launch, argsort
 
 Array = Any
 BLOCK = 128  # threads (paths) per block: a launch's paths differ much in length
@@ -82,7 +82,7 @@ def heavy_paths(parent: Array, size: Array, xp: Any, launch: Launch) -> HeavyPat
     length[head[leaf]] = pos[leaf] + 1  # each path ends at one leaf
     heads = xp.flatnonzero(is_head)
     head_depth = depth[heads]
-    by_depth = heads[_argsort(-head_depth, xp)]  # stable: the deepest first
+    by_depth = heads[argsort(-head_depth, xp)]  # stable: the deepest first
     path_length = length[by_depth]
     path_start = xp.cumsum(path_length) - path_length
     start_of = xp.zeros(count, dtype=xp.int64)
@@ -104,7 +104,7 @@ def _grid(work: int) -> tuple[int]:
 def select_on_device(
     parent: Array, size: Array, stability: Array, method: str, xp: Any, launch: Launch
 ) -> tuple[Array, Array]:
-    """The selected clusters' mask (``_hdbscan.select_clusters`` with epsilon 0, the same
+    """The selected clusters' mask (``select.select_clusters`` with epsilon 0, the same
     answer) and each cluster's anchor: its selected ancestor-or-self, 0 where it has none."""
     count = int(parent.shape[0])
     ids = xp.arange(count, dtype=xp.int64)

@@ -1,8 +1,14 @@
 """HDBSCAN*'s host part compiled by Numba: from the sorted tree to labels, no linkage matrix.
 
-Imported only where Numba is installed (``_hdbscan._compiled_passes``); the NumPy path of
-``_hdbscan`` (linkage matrix, vectorized condensed tree) is the reference it must equal bit
-for bit (``tests/gpu_core/test_hdbscan_compiled.py``).
+Imported only where Numba is installed (``passes.compiled_passes``); the NumPy path of
+``hdbscan`` (linkage matrix, vectorized condensed tree) is the reference it must equal bit
+for bit (``tests/gpu_core/clustering/test_hdbscan_compiled.py``).
+
+One file on purpose, past 500 lines: the passes call one another compiled (``select_and_label``
+calls ``cluster_tree`` and ``select_clusters``, which calls ``_eom`` and ``_epsilon_merge``;
+``condense_edges`` calls ``_find`` and ``_walk``), and Numba's on-disk cache of a function is
+invalidated only by a change of the function's own file: split over several files, an edited
+callee would leave stale compiled copies in its callers' cache entries.
 
 :func:`condense_edges` runs the dendrogram's union-find over the edges in merge order and
 builds the condensed tree bottom-up on the way:
@@ -28,12 +34,12 @@ the loop by ``WALKERS`` interleaved cursors, each prefetching its next point.
 
 :func:`cluster_tree` numbers the clusters as the NumPy path does (the root first, then the
 children of the splits from the last split down, the child with the lower dendrogram id
-first) and sums the stabilities in the order ``_condense`` defines (float sums depend on the
+first) and sums the stabilities in the order ``condense`` defines (float sums depend on the
 order): the child clusters in number order, apart from the points in index order, cut per
 cluster into chunks of ``CHUNK`` points summed on their own (a running sum and count in the
 cluster's record, flushed into the cluster's point part at every full chunk and at the end);
 :func:`select_and_label` selects (:func:`select_clusters`: excess of mass or leaves, then the
-epsilon merge; the device path of ``_hdbscan_gpu`` calls it too) and labels the points.
+epsilon merge; the device path of ``dendrogram_labels`` calls it too) and labels the points.
 :func:`condense_linkage` is :func:`condense_edges` for a kept linkage matrix (the service's
 dendrogram), with the same outputs.
 """
@@ -44,13 +50,13 @@ from typing import Any
 
 import numpy as np
 
-from ._backend.jit import jit, prefetch
+from .._backend.jit import jit, prefetch
 
 _prefetch = prefetch()
 
 D = 16  # prefetch distance of the finds, in merges
 WALKERS = 16  # interleaved list walks
-CHUNK = 1024  # points per chunk of a stability sum: _condense.CHUNK (a constant here, see _eom)
+CHUNK = 1024  # points per chunk of a stability sum: condense.CHUNK (a constant here, see _eom)
 
 
 @jit
@@ -117,7 +123,7 @@ def condense_edges(  # pragma: no cover - runs compiled
     n: int, u: Any, v: Any, w: Any, min_cluster_size: int, parent: Any, aux: Any, p_lam: Any
 ) -> Any:
     """Pass 1. ``parent`` (int, ``n``) and the point records (``aux`` and ``p_lam``, two views
-    of one buffer, see ``_hdbscan._work_arrays``) are work and output arrays: afterwards
+    of one buffer, see ``hdbscan._work_arrays``) are work and output arrays: afterwards
     ``aux[4 p + 1]`` is point p's segment and ``p_lam[F p + F / 2]`` the lambda at which it
     leaves it. Returns ``(bad_edge, root_segment, seg_parent, seg_birth,
     seg_size, splits)`` with ``bad_edge`` -1, or the first edge that closes a cycle."""
@@ -308,7 +314,7 @@ def condense_linkage(linkage: Any, min_cluster_size: int, aux: Any, p_lam: Any) 
 
 @jit
 def _eom(parent: Any, stability: Any) -> Any:  # pragma: no cover - runs compiled
-    """``_hdbscan._eom``, line for line. A copy, not an import: Numba's on-disk cache of a
+    """``select._eom``, line for line. A copy, not an import: Numba's on-disk cache of a
     function is invalidated only by a change of the function's own file, so a compiled caller
     here would keep a stale compiled copy of a callee edited in another file."""
     size = parent.shape[0]
@@ -330,7 +336,7 @@ def _eom(parent: Any, stability: Any) -> Any:  # pragma: no cover - runs compile
 
 @jit
 def _epsilon_merge(selected: Any, cl_parent: Any, birth: Any, epsilon: float) -> Any:  # pragma: no cover
-    """``_hdbscan._epsilon_search`` over cluster indices (0: the root; children after parents)."""
+    """``select._epsilon_search`` over cluster indices (0: the root; children after parents)."""
     size = cl_parent.shape[0]
     first_child = np.full(size, -1, dtype=np.int64)
     next_sibling = np.full(size, -1, dtype=np.int64)
@@ -380,7 +386,7 @@ def _epsilon_merge(selected: Any, cl_parent: Any, birth: Any, epsilon: float) ->
 def select_clusters(  # pragma: no cover - runs compiled
     cl_parent: Any, birth: Any, stability: Any, leaf: bool, epsilon: float
 ) -> Any:
-    """``_hdbscan.select_clusters``: the selected clusters' mask (never the root 0)."""
+    """``select.select_clusters``: the selected clusters' mask (never the root 0)."""
     size = cl_parent.shape[0]
     if leaf:
         selected = np.ones(size, dtype=np.bool_)

@@ -2,16 +2,16 @@
 
 The tree comes from :func:`euclidean_mst` on either backend. On the GPU backend the tree stays on
 the device and so do its dendrogram (``_dendrogram.gpu``), condensed tree, stabilities, selection
-(``_eom_paths``; with ``cluster_selection_epsilon``, the selection over the (few) condensed
-clusters runs on the host) and labels (``_hdbscan_gpu``). On the CPU backend the condensed tree,
+(``eom_paths``; with ``cluster_selection_epsilon``, the selection over the (few) condensed
+clusters runs on the host) and labels (``dendrogram_labels``). On the CPU backend the condensed tree,
 the cluster stabilities and the selection (excess of mass or leaves, optionally merged below
 ``cluster_selection_epsilon``) run on the host: compiled by Numba where it is installed
-(``_hdbscan_compiled``: two sequential passes, no linkage matrix), else in NumPy (the linkage
-matrix, then ``_hdbscan_gpu.labels_from_dendrogram``: the condensed tree, stabilities and labels
-of ``_condense``, vectorized with pointer jumping, the same code that runs on the device with
+(``compiled``: two sequential passes, no linkage matrix), else in NumPy (the linkage
+matrix, then ``dendrogram_labels.labels_from_dendrogram``: the condensed tree, stabilities and labels
+of ``condense``, vectorized with pointer jumping, the same code that runs on the device with
 CuPy; only the selection, which visits the (few) condensed clusters, is a Python loop). All give
 the same bits; the NumPy path is the reference. Stabilities are float sums: their order is
-``_condense``'s (chunks of points).
+``condense``'s (chunks of points).
 
 Follows ``sklearn.cluster.HDBSCAN`` (``_tree.pyx``): clusters are numbered differently
 (the partition and the probabilities are the same).
@@ -20,7 +20,6 @@ Follows ``sklearn.cluster.HDBSCAN`` (``_tree.pyx``): clusters are numbered diffe
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -29,14 +28,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._backend.arrays import is_cupy, to_host
-from ._backend.jit import available as numba_available
-from ._backend.resolve import Backend
-from ._dendrogram.cpu import check_tree, linkage_from_sorted_edges, not_a_tree
-from ._hdbscan_gpu import labels_from_dendrogram
-from ._points.index import PointIndex, build_index, check_index_backend, tree_on_index, validated
-from ._points.validate import check_min_samples
-from .errors import ClusteringParameterError
+from .._backend.arrays import is_cupy, to_host
+from .._backend.resolve import Backend
+from .._dendrogram.cpu import check_tree, linkage_from_sorted_edges, not_a_tree
+from .._points.index import PointIndex, build_index, check_index_backend, tree_on_index, validated
+from .._points.validate import check_min_samples
+from ..errors import ClusteringParameterError
+from .dendrogram_labels import labels_from_dendrogram
+from .passes import COMPILED_FROM, compiled_passes, passes_for, plain
 
 Array = np.ndarray[Any, Any]
 
@@ -53,98 +52,9 @@ class HDBSCANResult:
     timings_ms: dict[str, float]
 
 
-def _eom(parent: Array, stability: Array) -> Array:
-    """Excess of mass over clusters ``0..C-1`` (0 the root, children after parents).
-
-    Bottom-up, a cluster is kept when its stability is at least its children's (summed as
-    they were resolved); top-down, a kept cluster is selected unless an ancestor was kept.
-    """
-    size = parent.shape[0]
-    stab = stability.copy()
-    sub = np.zeros(size)
-    chose = np.zeros(size, dtype=np.bool_)
-    for node in range(size - 1, 0, -1):  # never the root (allow_single_cluster=False)
-        if sub[node] > stab[node]:
-            stab[node] = sub[node]
-        else:
-            chose[node] = True
-        sub[parent[node]] += stab[node]
-    blocked = np.zeros(size, dtype=np.bool_)
-    for node in range(1, size):
-        up = parent[node]
-        blocked[node] = blocked[up] or chose[up]
-    return chose & ~blocked
-
-
 def _columns(linkage: Array) -> tuple[Array, Array, Array, Array]:
     """A linkage matrix's left and right child ids, sizes and distances."""
     return linkage[:, 0], linkage[:, 1], linkage[:, 3], linkage[:, 2]
-
-
-def select_clusters(parent: Array, birth: Array, stability: Array, method: str, epsilon: float) -> Array:
-    """The selected clusters (a mask over cluster numbers, never the root 0): excess of mass
-    or leaves, then the epsilon merge. ``parent[0] == 0``."""
-    size = parent.shape[0]
-    if method == "eom":
-        keep = _eom(parent, stability)
-    else:  # clusters without child clusters
-        keep = np.ones(size, dtype=np.bool_)
-        keep[parent[1:]] = False
-    keep[0] = False
-    if epsilon == 0.0 or size == 1 or not keep.any():
-        return keep
-    # the epsilon merge walks the cluster tree: dictionaries, built only when needed
-    children: dict[int, list[int]] = {}
-    parent_of: dict[int, int] = {}
-    birth_lam: dict[int, float] = {}
-    for c, (p, lam) in enumerate(zip(parent[1:].tolist(), birth[1:].tolist(), strict=True), start=1):
-        children.setdefault(p, []).append(c)
-        parent_of[c] = p
-        birth_lam[c] = lam
-
-    def descendants(node: int) -> list[int]:
-        out, stack = [], list(children.get(node, []))
-        while stack:
-            x = stack.pop()
-            out.append(x)
-            stack.extend(children.get(x, []))
-        return out
-
-    leaves = set(np.flatnonzero(keep).tolist())
-    out = np.zeros(size, dtype=np.bool_)
-    out[list(_epsilon_search(leaves, children, parent_of, birth_lam, 0, epsilon, descendants))] = True
-    return out
-
-
-def _epsilon_search(
-    leaves: set[int],
-    children: dict[int, list[int]],
-    parent_of: dict[int, int],
-    birth_lam: dict[int, float],
-    root: int,
-    epsilon: float,
-    descendants: Any,
-) -> set[int]:
-    selected: list[int] = []
-    processed: set[int] = set()
-    for leaf in sorted(leaves):
-        eps = 1.0 / birth_lam[leaf]
-        if eps < epsilon:
-            if leaf not in processed:
-                node = leaf
-                while True:  # traverse upwards while the parent is still born below epsilon
-                    up = parent_of[node]
-                    if up == root:
-                        break
-                    if 1.0 / birth_lam[up] > epsilon:
-                        node = up
-                        break
-                    node = up
-                selected.append(node)
-                processed.update(x for x in descendants(node) if x != node)
-        else:
-            selected.append(leaf)
-    return set(selected)
 
 
 def labels_from_tree(
@@ -167,23 +77,16 @@ def labels_from_tree(
         return labels_from_dendrogram(
             z[:, 0], z[:, 1], z[:, 3], z[:, 2], min_cluster_size, method, epsilon, compiled=compiled
         )
-    passes = _passes(compiled, n)
+    passes = passes_for(compiled, n)
     if n < 2:  # one point: noise
         return np.full(n, -1, dtype=np.int64), np.zeros(n)
     if passes is None:
         return _labels_from_tree_numpy(linkage, min_cluster_size, method, epsilon)
-    linkage = _plain(linkage, np.float64)
+    linkage = plain(linkage, np.float64)
     outputs = _PrefaultedOutputs(n)
     with _reused_work_arrays(n) as (_, aux, p_lam):
         segments = passes.condense_linkage(linkage, min_cluster_size, aux, p_lam)
         return _select_and_label(passes, segments, aux, p_lam, method, epsilon, outputs.result())
-
-
-def _plain(array: Any, dtype: Any) -> Array:
-    """A C-contiguous, writable array of ``dtype``: the one kind the warm-up compiled for (Numba
-    compiles anew for another layout or a read-only array, on the request's time)."""
-    out = np.ascontiguousarray(array, dtype=dtype)
-    return out if out.flags.writeable else out.copy()
 
 
 def _work_arrays(n: int, wide: bool | None = None) -> tuple[Array, Array, Array]:
@@ -284,37 +187,12 @@ def _labels_from_tree_numpy(
     )
 
 
-COMPILED_FROM = 1_000
-"""Trees of more points take the compiled path where Numba is installed (smaller ones: not
-worth loading it outside a warmed-up worker)."""
-
-
-@functools.cache
-def _compiled_passes() -> Any:
-    """The module of compiled passes, or None where Numba is not installed."""
-    if not numba_available():
-        return None
-    from . import _hdbscan_compiled
-
-    return _hdbscan_compiled
-
-
-def _passes(compiled: bool | None, n: int) -> Any:
-    """The compiled passes' module if they are to run (see :func:`labels_from_edges`), else None."""
-    if compiled is False or (compiled is None and n <= COMPILED_FROM):
-        return None
-    passes = _compiled_passes()
-    if compiled is True and passes is None:
-        raise RuntimeError("the compiled HDBSCAN* passes need Numba (pip install 'mst-service[fast]')")
-    return passes
-
-
 def warm_up_compiled() -> bool:
     """Compile (or load from Numba's on-disk cache) every compiled host pass a request can run:
     HDBSCAN*'s passes from edges and from a linkage matrix (excess of mass, leaves, epsilon), the
-    selection alone (the device path's, ``_hdbscan_gpu``) and the dendrogram's union-find. Called
+    selection alone (the device path's, ``dendrogram_labels``) and the dendrogram's union-find. Called
     by :func:`gpu_core.warm_up`; False where Numba is absent."""
-    if _compiled_passes() is None:
+    if compiled_passes() is None:
         return False
     rng = np.random.default_rng(0)
     n = COMPILED_FROM + 1  # the union-find of linkage_from_sorted_edges compiles above that
@@ -352,7 +230,7 @@ def labels_from_edges(
     :func:`linkage_from_sorted_edges` unless the edges form one tree.
     """
     t0 = time.perf_counter()
-    passes = _passes(compiled, n)
+    passes = passes_for(compiled, n)
     if n < 2:  # one point (or none): noise, after the checks of the (empty) tree
         linkage_from_sorted_edges(n, u, v, w)
         t1 = time.perf_counter()
@@ -362,7 +240,7 @@ def labels_from_edges(
         t1 = time.perf_counter()
         labels, probabilities = _labels_from_tree_numpy(linkage, min_cluster_size, method, epsilon)
     else:
-        u, v, w = _plain(u, np.int64), _plain(v, np.int64), _plain(w, np.float64)
+        u, v, w = plain(u, np.int64), plain(v, np.int64), plain(w, np.float64)
         check_tree(n, u, v, w)
         outputs = _PrefaultedOutputs(n)
         with _reused_work_arrays(n) as (parent, aux, p_lam):
@@ -386,8 +264,8 @@ def _labels_on_device(
     """Labels and probabilities (NumPy) of a tree on the device, and the number of clusters: its
     dendrogram, condensed tree, stabilities, selection and labels are computed there (with an
     epsilon, the selection over the clusters on the host)."""
-    from ._backend.staging import to_pinned
-    from ._dendrogram.gpu import linkage_on_device
+    from .._backend.staging import to_pinned
+    from .._dendrogram.gpu import linkage_on_device
 
     t0 = time.perf_counter()
     z = linkage_on_device(tree.n, tree.src, tree.dst, tree.weights)
