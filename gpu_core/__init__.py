@@ -24,11 +24,11 @@ from ._graphs.shards import (
     union_graph,
 )
 from ._graphs.validate import MAX_VERTICES, WEIGHT_DTYPES
+from ._interop.scipy_compat import minimum_spanning_tree
 from ._points.emst import euclidean_mst, single_linkage
 from ._points.index import PointIndex, build_point_index
 from ._points.tree import EuclideanTree
 from ._points.validate import MAX_DIMENSIONS
-from ._scipy_compat import minimum_spanning_tree
 from ._warm_up import warm_up
 from .formats import FORMATS, read_graph
 

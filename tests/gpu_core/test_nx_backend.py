@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import gpu_core
-from gpu_core import _nx_backend as backend
+from gpu_core._interop import nx_backend as backend
 
 ROOT = Path(__file__).parents[2]
 FUNCTIONS = ["minimum_spanning_edges", "maximum_spanning_edges"]
@@ -183,8 +183,8 @@ def _entry_points() -> dict[str, dict[str, str]]:
 def test_networkx_finds_the_backend_through_the_entry_points(tmp_path):
     """A fresh interpreter that sees pyproject's entry points dispatches to the backend."""
     groups = _entry_points()
-    assert groups["networkx.backends"] == {"mst_service": "gpu_core._nx_backend:BackendInterface"}
-    assert groups["networkx.backend_info"] == {"mst_service": "gpu_core._nx_backend:get_info"}
+    assert groups["networkx.backends"] == {"mst_service": "gpu_core._interop.nx_backend:BackendInterface"}
+    assert groups["networkx.backend_info"] == {"mst_service": "gpu_core._interop.nx_backend:get_info"}
     dist = tmp_path / "mst_service_entry_points-0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mst-service-entry-points\nVersion: 0\n")
@@ -216,7 +216,7 @@ def test_networkx_finds_the_backend_through_the_entry_points(tmp_path):
             refused = str(exc)
         nx.config.backend_priority.generators = ["mst_service"]  # automatic dispatch, with fallback
         fallback = sorted(nx.minimum_spanning_tree(exact).edges)
-        import gpu_core._nx_backend as engine_side
+        import gpu_core._interop.nx_backend as engine_side
         calls, engine = [], engine_side.minimum_spanning_forest
         engine_side.minimum_spanning_forest = lambda *a, **k: calls.append(1) or engine(*a, **k)
         automatic = sorted(nx.minimum_spanning_tree(nx.Graph(G)).edges)

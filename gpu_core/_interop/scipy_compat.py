@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ._backend.resolve import Backend
-from ._graphs.graph import minimum_spanning_forest
+from .._backend.resolve import Backend
+from .._graphs.graph import minimum_spanning_forest
 
 
 def _scipy() -> Any:

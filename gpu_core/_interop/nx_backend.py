@@ -42,7 +42,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from ._graphs.graph import minimum_spanning_forest
+from .._graphs.graph import minimum_spanning_forest
 
 BACKEND_NAME = "mst_service"
 
