@@ -16,7 +16,7 @@ ranking (4-byte weights) ``I + w + 16`` (the 64-bit keys and the sort's scratch)
 the sort's pairs); endpoints by rank ``I + w + 12``; the CSR ``w + 28`` plus the sorted
 chunk's keys and scratch (16 bytes per slot of one of ``csr_pieces`` chunks); and then the
 resident graph. ``peak`` is the largest of them. Measured on the GPU by
-``tests/gpu_core/test_estimate.py`` (CuPy's pool, a counting allocator); the CPU backend
+``tests/gpu_core/graphs/test_estimate.py`` (CuPy's pool, a counting allocator); the CPU backend
 (NumPy, traced with ``tracemalloc``) peaks at about 49 + w bytes per edge with 32-bit ids
 given (37 + w with int64 ids); ``peak`` allows 60 + w there.
 Both are upper bounds for the graph given: self-loops only shrink a graph.

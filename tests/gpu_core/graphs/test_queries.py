@@ -20,9 +20,9 @@ from scipy.spatial.distance import pdist, squareform
 import gpu_core
 from gpu_core.errors import GraphValidationError, NonFiniteWeightError, UnsupportedDtypeError, VertexIdError
 
-from ..utils.backends import BACKENDS
-from ..utils.graphs import EdgeGraph, random_graph, rmat_graph
-from ..utils.oracles import UnionFind
+from ...utils.backends import BACKENDS
+from ...utils.graphs import EdgeGraph, random_graph, rmat_graph
+from ...utils.oracles import UnionFind
 
 DTYPES = [np.dtype(t) for t in (np.int32, np.int64, np.float32, np.float64)]
 

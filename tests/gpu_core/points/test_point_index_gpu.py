@@ -1,7 +1,7 @@
 """GPU: trees on a reused device index are the CPU backend's arrays bit for bit; the index never changes.
 
 Marked ``gpu``: skipped where no CUDA device is visible. The CPU backend's arrays are themselves
-checked against brute force (tests/gpu_core/test_points.py, test_point_index.py).
+checked against brute force (test_points.py, test_point_index.py).
 """
 
 from __future__ import annotations

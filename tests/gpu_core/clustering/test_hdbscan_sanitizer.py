@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent(
     from gpu_core._clustering import eom_paths as _eom_paths
     from gpu_core._clustering import select as _select
     from gpu_core._clustering.dendrogram_labels import _cupy_launch
-    from tests.gpu_core.test_eom_paths import cluster_tree, stabilities
+    from tests.gpu_core.clustering.test_eom_paths import cluster_tree, stabilities
 
     rng = np.random.default_rng(0)
     for shape, splits in (("random", 3000), ("caterpillar", 2000)):

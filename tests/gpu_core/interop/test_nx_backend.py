@@ -25,7 +25,7 @@ import pytest
 import gpu_core
 from gpu_core._interop import nx_backend as backend
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 FUNCTIONS = ["minimum_spanning_edges", "maximum_spanning_edges"]
 TREES = ["minimum_spanning_tree", "maximum_spanning_tree"]
 

@@ -18,8 +18,8 @@ import pytest
 import gpu_core
 from gpu_core._backend.resolve import Backend
 
-from ..utils.backends import BACKENDS
-from ..utils.graphs import DTYPES, EdgeGraph, empty_graph, random_graph, rmat_graph
+from ...utils.backends import BACKENDS
+from ...utils.graphs import DTYPES, EdgeGraph, empty_graph, random_graph, rmat_graph
 from .test_queries import kruskal
 
 

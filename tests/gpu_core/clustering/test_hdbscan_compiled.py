@@ -32,7 +32,7 @@ from tests.utils.points import blobs, duplicated, integer_grid
 
 pytest.importorskip("numba")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def random_tree(rng: np.random.Generator, n: int, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 SCRIPT = r"""
 import json, time
