@@ -6,7 +6,7 @@
 The tree is the CPU backend's tree of ``n`` uniform 2-D points (seed 0, ``min_samples=5``), the
 tree ``gpu_core.hdbscan`` gets from the GPU for the same points; it is computed once and cached
 in ``--cache`` (``bench/cache/``; about 30 s at 10^6 points and 7 min at 10^7 on 2 cores).
-Measured: ``gpu_core._hdbscan.labels_from_edges`` on that tree, which is everything
+Measured: ``gpu_core._clustering.hdbscan.labels_from_edges`` on that tree, which is everything
 ``gpu_core.hdbscan`` does after the tree (to-host is nothing for a host tree): the tree's checks,
 union-find and condensed tree (``linkage_ms``), stabilities, selection, labels and probabilities
 (``selection_ms``). Median of ``--repeats`` runs after a warm-up call. Also measured, each in a

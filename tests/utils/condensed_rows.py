@@ -1,5 +1,5 @@
 """HDBSCAN*'s condensed tree as rows ``(parent, child, lambda, size)`` (scikit-learn's
-``condensed_tree_`` layout), built from ``gpu_core._condense``: the tests' view of the condensed
+``condensed_tree_`` layout), built from ``gpu_core._clustering.condense``: the tests' view of the condensed
 tree and of the stabilities, to compare the compiled passes and the summation order with."""
 
 from __future__ import annotations
