@@ -4,7 +4,7 @@
         [--tails 32,64,128,256,512] [--spacings 16,32,64] [--out FILE.json]
 
 For each point set the Euclidean MST is computed on the device (CuPy points, the tree left there);
-then, on that tree, ``gpu_core._dendrogram_gpu.linkage_on_device`` (device time by CUDA events:
+then, on that tree, ``gpu_core._dendrogram.gpu.linkage_on_device`` (device time by CUDA events:
 median of ``--repeats`` runs after a warm-up, split into its phases: input check, reps, sort by
 winner, Euler tour and its ranking, rows) for every ``--tails`` x ``--spacings`` tuning, the wall
 time of the same call, the copy of the matrix to the host, and ``gpu_core.linkage_from_sorted_edges``
@@ -34,7 +34,7 @@ def measure(n: int, d: int, kind: str, tails: list[int], spacings: list[int], re
     import cupy as cp
 
     import gpu_core
-    from gpu_core._dendrogram_gpu import linkage_on_device
+    from gpu_core._dendrogram.gpu import linkage_on_device
 
     points = cp.asarray(make_points(kind, n, d))
     gpu_core.euclidean_mst(points, backend="gpu")  # warm-up: kernels compiled

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 import gpu_core
-from gpu_core._estimate import pool_peak
+from gpu_core._graphs.estimate import pool_peak
 
 GENERATE_CHUNK = 1 << 27
 
@@ -61,13 +61,13 @@ def uniform_device_graph(num_vertices: int, num_edges: int, seed: int) -> tuple[
 
 
 def _timed_steps() -> dict[str, float]:
-    """Wrap the build's steps (``GpuGraph`` methods) so each one's seconds are recorded, synchronized."""
+    """Wrap the build's steps (``GpuCsr`` methods) so each one's seconds are recorded, synchronized."""
     cp = _cupy()
-    from gpu_core import _gpu
+    from gpu_core._graphs.gpu_csr import GpuCsr
 
     seconds: dict[str, float] = {}
     for name in ("_rank", "_gather_ids", "_fill_rows", "_heavy_chunks"):
-        original = getattr(_gpu.GpuGraph, name, None)
+        original = getattr(GpuCsr, name, None)
         if original is None:
             continue
         original = getattr(original, "__wrapped__", original)
@@ -81,18 +81,18 @@ def _timed_steps() -> dict[str, float]:
             return result
 
         timed.__wrapped__ = original  # type: ignore[attr-defined]
-        setattr(_gpu.GpuGraph, name, timed)
+        setattr(GpuCsr, name, timed)
     return seconds
 
 
 def _untimed_steps(seconds: dict[str, float]) -> dict[str, float]:
     """Put the build's steps back as they were; a copy of the seconds recorded so far."""
-    from gpu_core import _gpu
+    from gpu_core._graphs.gpu_csr import GpuCsr
 
     for name in ("_rank", "_gather_ids", "_fill_rows", "_heavy_chunks"):
-        method = getattr(_gpu.GpuGraph, name, None)
+        method = getattr(GpuCsr, name, None)
         if method is not None and hasattr(method, "__wrapped__"):
-            setattr(_gpu.GpuGraph, name, method.__wrapped__)
+            setattr(GpuCsr, name, method.__wrapped__)
     return dict(seconds)
 
 
@@ -205,7 +205,7 @@ def run_uniform(args: argparse.Namespace) -> dict[str, Any]:
     cp = _cupy()
     n, m = 1 << args.log2_vertices, int(float(args.edges))
     if args.wide:
-        from gpu_core import _layout
+        from gpu_core._graphs import layout as _layout
 
         _layout.WIDE_SLOTS_FROM = 0
     start = time.perf_counter()
@@ -234,7 +234,7 @@ def run_rmat(args: argparse.Namespace) -> dict[str, Any]:
     from bench.generators import GraphSpec, load_or_make
 
     if args.wide:
-        from gpu_core import _layout
+        from gpu_core._graphs import layout as _layout
 
         _layout.WIDE_SLOTS_FROM = 0
     spec = GraphSpec(f"rmat-{args.scale}-float", "rmat", (("scale", args.scale), ("edge_factor", 8)), "float")

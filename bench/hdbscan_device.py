@@ -4,16 +4,16 @@
         [--min-cluster-size 5] [--min-samples 5] [--repeats 5] [--out FILE.json]
 
 For each point set the mutual-reachability tree is computed on the device (CuPy points, the tree
-left there) and its dendrogram too (``_dendrogram_gpu.linkage_on_device``); then
-``gpu_core._hdbscan_gpu.labels_from_dendrogram`` on the device columns: the wall time of the whole
-call (median of ``--repeats`` after a warm-up, the device synchronized), and its parts timed one
-by one the same way (the condensed tree; stabilities and deaths; the selection by heavy paths,
-their decomposition alone, and for comparison the copy to the host and the host's selection,
-checked equal; the labels). The host's compiled passes on the host copy of the tree
-(``_hdbscan.labels_from_edges``: union-find, condensed tree, selection, labels) are timed for
-scale, and the device's labels and probabilities are checked equal to theirs, bit for bit.
-``--cpu`` runs the same driver with NumPy on the CPU backend's tree (a smoke test; no timing
-claims).
+left there) and its dendrogram too (``gpu_core._dendrogram.gpu.linkage_on_device``); then
+``gpu_core._clustering.dendrogram_labels.labels_from_dendrogram`` on the device columns: the
+wall time of the whole call (median of ``--repeats`` after a warm-up, the device synchronized),
+and its parts timed one by one the same way (the condensed tree; stabilities and deaths; the
+selection by heavy paths, their decomposition alone, and for comparison the copy to the host and
+the host's selection, checked equal; the labels). The host's compiled passes on the host copy of
+the tree (``gpu_core._clustering.hdbscan.labels_from_edges``: union-find, condensed tree,
+selection, labels) are timed for scale, and the device's labels and probabilities are checked
+equal to theirs, bit for bit. ``--cpu`` runs the same driver with NumPy on the CPU backend's
+tree (a smoke test; no timing claims).
 """
 
 from __future__ import annotations
@@ -49,7 +49,10 @@ def _median_ms(run: Callable[[], Any], sync: Callable[[], None], repeats: int) -
 
 def measure(n: int, d: int, kind: str, mcs: int, min_samples: int, repeats: int, cpu: bool) -> dict[str, Any]:
     import gpu_core
-    from gpu_core import _condense, _eom_paths, _hdbscan, _hdbscan_gpu
+    from gpu_core._clustering import condense as _condense
+    from gpu_core._clustering import dendrogram_labels as _dendrogram_labels
+    from gpu_core._clustering import eom_paths as _eom_paths
+    from gpu_core._clustering import hdbscan as _hdbscan
 
     if cpu:
         xp: Any = np
@@ -64,7 +67,7 @@ def measure(n: int, d: int, kind: str, mcs: int, min_samples: int, repeats: int,
     else:
         import cupy as cp
 
-        from gpu_core._dendrogram_gpu import linkage_on_device
+        from gpu_core._dendrogram.gpu import linkage_on_device
 
         xp = cp
         points = cp.asarray(make_points(kind, n, d))
@@ -75,7 +78,7 @@ def measure(n: int, d: int, kind: str, mcs: int, min_samples: int, repeats: int,
         def sync() -> None:
             cp.cuda.Device().synchronize()
 
-        launch = _hdbscan_gpu._cupy_launch
+        launch = _dendrogram_labels._cupy_launch
         host = tuple(cp.asnumpy(a) for a in (tree.src, tree.dst, tree.weights))
     left, right, sizes, distances = (xp.ascontiguousarray(z[:, i]) for i in (0, 1, 3, 2))
     record: dict[str, Any] = {
@@ -83,7 +86,7 @@ def measure(n: int, d: int, kind: str, mcs: int, min_samples: int, repeats: int,
         "emst_ms": tree.compute_ms, "device": "cpu (NumPy)" if cpu else "gpu (CuPy)",
     }  # fmt: skip
     whole_ms, (labels, prob) = _median_ms(
-        lambda: _hdbscan_gpu.labels_from_dendrogram(left, right, sizes, distances, mcs), sync, repeats
+        lambda: _dendrogram_labels.labels_from_dendrogram(left, right, sizes, distances, mcs), sync, repeats
     )
     record["labels_from_dendrogram_ms"] = whole_ms
     # the parts, one by one (each synchronized: their sum exceeds the whole a little)
@@ -96,8 +99,9 @@ def measure(n: int, d: int, kind: str, mcs: int, min_samples: int, repeats: int,
     )
 
     def host_select() -> Any:
-        parent, birth, stab = (_hdbscan_gpu._to_host(a) for a in (clusters.parent, clusters.birth, stability))
-        return xp.asarray(_hdbscan_gpu._select_on_host(n, parent, birth, stab, "eom", 0.0, None))
+        to_host = _dendrogram_labels._to_host
+        parent, birth, stab = (to_host(a) for a in (clusters.parent, clusters.birth, stability))
+        return xp.asarray(_dendrogram_labels._select_on_host(n, parent, birth, stab, "eom", 0.0, None))
 
     parts["host_selection_ms"], selected = _median_ms(host_select, sync, repeats)  # for comparison
     anchor = None
@@ -121,7 +125,7 @@ def measure(n: int, d: int, kind: str, mcs: int, min_samples: int, repeats: int,
     record["clusters"] = int(clusters.birth.shape[0])
     host_ms, ref = _median_ms(lambda: _hdbscan.labels_from_edges(n, *host, mcs, compiled=True), sync, repeats)
     record["host_compiled_passes_ms"] = host_ms
-    got = (_hdbscan_gpu._to_host(labels), _hdbscan_gpu._to_host(prob))
+    got = (_dendrogram_labels._to_host(labels), _dendrogram_labels._to_host(prob))
     record["identical"] = bool(np.array_equal(got[0], ref[0]) and got[1].tobytes() == ref[1].tobytes())
     record["selected_clusters"] = int(ref[0].max()) + 1
     return record

@@ -6,7 +6,7 @@
 The tree is the CPU backend's tree of ``n`` uniform 2-D points (seed 0, ``min_samples=5``), the
 tree ``gpu_core.hdbscan`` gets from the GPU for the same points; it is computed once and cached
 in ``--cache`` (``bench/cache/``; about 30 s at 10^6 points and 7 min at 10^7 on 2 cores).
-Measured: ``gpu_core._hdbscan.labels_from_edges`` on that tree, which is everything
+Measured: ``gpu_core._clustering.hdbscan.labels_from_edges`` on that tree, which is everything
 ``gpu_core.hdbscan`` does after the tree (to-host is nothing for a host tree): the tree's checks,
 union-find and condensed tree (``linkage_ms``), stabilities, selection, labels and probabilities
 (``selection_ms``). Median of ``--repeats`` runs after a warm-up call. Also measured, each in a
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 import gpu_core
-from gpu_core import _hdbscan
+from gpu_core._clustering import hdbscan as _hdbscan
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -56,7 +56,7 @@ def one_time_costs() -> dict[str, float]:
     """Seconds of ``warm_up_compiled`` in a fresh process: first with an empty Numba cache
     (compilation), then with the cache that run filled (loading); the import of Numba included."""
     script = (
-        "import time; t = time.perf_counter(); from gpu_core import _hdbscan; "
+        "import time; t = time.perf_counter(); from gpu_core._clustering import hdbscan as _hdbscan; "
         "_hdbscan.warm_up_compiled(); print(time.perf_counter() - t)"
     )
     out: dict[str, float] = {}

@@ -8,30 +8,14 @@
 """
 
 from . import errors, formats
-from ._estimate import MemoryEstimate, estimate_device_bytes
-from ._forest import SpanningForest, make_forest
-from ._graph import (
-    Backend,
-    Graph,
-    gpu_available,
-    maximum_spanning_forest,
-    minimum_spanning_forest,
-    resolve_backend,
-    warm_up,
-)
-from ._hdbscan import HDBSCANResult, hdbscan
-from ._linkage import linkage_from_sorted_edges
-from ._order import OBJECTIVES
-from ._points import (
-    MAX_DIMENSIONS,
-    EuclideanTree,
-    PointIndex,
-    build_point_index,
-    euclidean_mst,
-    single_linkage,
-)
-from ._scipy_compat import minimum_spanning_tree
-from ._shards import (
+from ._backend.resolve import Backend, gpu_available, resolve_backend
+from ._clustering.hdbscan import HDBSCANResult, hdbscan
+from ._dendrogram.cpu import linkage_from_sorted_edges
+from ._graphs.estimate import MemoryEstimate, estimate_device_bytes
+from ._graphs.forest import SpanningForest, make_forest
+from ._graphs.graph import Graph, maximum_spanning_forest, minimum_spanning_forest
+from ._graphs.order import OBJECTIVES
+from ._graphs.shards import (
     ShardForest,
     edge_ranges,
     merge_shard_forests,
@@ -39,7 +23,13 @@ from ._shards import (
     sharded_spanning_forest,
     union_graph,
 )
-from ._validate import MAX_VERTICES, WEIGHT_DTYPES
+from ._graphs.validate import MAX_VERTICES, WEIGHT_DTYPES
+from ._interop.scipy_compat import minimum_spanning_tree
+from ._points.emst import euclidean_mst, single_linkage
+from ._points.index import PointIndex, build_point_index
+from ._points.tree import EuclideanTree
+from ._points.validate import MAX_DIMENSIONS
+from ._warm_up import warm_up
 from .formats import FORMATS, read_graph
 
 __all__ = [

@@ -418,7 +418,7 @@ def check_weights_header(upload: Upload, num_edges: int) -> None:
     """Refuse a full ``.npy`` replacement of the wrong length, dtype or size before the worker sees it."""
     if upload.format != "npy":
         return
-    from gpu_core._staging import read_npy_header
+    from gpu_core._backend.staging import read_npy_header
     from gpu_core.errors import GraphValidationError
 
     try:

@@ -106,7 +106,7 @@ def from_scipy(matrix: Any) -> GraphSource:
 
 def from_networkx(graph: Any, weight: str = "weight") -> GraphSource:
     """Edge arrays of a NetworkX ``Graph`` or ``MultiGraph`` (see the module's notes)."""
-    from gpu_core._nx_backend import _edge_list
+    from gpu_core._interop.nx_backend import _edge_list
 
     if graph.is_directed():
         raise ValueError("minimum spanning forests are for undirected graphs; pass G.to_undirected().")

@@ -50,7 +50,7 @@ def _on_host(array: Any) -> Any:
     """A result array in host memory (a device array comes through pinned memory)."""
     if isinstance(array, np.ndarray):
         return array
-    from gpu_core._staging import to_pinned
+    from gpu_core._backend.staging import to_pinned
 
     return to_pinned(array)
 
@@ -64,7 +64,7 @@ class ResidentPoints:
     """
 
     def __init__(self, points: Any, backend: str) -> None:
-        from gpu_core._points import validate_points
+        from gpu_core._points.validate import validate_points
 
         self.coords = validate_points(points)
         self.dtype = "float32" if np.asarray(points).dtype == np.float32 else "float64"
@@ -127,7 +127,7 @@ class ResidentPoints:
 
     def run(self, task: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(summary, result arrays) of a task on this point set."""
-        from gpu_core._hdbscan import labels_from_tree
+        from gpu_core._clustering.hdbscan import labels_from_tree
         from gpu_core.errors import ClusteringParameterError
 
         started = time.perf_counter()

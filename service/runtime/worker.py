@@ -314,7 +314,7 @@ def _read_weights(path: str, fmt: str, to_device: bool = False) -> tuple[Any, An
 
     try:
         if fmt == "npy" and to_device:
-            from gpu_core._staging import npy_to_device
+            from gpu_core._backend.staging import npy_to_device
 
             return None, npy_to_device(path)
         if fmt == "npy":
@@ -721,7 +721,7 @@ class _Worker:
     def _load_points(self, points_id: str, path: str, fmt: str, canonical: str | None) -> dict[str, Any]:
         import numpy as np
 
-        from gpu_core._hdbscan import warm_up_compiled
+        from gpu_core._clustering.hdbscan import warm_up_compiled
 
         from .point_sets import ResidentPoints, read_points
 
@@ -729,7 +729,7 @@ class _Worker:
             self._host_passes_ready = True
             warm_up_compiled()
             if self.backend == "gpu":  # the device path from a tree to labels
-                from gpu_core._hdbscan_gpu import warm_up_device
+                from gpu_core._clustering.dendrogram_labels import warm_up_device
 
                 warm_up_device()
         config = self.config

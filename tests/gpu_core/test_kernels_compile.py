@@ -15,7 +15,7 @@ import pytest
 import gpu_core
 
 KERNELS = Path(gpu_core.__file__).parent / "kernels"
-GPU_BACKEND = Path(gpu_core.__file__).parent / "_gpu.py"
+GPU_BACKEND = Path(gpu_core.__file__).parent / "_graphs" / "gpu.py"
 ARCHS = ["sm_80", "sm_90"]
 
 
@@ -25,7 +25,7 @@ def kernel_files() -> list[Path]:
 
 def test_kernel_files_exist_once_the_gpu_backend_does() -> None:
     if not GPU_BACKEND.exists():
-        pytest.skip("the GPU backend (gpu_core/_gpu.py) does not exist yet")
+        pytest.skip("the GPU backend (gpu_core/_graphs/gpu.py) does not exist yet")
     assert kernel_files(), f"no .cu files under {KERNELS}"
 
 

@@ -62,7 +62,7 @@ def test_new_weights_reach_the_device_in_pinned_pieces(server_factory: ServerFac
     import io
 
     import gpu_core
-    from gpu_core import _staging
+    from gpu_core._backend import staging as _staging
 
     server = server_factory(
         MST_BACKEND="gpu", MST_MAX_EDGES=str(5_000_000), MST_MAX_UPLOAD_BYTES=str(1 << 30)

@@ -1,7 +1,7 @@
 """Point sets over HTTP: upload (JSON, npz, npy), the three tasks, reuse of trees, restart, bad input.
 
 Answers are checked against the engine called directly (itself checked against brute force in
-tests/gpu_core/test_points.py), SciPy's single linkage and scikit-learn's HDBSCAN.
+tests/gpu_core/points/test_points.py), SciPy's single linkage and scikit-learn's HDBSCAN.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """HDBSCAN*'s condensed tree as rows ``(parent, child, lambda, size)`` (scikit-learn's
-``condensed_tree_`` layout), built from ``gpu_core._condense``: the tests' view of the condensed
+``condensed_tree_`` layout), built from ``gpu_core._clustering.condense``: the tests' view of the condensed
 tree and of the stabilities, to compare the compiled passes and the summation order with."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from gpu_core._condense import Clusters, condense_columns, summaries
-from gpu_core._hdbscan import _columns
+from gpu_core._clustering.condense import Clusters, condense_columns, summaries
+from gpu_core._clustering.hdbscan import _columns
 
 Array = np.ndarray[Any, Any]
 
@@ -42,7 +42,7 @@ def condense(linkage: Array, min_cluster_size: int) -> CondensedTree:
 
 
 def _clusters_of(tree: CondensedTree, num_clusters: int) -> Clusters:
-    """The rows of ``tree`` (in any order) by cluster number (``_condense.Clusters``)."""
+    """The rows of ``tree`` (in any order) by cluster number (``condense.Clusters``)."""
     n = tree.n
     rows = tree.child >= n
     parent = np.zeros(num_clusters, dtype=np.int64)
@@ -59,6 +59,6 @@ def _clusters_of(tree: CondensedTree, num_clusters: int) -> Clusters:
 
 
 def stability(tree: CondensedTree, num_clusters: int) -> Array:
-    """The clusters' stabilities, summed in the order ``_condense`` defines (chunks of points)."""
+    """The clusters' stabilities, summed in the order ``condense`` defines (chunks of points)."""
     stability: Array = summaries(_clusters_of(tree, num_clusters))[0]
     return stability

@@ -1,5 +1,5 @@
 """Spanning trees in merge order for the dendrogram tests, and two ways to run the device
-dendrogram's driver (``gpu_core._dendrogram_gpu.build_linkage``) without a GPU:
+dendrogram's driver (``gpu_core._dendrogram.gpu.build_linkage``) without a GPU:
 
 * :func:`simulated_launch`: every kernel of ``kernels/dendrogram.cu`` written again in Python,
   its work items run one at a time in a random order (a schedule the device may pick: within a

@@ -1,7 +1,7 @@
 """``kernels/hdbscan_tree.cu`` compiled for the host by g++ (CUDA's built-ins replaced by
 sequential stand-ins, no FMA contraction), every thread of a launch run in turn in a shuffled
 order: the device path's segment and excess-of-mass kernels, their launch arguments and the
-drivers around them (``gpu_core._hdbscan_gpu.dendrogram_labels``, ``gpu_core._eom_paths`` on
+drivers around them (``dendrogram_labels`` and ``eom_paths`` of ``gpu_core._clustering``, on
 NumPy arrays), checked where no GPU is.
 """
 
@@ -39,7 +39,7 @@ def _library() -> Any:
 
 
 def host_launch(seed: int) -> Any:
-    """A ``launch`` for ``_condense`` that runs the kernels compiled for the host on NumPy arrays."""
+    """A ``launch`` for ``condense`` that runs the kernels compiled for the host on NumPy arrays."""
     lib = _library()
     rng = np.random.default_rng(seed)
     launched: list[str] = []

@@ -1,0 +1,86 @@
+"""Loads the CUDA kernels: one compilation per device, file and process, never on a request path."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import Any
+
+KERNEL_FILE = "ecl_mst.cu"
+#: templated kernels, instantiated through NVRTC name expressions
+#: the slot index types (``_graphs.layout.SlotLayout.slot``): 32-bit graphs and 64-bit ones
+SLOT_TYPES: tuple[str, ...] = ("int", "long long")
+NAME_EXPRESSIONS: tuple[str, ...] = (
+    *(f"init_worklist<{phase}, {slot}>" for phase in ("false", "true") for slot in SLOT_TYPES),
+    *(
+        f"{name}<{slot}>"
+        for name in ("select_lightest", "link_lightest", "assign_ranks", "partition_rows", "write_slots")
+        for slot in SLOT_TYPES
+    ),
+    *(f"rank_keys<{weight}, {ids}>" for weight in ("float", "int") for ids in SLOT_TYPES),
+    *(f"gather_ids<{ids}>" for ids in SLOT_TYPES),
+    "take_by_u32<unsigned char>",
+    "take_by_u32<unsigned>",
+    "gather_weights<unsigned>",
+    "gather_weights<unsigned long long>",
+)
+#: the point-set kernels (Euclidean and mutual-reachability trees)
+EMST_FILE = "emst.cu"
+#: points per leaf of the point hierarchy (kLeaf in emst.cu): one point per leaf, as ArborX has it,
+#: was the fastest on an H200 at 10^7 points, against 2, 4, 8 and 16 (bench/NOTES.md, point sets)
+EMST_LEAF = 1
+#: neighbours per point in the Euclidean tree's lists (EMST_LIST in emst.cu; bench/NOTES.md, point sets)
+EMST_LIST = 8
+EMST_NAME_EXPRESSIONS: tuple[str, ...] = (
+    *(
+        f"{kernel}<{dims}, {arg}>"
+        for dims in (0, 1, 2, 3)
+        for kernel, args in (
+            ("nearest_outside", ("false", "true")),
+            ("core_distances", ("8, false", "16, false", "32, false", "64, false", f"{EMST_LIST}, true")),
+        )
+        for arg in args
+    ),
+    f"neighbour_edges<{EMST_LIST}, false>",
+    f"neighbour_edges<{EMST_LIST}, true>",
+)
+#: the single-linkage dendrogram kernels (plain extern "C" kernels: no name expressions)
+DENDROGRAM_FILE = "dendrogram.cu"
+#: HDBSCAN*'s segment reductions (the condensed tree's stabilities and deaths, on the device)
+HDBSCAN_FILE = "hdbscan_tree.cu"
+#: per file: name expressions and NVRTC options (no FMA contraction in the exact point kernels)
+FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    KERNEL_FILE: (NAME_EXPRESSIONS, ("-std=c++17",)),
+    EMST_FILE: (
+        EMST_NAME_EXPRESSIONS,
+        ("-std=c++17", "--fmad=false", f"-DEMST_LEAF={EMST_LEAF}", f"-DEMST_LIST={EMST_LIST}"),
+    ),
+    DENDROGRAM_FILE: ((), ("-std=c++17",)),
+    HDBSCAN_FILE: ((), ("-std=c++17", "--fmad=false")),
+}
+
+
+def kernel_source(name: str = KERNEL_FILE) -> str:
+    """A ``.cu`` file of ``gpu_core/kernels``, with a ``#line`` so NVRTC errors name the file."""
+    text = resources.files("gpu_core").joinpath("kernels", name).read_text(encoding="utf-8")
+    return f'#line 1 "{name}"\n{text}'
+
+
+@functools.cache
+def _module(device_id: int, file: str = KERNEL_FILE) -> Any:
+    import cupy
+
+    name_expressions, options = FILES[file]
+    with cupy.cuda.Device(device_id):
+        module = cupy.RawModule(
+            code=kernel_source(file), options=options, name_expressions=name_expressions or None
+        )
+        module.compile()
+    return module
+
+
+def kernel(name: str, file: str = KERNEL_FILE) -> Any:
+    """The compiled kernel ``name`` (a ``cupy.RawKernel``) of ``file`` for the current device."""
+    import cupy
+
+    return _module(cupy.cuda.Device().id, file).get_function(name)

@@ -1,0 +1,10 @@
+"""HDBSCAN*: flat clusterings of the mutual-reachability tree, with scikit-learn's semantics.
+
+From the bottom up: the condensed tree, stabilities and labels for any array module
+(``condense``); the host's selection, the reference (``select``); the passes compiled by Numba
+and the choice of them (``compiled``, ``passes``); the selection on the device by heavy paths
+(``eom_paths``); from a dendrogram to labels where the dendrogram lies, NumPy or CuPy
+(``dendrogram_labels``: the device path and the NumPy reference); the entry point ``hdbscan`` and
+the host's paths from a tree (``hdbscan``). Imports ``_backend``, ``_dendrogram``, ``_points`` and
+``errors``.
+"""

@@ -1,0 +1,356 @@
+"""The CuPy backend: ECL-MST on a graph that stays resident in device memory.
+
+Building a :class:`GpuGraph` uploads the edge list once, validates it on the
+device, ranks the edges by ``(weight, edge_id)`` and builds the CSR of both
+directions there. Each computation then only runs kernels (see
+``kernels/ecl_mst.cu``) and copies the forest back.
+
+Host round trips. The loop's control stays on the device: worklist sizes live
+in device memory and kernels with nothing to do return at once. The first
+computation on a graph reads the sizes back after every second iteration and
+counts the iterations of each phase; Borůvka rounds under a strict total order
+are deterministic, so later computations replay one captured CUDA graph of
+exactly that many iterations and read back once, at the end, to confirm.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._backend.kernels import kernel
+from ..errors import DeviceError, DeviceMemoryError
+from .gpu_csr import BLOCK, CHUNK_SLOTS, GpuCsr, cupy_module, device_errors, device_weight_bound, take_by_u32
+from .order import Objective, edge_order
+
+BLOCKS_PER_SM = 8
+#: words of the forest bit set one thread of the compaction kernels reads (kernels/ecl_mst.cu)
+TILE_WORDS = 256 * 8
+#: counters on the device: worklist A size, worklist B size, forest size, phase-1 leftover
+SIZE_A, SIZE_B, FOREST_SIZE, PHASE1_LEFT, NUM_COUNTERS = 0, 1, 2, 3, 4
+#: init_worklist's skip-set argument when no edge is left out (a null pointer)
+NO_SKIP = np.uint64(0)
+
+
+class GpuGraph(GpuCsr):
+    """A graph resident on the current CUDA device (its CSR: :class:`GpuCsr`), ready for ECL-MST."""
+
+    backend = "gpu"
+
+    def __init__(self, src: Any, dst: Any, weight: Any, num_vertices: int | None) -> None:
+        cp = cupy_module()
+        self.device_id = int(cp.cuda.Device().id)
+        self._stream = cp.cuda.Stream(non_blocking=True)
+        sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+        self._max_blocks = sms * BLOCKS_PER_SM
+        try:
+            self._after_caller()  # device arrays given may still be being written on the caller's stream
+            with self._stream:
+                self._build(cp, src, dst, weight, num_vertices)
+            self._stream.synchronize()
+        except cp.cuda.memory.OutOfMemoryError as exc:
+            raise DeviceMemoryError(
+                f"the graph does not fit in free device memory on GPU {self.device_id}: {exc}"
+            ) from None
+        except device_errors() as exc:
+            raise DeviceError(f"CUDA failed while building the graph: {exc}") from None
+        self._objective = "min"
+        #: per order: iteration pairs of phase 1 and of each round of phase 2, learned by the first run
+        self._pairs: dict[str, tuple[int, ...]] = {}
+        #: per order: the captured whole-run CUDA graph, once its plan is known
+        self._graph_exec: dict[str, Any] = {}
+        #: (objective, forest size, ms) of the forest prepare() computed, while the buffers hold it
+        self._prepared: tuple[str, int, float] | None = None
+        self._can_capture = True
+
+    # -- building -----------------------------------------------------------------------
+    def _build(self, cp: Any, src: Any, dst: Any, weight: Any, num_vertices: int | None) -> None:
+        """Validate, rank and build the CSR, then the workspace, holding little more than the
+        finished graph at any time: the worklists, the largest part of the workspace, are
+        allocated last, once every temporary of the CSR's build is gone."""
+        self._build_csr(cp, src, dst, weight, num_vertices)
+        self._allocate_workspace(cp)
+
+    def _allocate_workspace(self, cp: Any) -> None:
+        """The workspace, kept with the graph so a computation allocates nothing."""
+        n, m = self.num_vertices, self.num_edges
+        capacity = self.layout.capacity
+        self._items_a = cp.empty(3 * capacity, dtype=cp.int32)
+        self._items_b = cp.empty(3 * capacity, dtype=cp.int32)
+        self._lightest0 = cp.empty(max(n, 1), dtype=cp.uint32)
+        self._lightest1 = cp.empty(max(n, 1), dtype=cp.uint32)
+        self._parent = cp.empty(max(n, 1), dtype=cp.int32)
+        self._in_forest = cp.empty(max((m + 31) // 32, 1), dtype=cp.uint32)
+        self._tile_counts = cp.empty(max(math.ceil(self._in_forest.size / TILE_WORDS), 1), dtype=cp.int32)
+        self._forest = cp.empty(max(n, 1), dtype=cp.int64)  # written as the API's int64 edge ids
+        self._forest_weights = cp.empty(max(n, 1), dtype=self.weight.dtype)
+        self._counters = cp.zeros(NUM_COUNTERS, dtype=cp.uint32)
+        self._counters_host = cp.cuda.alloc_pinned_memory(4 * NUM_COUNTERS)
+        self._events = (cp.cuda.Event(), cp.cuda.Event())  # around each computation
+        self._capacity = capacity
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes held: graph (CSR, rank map, weights) and its workspace."""
+        arrays = (
+            self.weight, self.rank_to_id, self.adj, self.row_ptr, self.split, self.heavy_chunks,
+            self._items_a, self._items_b, self._lightest0, self._lightest1, self._parent, self._in_forest,
+            self._tile_counts, self._forest, self._forest_weights, self._counters,
+        )  # fmt: skip
+        return int(sum(a.nbytes for a in arrays))
+
+    # -- kernel launches ----------------------------------------------------------------
+    def _counter(self, index: int) -> Any:
+        return self._counters[index : index + 1]
+
+    def _launch_reset(self) -> None:
+        n = self.num_vertices
+        kernel("reset_state")(
+            self._grid(n), (BLOCK,),
+            (np.int32(n), self._parent, self._lightest0, self._lightest1, self._in_forest,
+             np.int32(self._in_forest.size), self._counters, np.int32(NUM_COUNTERS)),
+        )  # fmt: skip
+
+    def _launch_init(self, second_phase: bool, skip: Any = None, rank_end: int = 0) -> None:
+        """Fill worklist A from the CSR; ``skip``: a bit set by rank of edges to leave out (what-if);
+        ``rank_end``: the second phase takes the ranks below it (a round, ``SlotLayout.phase_ends``)."""
+        n = self.num_vertices
+        if second_phase:
+            kernel("prepare_second_phase")(
+                self._grid(n), (BLOCK,), (np.int32(n), self._parent, self._lightest0, self._lightest1)
+            )
+        name = f"init_worklist<{'true' if second_phase else 'false'}, {self.layout.slot}>"
+        kernel(name)(
+            self._grid(n), (BLOCK,),
+            (self.row_ptr, self.split, self.adj, np.int32(n), np.int32(CHUNK_SLOTS), self.heavy_chunks,
+             np.int32(self.heavy_chunks.shape[0]), self._parent, self._items_a, self._counter(SIZE_A),
+             NO_SKIP if skip is None else skip, np.uint32(rank_end)),
+        )  # fmt: skip
+
+    def _launch_pair(self) -> None:
+        """Two iterations of Algorithm 2's loop: worklist A -> B, then B -> A."""
+        grid = self._grid(self._capacity)
+        slot = self.layout.slot
+        select, link = kernel(f"select_lightest<{slot}>"), kernel(f"link_lightest<{slot}>")
+        size_a, size_b = self._counter(SIZE_A), self._counter(SIZE_B)
+        for items, size, next_items, next_size, lightest, lightest_next in (
+            (self._items_a, size_a, self._items_b, size_b, self._lightest0, self._lightest1),
+            (self._items_b, size_b, self._items_a, size_a, self._lightest1, self._lightest0),
+        ):
+            select(grid, (BLOCK,), (items, size, next_items, next_size, self._parent, lightest))
+            link(
+                grid, (BLOCK,),
+                (next_items, next_size, self._parent, lightest, lightest_next, size, self.rank_to_id,
+                 self._in_forest),
+            )  # fmt: skip
+
+    def _launch_extract(self) -> None:
+        """Forest bit set -> ascending edge ids in ``_forest``, their weights in ``_forest_weights``."""
+        words, tiles = np.int32(self._in_forest.size), self._tile_counts.size
+        grid = (min(tiles, self._max_blocks),)
+        kernel("count_forest_tiles")(grid, (BLOCK,), (self._in_forest, words, self._tile_counts))
+        kernel("scan_forest_tiles")(
+            (1,), (1024,), (self._tile_counts, np.int32(tiles), self._counter(FOREST_SIZE))
+        )
+        kernel("write_forest_ids")(grid, (BLOCK,), (self._in_forest, words, self._tile_counts, self._forest))
+        word = "unsigned" if self.weight.dtype.itemsize == 4 else "unsigned long long"
+        view = cupy_module().uint32 if self.weight.dtype.itemsize == 4 else cupy_module().uint64
+        kernel(f"gather_weights<{word}>")(
+            self._grid(self.num_vertices), (BLOCK,),
+            (self._forest, self._counter(FOREST_SIZE), self.weight.view(view),
+             self._forest_weights.view(view)),
+        )  # fmt: skip
+
+    def _read_counters(self) -> np.ndarray[Any, np.dtype[np.uint32]]:
+        host = np.frombuffer(self._counters_host, dtype=np.uint32, count=NUM_COUNTERS)
+        self._counters.get(stream=self._stream, out=host)
+        return host
+
+    # -- weights ------------------------------------------------------------------------
+    def set_weights(self, weight: Any, edge_ids: Any = None) -> None:
+        """New weights (all, or those of ``edge_ids``), validated by the caller: the ranks are rebuilt.
+
+        The topology stays on the device; a new dtype replaces the weight buffers.
+        """
+        cp = cupy_module()
+        try:
+            self._after_caller()
+            with cp.cuda.Device(self.device_id), self._stream:
+                if edge_ids is not None:
+                    self.weight[edge_ids] = cp.asarray(weight, dtype=self.weight.dtype)
+                elif weight.dtype == self.weight.dtype:
+                    self.weight[...] = cp.asarray(weight)
+                else:
+                    self.weight = cp.array(weight, copy=True)
+                    self._forest_weights = cp.empty(max(self.num_vertices, 1), dtype=self.weight.dtype)
+                self._pairs.clear()
+                self._graph_exec.clear()  # plans and captured runs belong to the old weights
+                self._prepared = None
+                self.weight_bound = device_weight_bound(self.weight)
+                self._rerank(edge_order(cp, self.weight, "min"))
+                self._objective = "min"
+            self._stream.synchronize()
+        except cp.cuda.memory.OutOfMemoryError as exc:
+            raise DeviceMemoryError(f"out of device memory while re-ranking new weights: {exc}") from None
+        except device_errors() as exc:
+            raise DeviceError(f"CUDA failed while re-ranking new weights: {exc}") from None
+
+    # -- running ------------------------------------------------------------------------
+    def _run_phase_stepwise(self, second_phase: bool, skip: Any, rank_end: int = 0) -> int:
+        self._launch_init(second_phase, skip, rank_end)
+        pairs = 0
+        while True:
+            self._launch_pair()
+            pairs += 1
+            counters = self._read_counters()
+            if counters[SIZE_A] == 0 and counters[SIZE_B] == 0:
+                return pairs
+
+    def _run_stepwise(self, skip: Any = None) -> tuple[int, ...]:
+        """Run with a read-back every two iterations; the iteration pairs of phase 1 and of each
+        round of phase 2."""
+        self._launch_reset()
+        pairs = [self._run_phase_stepwise(False, skip)]
+        for end in self.layout.phase_ends:
+            pairs.append(self._run_phase_stepwise(True, skip, end))
+        self._launch_extract()
+        return tuple(pairs)
+
+    def _capture(self, plan: tuple[int, ...]) -> Any:
+        stream = self._stream
+        ends = self.layout.phase_ends
+        stream.begin_capture()
+        try:
+            self._launch_reset()
+            self._launch_init(second_phase=False)
+            for _ in range(plan[0]):
+                self._launch_pair()
+            # Remember what phase 1 left, so the run can confirm it ended where it was planned to.
+            self._counter(PHASE1_LEFT).data.copy_from_device_async(self._counter(SIZE_A).data, 4, stream)
+            for round_, (end, pairs) in enumerate(zip(ends, plan[1:], strict=True)):
+                self._launch_init(second_phase=True, rank_end=end)
+                for _ in range(pairs):
+                    self._launch_pair()
+                if round_ < len(ends) - 1:  # and what each round but the last left
+                    kernel("note_leftover")(
+                        (1,), (1,),
+                        (self._counters, np.int32(SIZE_A), np.int32(SIZE_B), np.int32(PHASE1_LEFT)),
+                    )  # fmt: skip
+            self._launch_extract()
+        finally:
+            graph = stream.end_capture()
+        return graph
+
+    def _run_device(self, stop: Any, skip: Any) -> np.ndarray[Any, np.dtype[np.uint32]]:
+        """Run ECL-MST and the extraction of the forest on the stream, record ``stop`` after them,
+        and read the counters back (the one synchronization of a planned run).
+
+        A run with ``skip`` (edges left out) is a one-off: stepwise, and it teaches no plan.
+        """
+        key = self._objective
+        if skip is None:
+            if key in self._pairs and key not in self._graph_exec:
+                self.prepare(key)
+            graph_exec = self._graph_exec.get(key)
+            if graph_exec is not None:
+                graph_exec.launch(self._stream)
+                stop.record(self._stream)
+                counters = self._read_counters()
+                if counters[SIZE_A] == 0 and counters[SIZE_B] == 0 and counters[PHASE1_LEFT] == 0:
+                    return counters
+                del self._graph_exec[key]  # not as planned: fall back to the stepwise run below
+        pairs = self._run_stepwise(skip)
+        if skip is None:
+            self._pairs[key] = pairs
+        stop.record(self._stream)
+        return self._read_counters()
+
+    def prepare(self, objective: Objective = "min") -> None:
+        """Run once and capture the run as a CUDA graph, so the next computation replays it."""
+        self._ensure_order(objective)
+        key = self._objective
+        if key not in self._pairs and self.num_loop_free:
+            ids, _, elapsed_ms = self.compute(objective)
+            self._prepared = (key, int(ids.shape[0]), elapsed_ms)  # capturing below runs nothing
+        if key not in self._graph_exec and key in self._pairs and self._can_capture:
+            cp = cupy_module()
+            with cp.cuda.Device(self.device_id), self._stream:
+                try:
+                    self._graph_exec[key] = self._capture(self._pairs[key])
+                except device_errors():
+                    self._can_capture = False
+
+    def _skip_mask(self, exclude: Any) -> Any:
+        """A bit set by rank of the (loop-free) edges among ``exclude``, for init_worklist."""
+        cp = cupy_module()
+        k = self.num_loop_free
+        gone = cp.zeros(self.num_edges, dtype=cp.bool_)
+        gone[cp.asarray(exclude)] = True
+        by_rank = take_by_u32(cp, gone, self.rank_to_id)
+        padded = cp.zeros(-(-k // 32) * 32, dtype=cp.bool_)
+        padded[:k] = by_rank
+        bits = cp.packbits(padded.reshape(-1, 8)[:, ::-1].ravel())  # little-endian bits in each byte
+        return bits.view(cp.uint32)
+
+    def take_prepared(self, objective: Objective) -> tuple[Any, Any, float] | None:
+        """The forest :meth:`prepare` computed for ``objective``, once, if the buffers still hold it."""
+        held, self._prepared = self._prepared, None
+        if held is None or held[0] != objective or self._objective != objective:
+            return None
+        _, count, elapsed_ms = held
+        return self._forest[:count], self._forest_weights[:count], elapsed_ms
+
+    def compute(self, objective: Objective = "min", exclude: Any = None) -> tuple[Any, Any, float]:
+        """Run on the device: (edge ids int64 ascending, their weights, milliseconds).
+
+        The two arrays are views of this graph's device buffers, valid until its next computation.
+        """
+        cp = cupy_module()
+        self._prepared = None  # the buffers are about to hold this run's forest
+        if self.num_loop_free == 0:
+            return cp.empty(0, dtype=cp.int64), self.weight[:0], 0.0
+        try:
+            if exclude is not None:
+                self._after_caller()
+            with cp.cuda.Device(self.device_id), self._stream:
+                self._ensure_order(objective)
+                skip = None if exclude is None or not exclude.size else self._skip_mask(exclude)
+                start, stop = self._events
+                start.record(self._stream)
+                count = int(self._run_device(stop, skip)[FOREST_SIZE])
+                elapsed_ms = float(cp.cuda.get_elapsed_time(start, stop))
+                return self._forest[:count], self._forest_weights[:count], elapsed_ms
+        except cp.cuda.memory.OutOfMemoryError as exc:
+            raise DeviceMemoryError(f"out of device memory while computing: {exc}") from None
+        except device_errors() as exc:
+            raise DeviceError(f"CUDA failed while computing the forest: {exc}") from None
+
+    @property
+    def xp(self) -> Any:
+        return cupy_module()
+
+    def to_host(self, *arrays: Any) -> list[np.ndarray[Any, Any]]:
+        """Copy device arrays into page-locked host arrays: async copies on the stream, one sync.
+
+        The host arrays share one block of CuPy's pinned pool (no allocation once warm) and copy at
+        full bus speed; pageable ``get()``s would each synchronize and fault fresh pages in.
+        """
+        cp = cupy_module()
+        self._after_caller()  # the arrays may come from the caller's stream (labels, say)
+        offsets, total = [], 0
+        for a in arrays:
+            offsets.append(total)
+            total += -(-a.nbytes // 64) * 64  # each array 64-byte aligned
+        block = cp.cuda.alloc_pinned_memory(max(total, 1))
+        out = [np.frombuffer(block, a.dtype, a.size, at) for a, at in zip(arrays, offsets, strict=True)]
+        try:
+            with cp.cuda.Device(self.device_id):
+                for device, host in zip(arrays, out, strict=True):
+                    if host.nbytes:
+                        device.data.copy_to_host_async(host.ctypes.data, host.nbytes, self._stream)
+                self._stream.synchronize()
+        except device_errors() as exc:
+            raise DeviceError(f"CUDA failed while copying the forest back: {exc}") from None
+        return out

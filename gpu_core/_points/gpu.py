@@ -1,0 +1,399 @@
+"""The CuPy backend for point sets: Borůvka rounds over a bounding-volume hierarchy (``kernels/emst.cu``).
+
+Points are sorted by Morton code on the device and grouped into leaves of an implicit
+complete binary tree whose boxes are built bottom-up: that is the point set's index
+(:class:`GpuIndex`), built once and never written again, whatever ``min_samples``. Each
+computation on it allocates its own scratch: each node's smallest squared core distance
+(``min_samples > 1``), which nodes hold points of one component only, the packed float copy of
+the boxes the 1 to 3 dimensional searches read (it carries those two per-computation values
+too), the Borůvka state.
+Core distances are k-nearest-neighbour searches on the tree. Before the rounds, every point's
+:data:`LIST` nearest points are found the same way: they settle most points' edges in the early
+rounds (a listed point of another component nearer than the list's last is the exact lightest
+edge out) and give the core distances up to ``min_samples = LIST``. Each Borůvka round recomputes,
+bottom-up, which nodes hold points of one component only, lets every point find its lightest
+edge to another component (skipping such nodes), picks each component's lightest edge under the
+exact ``(weight², min, max)`` order and links the components; the host reads one counter per
+round (the number of components left). The tree's edges are sorted on the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .._backend.kernels import EMST_FILE, EMST_LEAF, EMST_LIST, kernel
+from ..errors import DeviceError, DeviceMemoryError, GraphTooLargeError
+from .tree import EuclideanTree, finish_tree
+
+BLOCK = 256
+#: points per leaf of the hierarchy (kLeaf in kernels/emst.cu)
+LEAF = EMST_LEAF
+#: neighbours per point in the lists that settle the early Borůvka rounds of Euclidean trees
+#: (``neighbour_edges`` in kernels/emst.cu; 0: no lists)
+LIST = EMST_LIST
+#: the largest min_samples the device's k-nearest-neighbour search keeps in registers
+DEVICE_MAX_K = 64
+INT32_MAX = 2**31 - 1
+#: point sets of at most this many dimensions search packed float boxes (and the templates'
+#: fixed-size fast path: d <= 3)
+PACKED_MAX_DIMS = 3
+PACKED_FLOATS = 8  # floats per packed node (two float4)
+Array = Any
+
+
+def _k(name: str) -> Any:
+    return kernel(name, EMST_FILE)
+
+
+def _grid(work: int) -> tuple[int]:
+    return (max(1, min(math.ceil(work / BLOCK), 65535)),)
+
+
+class _Device:
+    """The points on the device, sorted by Morton code, with the boxes of the hierarchy over them.
+
+    Written once, here; computations only read it.
+    """
+
+    def __init__(self, cp: Any, coords: Array) -> None:
+        self.cp = cp
+        n, d = coords.shape
+        self.n, self.d = n, d
+        x = cp.asarray(coords)
+        # per coordinate over a contiguous copy: a column reduction of (n, d) runs on d blocks only
+        columns = cp.ascontiguousarray(x.T)
+        lo = cp.stack([c.min() for c in columns])
+        span = cp.stack([c.max() for c in columns]) - lo
+        del columns
+        scale = cp.where(span > 0, 1.0 / cp.where(span > 0, span, 1.0), 0.0)
+        bits = max(1, min(32, 63 // d))
+        codes = cp.empty(n, dtype=cp.uint64)
+        _k("morton_codes")(
+            _grid(n), (BLOCK,), (x, np.int32(n), np.int32(d), lo, scale, np.int32(bits), codes)
+        )
+        order = cp.argsort(codes)
+        self.pts = cp.ascontiguousarray(x[order])
+        self.orig = order.astype(cp.int32)
+        self.pos = cp.empty(n, dtype=cp.int32)
+        self.pos[self.orig] = cp.arange(n, dtype=cp.int32)
+        del x, codes, order
+        self.num_leaves = 1 << max(0, math.ceil(math.log2(max(1, math.ceil(n / LEAF)))))
+        self.nodes = 2 * self.num_leaves
+        self.lo = cp.empty(self.nodes * d, dtype=cp.float64)
+        self.hi = cp.empty(self.nodes * d, dtype=cp.float64)
+        # the kernels also reduce per-node core distances: none here (a scratch the index drops)
+        scratch = cp.empty(self.nodes, dtype=cp.float64)
+        _k("build_leaves")(
+            _grid(self.num_leaves), (BLOCK,),
+            (self.pts, np.int32(n), np.int32(d), np.int32(self.num_leaves), None, self.lo, self.hi, scratch),
+        )  # fmt: skip
+        level = self.num_leaves // 2
+        while level >= 1:
+            args = (np.int32(level), np.int32(d), self.lo, self.hi, scratch)
+            _k("build_level")(_grid(level), (BLOCK,), args)
+            level //= 2
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in (self.pts, self.orig, self.pos, self.lo, self.hi)))
+
+    def min_core2(self, core2: Array | None) -> Array:
+        """Each node's smallest squared core distance (+inf for a node without points), bottom-up:
+        the values ``build_leaves``/``build_level`` compute (a minimum is exact), into a new array."""
+        cp = self.cp
+        out = cp.zeros(self.nodes, dtype=cp.float64)
+        if core2 is None:  # the Euclidean traversal never reads it
+            return out
+        padded = cp.full(self.num_leaves * LEAF, cp.inf, dtype=cp.float64)
+        padded[: self.n] = core2
+        out[self.num_leaves :] = padded.reshape(self.num_leaves, LEAF).min(axis=1)
+        del padded
+        level = self.num_leaves // 2
+        while level >= 1:
+            children = out[2 * level : 4 * level]
+            out[level : 2 * level] = cp.minimum(children[0::2], children[1::2])
+            level //= 2
+        return out
+
+    def packed(self) -> Array | None:
+        """A computation's packed float copy of the boxes (PackedNode in kernels/emst.cu, 32 bytes per
+        node: the searches of 1 to 3 dimensions read it), to be filled by :meth:`pack`; None for more
+        dimensions (their searches read the double boxes)."""
+        if self.d > PACKED_MAX_DIMS:
+            return None
+        return self.cp.empty(self.nodes * PACKED_FLOATS, dtype=self.cp.float32)
+
+    def pack(self, min_core2: Array, packed: Array | None) -> None:
+        """Fill ``packed`` from the index's boxes and the computation's node core minima."""
+        if packed is not None:
+            args = (np.int32(self.nodes), np.int32(self.d), self.lo, self.hi, min_core2, packed)
+            _k("pack_nodes")(_grid(self.nodes), (BLOCK,), args)
+
+    def components(self, comp: Array, node_comp: Array, packed: Array | None) -> None:
+        leaves = self.num_leaves
+        args = (comp, np.int32(self.n), np.int32(leaves), node_comp, packed)
+        _k("leaf_components")(_grid(leaves), (BLOCK,), args)
+        level = leaves // 2
+        while level >= 1:
+            _k("level_components")(_grid(level), (BLOCK,), (np.int32(level), node_comp, packed))
+            level //= 2
+
+    def core_distances(self, k: int, packed: Array | None) -> Array:
+        core2 = self.cp.empty(self.n, dtype=self.cp.float64)
+        kmax = next(size for size in (8, 16, 32, 64) if k <= size)
+        self._nearest(f"{kmax}, false", k, packed, core2, None, None)
+        return core2
+
+    def neighbour_lists(self, packed: Array | None) -> tuple[Array, Array]:
+        """Every point's :data:`LIST` nearest points (itself included): sorted positions (-1 past the
+        set's size) and squared distances (+inf there), ascending, ``(n, LIST)`` each."""
+        cp = self.cp
+        pos = cp.empty((self.n, LIST), dtype=cp.int32)
+        w2 = cp.empty((self.n, LIST), dtype=cp.float64)
+        self._nearest(f"{LIST}, true", LIST, packed, None, pos, w2)
+        return pos, w2
+
+    def _nearest(
+        self, template: str, k: int, packed: Array | None, core2: Array | None, pos: Any, w2: Any
+    ) -> None:
+        dims = self.d if self.d <= 3 else 0
+        _k(f"core_distances<{dims}, {template}>")(
+            _grid(self.n), (BLOCK,),
+            (self.pts, np.int32(self.n), np.int32(self.d), np.int32(self.num_leaves), self.lo, self.hi,
+             packed, np.int32(k), core2, pos, w2),
+        )  # fmt: skip
+
+    def host_coords(self) -> np.ndarray[Any, Any]:
+        """The points in their original order, on the host (the same float64 values)."""
+        host = np.empty((self.n, self.d), dtype=np.float64)
+        host[self.orig.get()] = self.pts.get()
+        return host
+
+
+def _device_errors(cp: Any) -> tuple[type[BaseException], ...]:
+    return (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError)
+
+
+@contextlib.contextmanager
+def _device_failures(cp: Any, doing: str) -> Iterator[None]:
+    """CUDA's errors as the engine's typed ones."""
+    try:
+        yield
+    except cp.cuda.memory.OutOfMemoryError as exc:
+        raise DeviceMemoryError(f"the point set does not fit in free device memory: {exc}") from None
+    except _device_errors(cp) as exc:
+        raise DeviceError(f"CUDA failed while {doing}: {exc}") from None
+
+
+class GpuIndex:
+    """The device index of validated coordinates (NumPy, copied to the device, or CuPy)."""
+
+    def __init__(self, coords: Array) -> None:
+        import cupy as cp
+
+        n, d = (int(x) for x in coords.shape)
+        if n > INT32_MAX:
+            raise GraphTooLargeError(
+                f"the GPU backend indexes points with 32 bits: at most {INT32_MAX} points, got {n}.",
+                limit=INT32_MAX,
+                actual=n,
+            )
+        self.cp = cp
+        self.n, self.d = n, d
+        self.device: _Device | None = None
+        self._events: tuple[Any, Any] | None = None
+        self._build_ms: float | None = 0.0 if n == 1 else None
+        if n > 1:  # one point needs no index
+            with _device_failures(cp, "building the index"):
+                begin = cp.cuda.Event()
+                begin.record()
+                self.device = _Device(cp, coords)
+                end = cp.cuda.Event()
+                end.record()
+                self._events = (begin, end)
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.device is None else self.device.nbytes
+
+    def build_ms(self) -> float:
+        if self._build_ms is None and self._events is not None:
+            begin, end = self._events
+            end.synchronize()
+            self._build_ms = float(self.cp.cuda.get_elapsed_time(begin, end))
+        return self._build_ms or 0.0
+
+    def tree(self, min_samples: int, started: float, fresh: bool, on_device: bool) -> EuclideanTree:
+        cp = self.cp
+        timings: dict[str, float] = {}
+        if self.device is None:
+            empty = np.empty(0, dtype=np.int64)
+            timings["index_ms"] = 0.0
+            tree = finish_tree(
+                empty, empty, np.empty(0), n=self.n, d=self.d, min_samples=min_samples, backend="gpu",
+                core2=np.zeros(1) if min_samples > 1 else None, started=started, timings_ms=timings,
+            )  # fmt: skip
+            return _on_device(cp, tree) if on_device else tree
+        clock = _Clock(cp)
+        if fresh and self._events is not None:
+            clock.marks.append(("index_ms", *self._events))
+        else:
+            timings["index_ms"] = 0.0
+        with _device_failures(cp, "computing the tree"):
+            return _compute(cp, self.device, min_samples, started, timings, clock, on_device)
+
+
+def _on_device(cp: Any, tree: EuclideanTree) -> EuclideanTree:
+    core = None if tree.core_distances is None else cp.asarray(tree.core_distances)
+    return dataclasses.replace(
+        tree, src=cp.asarray(tree.src), dst=cp.asarray(tree.dst), weights=cp.asarray(tree.weights),
+        core_distances=core,
+    )  # fmt: skip
+
+
+class _Clock:
+    """Device time per phase from CUDA events (read once, at the end)."""
+
+    def __init__(self, cp: Any) -> None:
+        self.cp = cp
+        self.marks: list[tuple[str, Any, Any]] = []
+
+    def start(self) -> Any:
+        event = self.cp.cuda.Event()
+        event.record()
+        return event
+
+    def stop(self, name: str, begin: Any) -> None:
+        end = self.cp.cuda.Event()
+        end.record()
+        self.marks.append((name, begin, end))
+
+    def totals(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, begin, end in self.marks:
+            end.synchronize()
+            out[name] = out.get(name, 0.0) + self.cp.cuda.get_elapsed_time(begin, end)
+        return out
+
+
+def _compute(
+    cp: Any, dev: _Device, k: int, started: float, timings: dict[str, float], clock: _Clock, on_device: bool
+) -> EuclideanTree:
+    n, d = dev.n, dev.d
+    t0 = clock.start()
+    min_core2 = dev.min_core2(None)
+    packed_nodes = dev.packed()
+    dev.pack(min_core2, packed_nodes)
+    clock.stop("pack_ms", t0)
+    lists = None
+    resolved = None
+    if LIST > 0:
+        # every point's nearest neighbours settle most points' edges in the early rounds, where
+        # each point would otherwise search the tree; they also hold core distances up to LIST
+        t0 = clock.start()
+        lists = dev.neighbour_lists(packed_nodes)
+        resolved = cp.empty(n, dtype=cp.uint8)
+        clock.stop("lists_ms", t0)
+    core2: Array | None = None
+    if k > 1:
+        t0 = clock.start()
+        if lists is not None and k <= LIST:
+            core2 = cp.ascontiguousarray(lists[1][:, k - 1])  # the k-th smallest: the same value
+        elif k <= DEVICE_MAX_K:
+            core2 = dev.core_distances(k, packed_nodes)
+        else:  # beyond the registers of one thread: the exact host search, same values
+            from .kdtree import exact_core_distances
+
+            core2 = cp.asarray(exact_core_distances(dev.host_coords(), k))[dev.orig]
+        min_core2 = dev.min_core2(core2)
+        dev.pack(min_core2, packed_nodes)  # the boxes again, with the node core minima
+        clock.stop("core_ms", t0)
+    node_comp = cp.empty(dev.nodes, dtype=cp.int32)
+
+    grid = _grid(n)
+    comp = cp.arange(n, dtype=cp.int32)
+    parent = cp.arange(n, dtype=cp.int32)
+    bound = cp.empty(n, dtype=cp.uint64)
+    pair = cp.empty(n, dtype=cp.uint64)
+    best_w = cp.empty(n, dtype=cp.float64)
+    best_pair = cp.empty(n, dtype=cp.uint64)
+    lower = cp.zeros(n, dtype=cp.float64)  # per point: no lighter edge leaves its component
+    edges = cp.empty(n - 1, dtype=cp.int64)
+    edge_w2 = cp.empty(n - 1, dtype=cp.float64)
+    num_edges = cp.zeros(1, dtype=cp.int32)
+    num_roots = cp.zeros(1, dtype=cp.int32)
+    dims = d if d <= 3 else 0
+    nearest = _k(f"nearest_outside<{dims}, {'true' if core2 is not None else 'false'}>")
+    roots, rounds = n, 0
+    while roots > 1:
+        rounds += 1
+        if rounds > 64:
+            raise DeviceError(f"the Borůvka rounds stopped making progress ({roots} components left).")
+        t0 = clock.start()
+        dev.components(comp, node_comp, packed_nodes)
+        _k("reset_round")(grid, (BLOCK,), (np.int32(n), bound, pair))
+        _k("seed_bounds")(grid, (BLOCK,), (dev.pts, core2, comp, np.int32(n), np.int32(d), bound))
+        t1 = clock.start()
+        if lists is not None:
+            _k(f"neighbour_edges<{LIST}, {'true' if core2 is not None else 'false'}>")(
+                grid, (BLOCK,),
+                (np.int32(n), core2, comp, dev.orig, lists[0], lists[1], bound, best_w, best_pair, lower,
+                 resolved),
+            )  # fmt: skip
+        nearest(
+            grid, (BLOCK,),
+            (dev.pts, core2, np.int32(n), np.int32(d), np.int32(dev.num_leaves), dev.lo, dev.hi,
+             min_core2, node_comp, packed_nodes, comp, dev.orig, bound, best_w, best_pair, lower, resolved),
+        )  # fmt: skip
+        clock.stop("nearest_ms", t1)
+        _k("offer_pairs")(grid, (BLOCK,), (np.int32(n), comp, best_w, best_pair, bound, pair))
+        _k("link_components")(
+            grid, (BLOCK,), (np.int32(n), comp, dev.pos, bound, pair, parent, num_edges, edges, edge_w2)
+        )
+        num_roots.fill(0)
+        _k("compress")(grid, (BLOCK,), (np.int32(n), parent, comp, num_roots))
+        clock.stop("rounds_ms", t0)
+        roots = int(num_roots.get()[0])
+    del lists, resolved
+    count = int(num_edges.get()[0])
+    if count != n - 1:
+        raise DeviceError(f"the device tree has {count} edges instead of {n - 1}.")
+    timings["rounds"] = float(rounds)
+
+    # the canonical order (w², min, max): two stable radix sorts, by the packed pair then by w²
+    t0 = clock.start()
+    by_pair = cp.argsort(edges)
+    order = by_pair[cp.argsort(edge_w2[by_pair])]
+    del by_pair
+    packed = edges[order]
+    src = (packed >> 32).astype(cp.int32)
+    dst = (packed & 0xFFFFFFFF).astype(cp.int32)
+    del packed, edges
+    weights = cp.sqrt(edge_w2[order])
+    core = None
+    if core2 is not None:
+        core = cp.empty(n, dtype=cp.float64)
+        core[dev.orig] = cp.sqrt(core2)
+    clock.stop("sort_ms", t0)
+    timings.update(clock.totals())
+    t0_host = time.perf_counter()
+    result: tuple[Array, Array, Array, Array | None]
+    if on_device:
+        result = (src.astype(cp.int64), dst.astype(cp.int64), weights, core)
+    else:  # 4-byte indices cross the bus and are widened on the host
+        core_h = None if core is None else core.get()
+        result = (src.get().astype(np.int64), dst.get().astype(np.int64), weights.get(), core_h)
+    total = float(result[2].sum())
+    timings["host_ms"] = (time.perf_counter() - t0_host) * 1e3
+    return EuclideanTree(
+        src=result[0], dst=result[1], weights=result[2], total_weight=total, n=n, dimensions=d,
+        min_samples=k, backend="gpu", compute_ms=(time.perf_counter() - started) * 1e3,
+        core_distances=result[3], timings_ms=timings,
+    )  # fmt: skip

@@ -1,0 +1,152 @@
+"""The spatial index of a point set (:class:`PointIndex`), built once by either backend and reused.
+
+The index (GPU: the Morton-ordered points and the boxes of their hierarchy, ``gpu``; CPU: SciPy's
+k-d tree, ``cpu``) does not depend on ``min_samples``: :func:`build_point_index` builds it once and
+every tree computed on it reuses it. Validation happens once, where the points enter the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from .._backend.arrays import is_cupy
+from .._backend.resolve import BACKENDS, Backend, resolve_backend
+from ..errors import PointIndexBackendError
+from .tree import EuclideanTree
+from .validate import validate_points
+
+
+class _IndexState(Protocol):
+    """What a backend's index provides (``cpu.CpuIndex``, ``gpu.GpuIndex``)."""
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def build_ms(self) -> float: ...
+
+    def tree(self, min_samples: int, started: float, fresh: bool, on_device: bool) -> EuclideanTree: ...
+
+
+class PointIndex:
+    """The spatial index of a point set, built once by :func:`build_point_index` and reused.
+
+    Pass it to :func:`euclidean_mst`, :func:`hdbscan` or :func:`single_linkage` in place of the
+    points, with any ``min_samples``: the points are not validated, copied or indexed again, and
+    the answers are the same arrays the points themselves give. On the GPU backend it lives on the
+    device (the points in Morton order, their permutation and the boxes of the hierarchy, CuPy
+    arrays); on the CPU backend it is SciPy's k-d tree over the float64 coordinates. It never
+    changes once built (each computation allocates its own scratch), so any number of
+    computations may use it in turn. ``on_device``: the GPU index was built from CuPy points, and
+    its trees are CuPy arrays too. A CPU index of C-contiguous float64 NumPy points refers to that
+    array instead of copying it: leave it unchanged while the index is in use.
+    """
+
+    __slots__ = ("_backend", "_dimensions", "_n", "_on_device", "_state")
+
+    def __init__(
+        self, state: _IndexState, *, n: int, dimensions: int, backend: Literal["gpu", "cpu"], on_device: bool
+    ) -> None:
+        self._state = state
+        self._n = n
+        self._dimensions = dimensions
+        self._backend = backend
+        self._on_device = on_device
+
+    @property
+    def n(self) -> int:
+        """The number of points."""
+        return self._n
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    @property
+    def backend(self) -> Literal["gpu", "cpu"]:
+        return self._backend
+
+    @property
+    def on_device(self) -> bool:
+        return self._on_device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the index holds (device memory on the GPU backend), the caller's own points not
+        counted: on the GPU its Morton-ordered copy of the points is counted; on the CPU the
+        float64 coordinates only when they are a copy the index made (e.g. of float32 points)."""
+        return self._state.nbytes
+
+    @property
+    def build_ms(self) -> float:
+        """Milliseconds the build took (on the GPU, device time; reading it waits for the build)."""
+        return self._state.build_ms()
+
+    def __repr__(self) -> str:
+        return (
+            f"PointIndex(n={self._n}, dimensions={self._dimensions}, backend={self._backend!r}, "
+            f"on_device={self._on_device}, nbytes={self.nbytes})"
+        )
+
+
+def validated(points: Any, backend: Backend) -> tuple[Any, Literal["gpu", "cpu"], bool]:
+    """(the validated coordinates, the backend chosen, whether the points were CuPy's)."""
+    chosen = resolve_backend(backend)
+    # on the GPU backend CuPy points stay on the device (validated there)
+    return validate_points(points, on_device=chosen == "gpu"), chosen, is_cupy(points)
+
+
+def build_index(points: Any, coords: Any, backend: Literal["gpu", "cpu"], from_cupy: bool) -> PointIndex:
+    """The index of validated ``coords`` (``points``: what the caller passed, to know what is a copy)."""
+    state: _IndexState
+    if backend == "gpu":
+        from .gpu import GpuIndex
+
+        state = GpuIndex(coords)
+    else:
+        from .cpu import CpuIndex
+
+        state = CpuIndex(coords, owns_coords=not np.may_share_memory(coords, _host_view(points)))
+    n, d = coords.shape
+    on_device = backend == "gpu" and from_cupy
+    return PointIndex(state, n=int(n), dimensions=int(d), backend=backend, on_device=on_device)
+
+
+def _host_view(points: Any) -> Any:
+    """The caller's points as a NumPy array when they are one (else something sharing nothing)."""
+    return points if isinstance(points, np.ndarray) else np.empty(0)
+
+
+def build_point_index(points: Any, *, backend: Backend = "auto") -> PointIndex:
+    """The spatial index of ``points`` (an ``(n, d)`` NumPy or CuPy array), validated once.
+
+    Every tree then computed on it, with any ``min_samples``, skips the validation, the copy to
+    the device and the index build: ``euclidean_mst(index, min_samples=k)`` returns the same
+    arrays as ``euclidean_mst(points, min_samples=k)``.
+    """
+    coords, chosen, from_cupy = validated(points, backend)
+    return build_index(points, coords, chosen, from_cupy)
+
+
+def check_index_backend(index: PointIndex, backend: Backend) -> None:
+    """Refuse a backend the index was not built for (``"auto"`` means the index's own)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}.")
+    if backend not in ("auto", index.backend):
+        raise PointIndexBackendError(
+            f"the index was built on the {index.backend} backend, so backend={backend!r} cannot use it; "
+            f"pass backend='auto' or build the index with backend={backend!r}.",
+            field="backend",
+        )
+
+
+def tree_on_index(
+    index: PointIndex, min_samples: int, started: float, *, fresh: bool, on_device: bool | None = None
+) -> EuclideanTree:
+    """The tree of a checked ``min_samples`` on ``index``; ``fresh``: the index was built by this
+    computation (its build time then counts in ``compute_ms`` and ``timings_ms["index_ms"]``).
+    ``on_device``: leave the tree on the device (None: where the index's points were; True for
+    the GPU backend's own further work on it, dendrograms and labels)."""
+    keep = index.on_device if on_device is None else on_device
+    return index._state.tree(min_samples, started, fresh, keep)
