@@ -24,28 +24,45 @@ from ._graphs.shards import (
     union_graph,
 )
 from ._graphs.validate import MAX_VERTICES, WEIGHT_DTYPES
+from ._hdbscan_estimator import (
+    HDBSCAN,
+    NotFittedError,
+    all_points_membership_vectors,
+    approximate_predict,
+    membership_vector,
+)
+from ._hdbscan_trees import CondensedTree, MinimumSpanningTree, SingleLinkageTree
 from ._interop.scipy_compat import minimum_spanning_tree
 from ._points.emst import euclidean_mst, single_linkage
 from ._points.index import PointIndex, build_point_index
 from ._points.tree import EuclideanTree
 from ._points.validate import MAX_DIMENSIONS
+from ._prediction import PredictionData
 from ._warm_up import warm_up
 from .formats import FORMATS, read_graph
 
 __all__ = [
     "FORMATS",
+    "HDBSCAN",
     "MAX_DIMENSIONS",
     "MAX_VERTICES",
     "OBJECTIVES",
     "WEIGHT_DTYPES",
     "Backend",
+    "CondensedTree",
     "EuclideanTree",
     "Graph",
     "HDBSCANResult",
     "MemoryEstimate",
+    "MinimumSpanningTree",
+    "NotFittedError",
     "PointIndex",
+    "PredictionData",
     "ShardForest",
+    "SingleLinkageTree",
     "SpanningForest",
+    "all_points_membership_vectors",
+    "approximate_predict",
     "build_point_index",
     "edge_ranges",
     "errors",
@@ -57,6 +74,7 @@ __all__ = [
     "linkage_from_sorted_edges",
     "make_forest",
     "maximum_spanning_forest",
+    "membership_vector",
     "merge_shard_forests",
     "minimum_spanning_forest",
     "minimum_spanning_tree",

@@ -75,7 +75,14 @@ def check_options(
             f"min_cluster_size must be an integer of at least 2; got {min_cluster_size!r}.",
             field="min_cluster_size",
         )
-    k = check_min_samples(min_cluster_size if min_samples is None else min_samples, n)
+    wanted = min_cluster_size if min_samples is None else min_samples
+    if isinstance(wanted, int | np.integer) and not isinstance(wanted, bool) and wanted > n >= 1:
+        raise ClusteringParameterError(
+            f"min_samples={wanted} (min_cluster_size where min_samples is None) is larger than the "
+            f"number of points, n_samples = {n}; pass more points or a smaller min_samples.",
+            field="min_samples",
+        )
+    k = check_min_samples(wanted, n)
     if method not in ("eom", "leaf"):
         raise ClusteringParameterError(
             f"cluster_selection_method must be 'eom' or 'leaf'; got {method!r}.",
@@ -199,6 +206,8 @@ def fit_model(points: Any, options_of: Any, backend: Backend = "auto") -> Model:
         clusters = condense_columns(z[:, 0], z[:, 1], z[:, 2], z[:, 3], options.min_cluster_size, xp, launch)
         stability, deaths = summaries(clusters, xp, launch)
     selected, anchor, resolved = _select(clusters, stability, options, xp, launch)
+    if n == 1:  # nothing to select
+        selected = xp.zeros(1, dtype=xp.bool_)
     label_of = xp.where(selected, xp.cumsum(selected, dtype=xp.int64) - 1, -1)
     cluster_label = label_of[anchor]
     if n > 1 and bool(selected[0]):  # allow_single_cluster chose the root

@@ -112,8 +112,10 @@ def prediction_data(model: Model) -> PredictionData:
     core = _prediction_core_distances(model.index, m)
     points, labels = exemplar_points(model)
     count = model.num_labels
-    coords = training_coordinates(model.index)
-    exemplars = coords[points]
+    if model.n > 1:
+        exemplars = training_coordinates(model.index)[points]
+    else:  # one point: no cluster, no exemplar (and a GPU index of one point keeps no coordinates)
+        exemplars = xp.zeros((0, model.index.dimensions))
     sizes = xp.bincount(labels, minlength=count) if count else xp.zeros(0, dtype=xp.int64)
     widest = int(sizes.max()) if count else 0
     starts = xp.cumsum(sizes) - sizes
