@@ -105,3 +105,21 @@ def test_errors_module_exports_its_error_classes() -> None:
 def test_version_matches_the_project() -> None:
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
     assert gpu_core.__version__ == pyproject["project"]["version"]
+
+
+def test_hdbscan_estimator_surface_is_pinned() -> None:
+    """The HDBSCAN* estimator's public names (issue 24): the estimator, the hdbscan library's
+    prediction functions, and what they return or raise."""
+    pinned = {
+        "HDBSCAN",
+        "CondensedTree",
+        "MinimumSpanningTree",
+        "NotFittedError",
+        "PredictionData",
+        "SingleLinkageTree",
+        "all_points_membership_vectors",
+        "approximate_predict",
+        "membership_vector",
+    }
+    assert pinned <= set(gpu_core.__all__)
+    assert len(gpu_core.__all__) == 50, sorted(gpu_core.__all__)
