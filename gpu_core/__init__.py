@@ -9,7 +9,16 @@
 
 from . import errors, formats
 from ._backend.resolve import Backend, gpu_available, resolve_backend
+from ._clustering.estimator import (
+    HDBSCAN,
+    NotFittedError,
+    all_points_membership_vectors,
+    approximate_predict,
+    membership_vector,
+)
 from ._clustering.hdbscan import HDBSCANResult, hdbscan
+from ._clustering.prediction import PredictionData
+from ._clustering.trees import CondensedTree, MinimumSpanningTree, SingleLinkageTree
 from ._dendrogram.cpu import linkage_from_sorted_edges
 from ._graphs.estimate import MemoryEstimate, estimate_device_bytes
 from ._graphs.forest import SpanningForest, make_forest
@@ -24,20 +33,11 @@ from ._graphs.shards import (
     union_graph,
 )
 from ._graphs.validate import MAX_VERTICES, WEIGHT_DTYPES
-from ._hdbscan_estimator import (
-    HDBSCAN,
-    NotFittedError,
-    all_points_membership_vectors,
-    approximate_predict,
-    membership_vector,
-)
-from ._hdbscan_trees import CondensedTree, MinimumSpanningTree, SingleLinkageTree
 from ._interop.scipy_compat import minimum_spanning_tree
 from ._points.emst import euclidean_mst, single_linkage
 from ._points.index import PointIndex, build_point_index
 from ._points.tree import EuclideanTree
 from ._points.validate import MAX_DIMENSIONS
-from ._prediction import PredictionData
 from ._warm_up import warm_up
 from .formats import FORMATS, read_graph
 

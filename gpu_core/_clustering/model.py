@@ -1,12 +1,12 @@
 """HDBSCAN*'s fitted model: what :class:`gpu_core.HDBSCAN`, prediction and soft clustering read.
 
 :func:`fit_model` runs the engine's pipeline (the mutual-reachability tree of ``euclidean_mst``,
-its dendrogram, ``_clustering.condense``'s condensed tree, stabilities and deaths, the selection, the labels)
+its dendrogram, ``condense``'s condensed tree, stabilities and deaths, the selection, the labels)
 and keeps every stage, on the device for the GPU backend (CuPy arrays; NumPy on the CPU backend):
 the labels and probabilities are those of :func:`gpu_core.hdbscan`, bit for bit. The selection
-runs on the device (``_clustering.eom_paths``) with the default options; with ``cluster_selection_epsilon``,
+runs on the device (``eom_paths``) with the default options; with ``cluster_selection_epsilon``,
 ``allow_single_cluster`` or ``max_cluster_size`` it runs on the host over the (few) condensed
-clusters (``_clustering.select``), as the epsilon merge always has.
+clusters (``select``), as the epsilon merge always has.
 
 The tree queries of prediction, soft clustering and GLOSH need each cluster's place in a preorder
 of the condensed tree (:class:`TreeTables`): a cluster's points are one interval of the
@@ -25,8 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from ._backend.resolve import Backend
-from ._clustering.condense import (
+from .._backend.resolve import Backend
+from .._points.index import PointIndex, build_index, tree_on_index, validated
+from .._points.tree import EuclideanTree
+from .._points.validate import check_min_samples
+from ..errors import ClusteringParameterError
+from .condense import (
     Clusters,
     Launch,
     condense_columns,
@@ -34,11 +38,7 @@ from ._clustering.condense import (
     labels_and_probabilities,
     summaries,
 )
-from ._clustering.dendrogram_labels import _cupy_launch, _module_of, _to_host
-from ._points.index import PointIndex, build_index, tree_on_index, validated
-from ._points.tree import EuclideanTree
-from ._points.validate import check_min_samples
-from .errors import ClusteringParameterError
+from .dendrogram_labels import _cupy_launch, _module_of, _to_host
 
 Array = Any  # a NumPy or a CuPy array
 
@@ -122,7 +122,7 @@ def check_options(
 @dataclass(eq=False)
 class Model:
     """A fitted HDBSCAN* model. Arrays on the device (CuPy) for the GPU backend, else NumPy;
-    ``labels`` and ``probabilities`` always NumPy. Cluster numbers are ``_clustering.condense``'s (0 the
+    ``labels`` and ``probabilities`` always NumPy. Cluster numbers are ``condense``'s (0 the
     root, children after parents); ``labels`` number the selected clusters in that order."""
 
     options: Options
@@ -184,11 +184,11 @@ def fit_model(points: Any, options_of: Any, backend: Backend = "auto") -> Model:
     t0 = time.perf_counter()
     n = index.n
     if _module_of(tree.src) is np:
-        from ._dendrogram.cpu import linkage_from_sorted_edges
+        from .._dendrogram.cpu import linkage_from_sorted_edges
 
         linkage = linkage_from_sorted_edges(n, tree.src, tree.dst, tree.weights)
     else:
-        from ._dendrogram.gpu import linkage_on_device
+        from .._dendrogram.gpu import linkage_on_device
 
         linkage = linkage_on_device(n, tree.src, tree.dst, tree.weights)
     xp = _module_of(linkage)
@@ -236,13 +236,13 @@ def _select(
     ids = xp.arange(count, dtype=xp.int64)
     default = options.epsilon == 0.0 and not options.allow_single_cluster and options.max_cluster_size is None
     if launch is not None and default and count > 1:  # on the device, by heavy paths
-        from ._clustering.eom_paths import select_on_device
+        from .eom_paths import select_on_device
 
         selected, anchor = select_on_device(
             clusters.parent, clusters.size, stability, options.method, xp, launch
         )
         return selected, anchor, stability  # selected clusters keep their own stability
-    from ._clustering.select import select_clusters
+    from .select import select_clusters
 
     resolved = np.empty(count)
     mask = select_clusters(

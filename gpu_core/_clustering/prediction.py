@@ -19,7 +19,7 @@ them, with ``m = min_samples - 1`` (the library's ``min_samples``, ours less the
   born before ``lambda``); probability ``min(lambda, death) / death`` of that selected cluster;
 * ``membership_vector`` / ``all_points_membership_vectors``: the library's distance vector (one
   over the distance to each cluster's nearest exemplar), outlier vector (softmax of the merge
-  heights, :func:`gpu_core._hdbscan_model.merge_heights`) and probability of being in some
+  heights, :func:`.model.merge_heights`) and probability of being in some
   cluster, combined as the library combines them (its float32 lambda in ``per_cluster_scores``
   included).
 
@@ -35,11 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from ._clustering.dendrogram_labels import _module_of, _to_host
-from ._hdbscan_model import Model, exemplar_points, merge_heights
-from ._points.index import PointIndex
-from ._points.validate import validate_points
-from .errors import PointSetShapeError
+from .._points.index import PointIndex
+from .._points.neighbours import index_coordinates, kth_distances, query_neighbours
+from .dendrogram_labels import _module_of, _to_host
+from .model import Model, exemplar_points, merge_heights
 
 Array = Any
 DBL_MAX = float(np.finfo(np.float64).max)
@@ -109,11 +108,11 @@ def prediction_data(model: Model) -> PredictionData:
     xp = model.xp
     tables = model.tables()
     m = model.options.min_samples - 1
-    core = _prediction_core_distances(model.index, m)
+    core = kth_distances(model.index, m)
     points, labels = exemplar_points(model)
     count = model.num_labels
     if model.n > 1:
-        exemplars = training_coordinates(model.index)[points]
+        exemplars = index_coordinates(model.index)[points]
     else:  # one point: no cluster, no exemplar (and a GPU index of one point keeps no coordinates)
         exemplars = xp.zeros((0, model.index.dimensions))
     sizes = xp.bincount(labels, minlength=count) if count else xp.zeros(0, dtype=xp.int64)
@@ -132,125 +131,13 @@ def prediction_data(model: Model) -> PredictionData:
     )  # fmt: skip
 
 
-def training_coordinates(index: PointIndex) -> Array:
-    """The index's points in their own order, float64, where the index keeps them."""
-    state: Any = index._state
-    if index.backend == "cpu":
-        return state.coords
-    dev = state.device
-    if dev is None:  # one point: the GPU index keeps none (never predicted from: see _neighbours)
-        raise PointSetShapeError("a model of one point has no neighbours to predict from.", field="points")
-    coords = dev.cp.empty_like(dev.pts)
-    coords[dev.orig] = dev.pts
-    return coords
-
-
-def _prediction_core_distances(index: PointIndex, m: int) -> Array:
-    """Each training point's distance to its m-th nearest point, itself counted (0 for m <= 1)."""
-    state: Any = index._state
-    if index.backend == "cpu":
-        if m <= 1:
-            return np.zeros(index.n)
-        from ._points.kdtree import Search, core_distances
-
-        return np.sqrt(core_distances(Search(state, None), m))
-    from ._points.gpu import DEVICE_MAX_K
-
-    cp = state.cp
-    dev = state.device
-    if m <= 1 or dev is None:
-        return cp.zeros(index.n)
-    if m <= DEVICE_MAX_K:
-        packed = dev.packed()
-        dev.pack(dev.min_core2(None), packed)
-        core2 = dev.core_distances(m, packed)
-    else:  # beyond the registers of one thread: the exact host search, the same values
-        from ._points.cpu import CpuIndex
-        from ._points.kdtree import Search, core_distances
-
-        host = CpuIndex(dev.host_coords(), owns_coords=True)
-        core2 = cp.asarray(core_distances(Search(host, None), m))[dev.orig]
-    out = cp.empty(index.n)
-    out[dev.orig] = cp.sqrt(core2)
-    return out
-
-
-# --- the k nearest training points of query points ------------------------------------------------
-
-
-def _queries(index: PointIndex, points: Any) -> tuple[Array, bool]:
-    """The query points validated, in the index's array module, and whether they came as CuPy."""
-    from_cupy = type(points).__module__.split(".")[0] == "cupy"
-    coords = validate_points(points, on_device=index.backend == "gpu")
-    if coords.shape[1] != index.dimensions:
-        raise PointSetShapeError(
-            f"the points to predict have {coords.shape[1]} coordinates, but the model was fitted on "
-            f"{index.dimensions}.",
-            field="points",
-        )
-    if index.backend == "gpu" and _module_of(coords) is np:
-        import cupy
-
-        coords = cupy.asarray(coords)
-    return coords, from_cupy
-
-
-def _neighbours(index: PointIndex, queries: Array, k: int) -> tuple[Array, Array]:
-    """Each query point's ``k`` nearest training points (``k <= n``): their indices and exact
-    squared distances (float64, ``Σ (a_j - b_j)²`` in dimension order), each row ascending by
-    (distance, index)."""
-    state: Any = index._state
-    xp = _module_of(queries)
-    if index.backend == "cpu":
-        _, ids = state.kdtree.query(queries, k=k)
-        ids = np.asarray(ids, dtype=np.int64).reshape(queries.shape[0], k)
-        w2 = _squared(queries, state.coords, ids, np)
-    else:
-        from ._points.gpu import QUERY_LIST_SIZES
-
-        dev = state.device
-        size = next((s for s in QUERY_LIST_SIZES if s >= k), None)
-        if size is not None:
-            packed = dev.packed()
-            dev.pack(dev.min_core2(None), packed)
-            pos, w2 = dev.query_lists(xp.ascontiguousarray(queries), size, packed)
-            ids = dev.orig[pos[:, :k]].astype(xp.int64)
-            w2 = w2[:, :k]
-        else:  # more than the device's lists hold: the host's k-d tree, the same values
-            from scipy.spatial import cKDTree
-
-            host = dev.host_coords()
-            _, found = cKDTree(host).query(_to_host(queries), k=k)
-            ids = xp.asarray(np.asarray(found, dtype=np.int64).reshape(queries.shape[0], k))
-            w2 = _squared(queries, training_coordinates(index), ids, xp)
-    by_id = _argsort_rows(ids, xp)
-    ids = xp.take_along_axis(ids, by_id, axis=1)
-    w2 = xp.take_along_axis(w2, by_id, axis=1)
-    by_w2 = _argsort_rows(w2, xp)
-    return xp.take_along_axis(ids, by_w2, axis=1), xp.take_along_axis(w2, by_w2, axis=1)
-
-
-def _argsort_rows(keys: Array, xp: Any) -> Array:
-    """A stable argsort of each row (CuPy's is always stable)."""
-    return np.argsort(keys, axis=1, kind="stable") if xp is np else keys.argsort(axis=1)
-
-
-def _squared(queries: Array, coords: Array, ids: Array, xp: Any) -> Array:
-    """Exact squared distances of each query point to its listed points, in dimension order."""
-    acc = xp.zeros(ids.shape, dtype=xp.float64)
-    for j in range(int(queries.shape[1])):
-        diff = queries[:, j][:, None] - coords[:, j][ids]
-        acc = acc + diff * diff
-    return acc
-
-
 def nearest_reachable(data: PredictionData, index: PointIndex, queries: Array) -> tuple[Array, Array]:
     """The library's ``_find_neighbor_and_lambda`` for every query point: the training point at
     the smallest mutual-reachability distance and the lambda of that distance."""
     xp = _module_of(queries)
     m = data.min_samples - 1
     k = min(max(2 * m, m + 1), index.n)
-    ids, w2 = _neighbours(index, queries, k)
+    ids, w2 = query_neighbours(index, queries, k)
     dist = xp.sqrt(w2)
     own = dist[:, min(m, k - 1)][:, None]
     reach = xp.maximum(xp.maximum(data.core_distances[ids], own), dist)
@@ -347,7 +234,7 @@ def all_points_vectors(data: PredictionData, index: PointIndex) -> Array:
     n = int(data.point_lam.shape[0])
     if labels == 0:
         return xp.zeros((n, 0))
-    coords = training_coordinates(index)
+    coords = index_coordinates(index)
     distance = distance_vectors(data, coords)
     lam = data.point_lam
     cluster = data.point_cluster

@@ -3,7 +3,7 @@
 The scikit-learn API (``get_params``/``set_params``, ``fit``/``fit_predict``/``predict``, tags,
 ``clone``) without a scikit-learn base class: importing ``gpu_core`` must not import scikit-learn
 (2 s), so the estimator protocol is written out here (scikit-learn's ``check_estimator`` passes,
-tests/gpu_core/test_hdbscan_estimator.py). ``__init__`` stores the parameters unchanged; ``fit``
+tests/gpu_core/clustering/test_hdbscan_estimator.py). ``__init__`` stores the parameters unchanged; ``fit``
 checks them. Clustering is ``gpu_core.hdbscan``'s (scikit-learn's semantics: ``min_samples``
 counts the point itself); the attributes and the prediction follow the hdbscan library.
 """
@@ -16,19 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from ._backend.resolve import BACKENDS, Backend, resolve_backend
-from ._hdbscan_model import Model, check_options, fit_model, glosh_scores
-from ._hdbscan_trees import CondensedTree, MinimumSpanningTree, SingleLinkageTree, condensed_rows
-from ._points.index import PointIndex, build_point_index
-from ._prediction import (
+from .._backend.resolve import BACKENDS, Backend, resolve_backend
+from .._points.index import PointIndex, build_point_index
+from .._points.neighbours import index_coordinates, query_points
+from .model import Model, check_options, fit_model, glosh_scores
+from .prediction import (
     PredictionData,
-    _queries,
     all_points_vectors,
     membership_vectors,
     predict_labels,
     prediction_data,
-    training_coordinates,
 )
+from .trees import CondensedTree, MinimumSpanningTree, SingleLinkageTree, condensed_rows
 
 Array = np.ndarray[Any, Any]
 
@@ -155,7 +154,7 @@ class HDBSCAN:
             index = lazy.index
             assert index is not None
             if index.n > 1:
-                state["_points"] = _host(training_coordinates(index))
+                state["_points"] = _host(index_coordinates(index))
             else:  # a GPU index of one point keeps no coordinates; one point predicts nothing
                 state["_points"] = np.zeros((1, index.dimensions))
             if lazy.prediction is not None:
@@ -328,7 +327,7 @@ class HDBSCAN:
         t = model.tree
         edges = np.column_stack((_host(t.src).astype(np.float64), _host(t.dst).astype(np.float64),
                                  _host(t.weights)))  # fmt: skip
-        return MinimumSpanningTree(edges, _host(training_coordinates(model.index)))
+        return MinimumSpanningTree(edges, _host(index_coordinates(model.index)))
 
     @property
     def exemplars_(self) -> list[Array]:
@@ -407,7 +406,7 @@ def _prediction_inputs(clusterer: HDBSCAN, points: Any) -> tuple[PredictionData,
     index = clusterer._index_of()
     if not _is_cupy(points):
         points = clusterer._check_input(points, fitting=False)
-    queries, from_cupy = _queries(index, points)
+    queries, from_cupy = query_points(index, points)
     return data, index, queries, from_cupy
 
 

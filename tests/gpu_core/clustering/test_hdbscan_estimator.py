@@ -139,7 +139,7 @@ def test_prediction_matches_the_hdbscan_library(case: dict[str, Any], seed: int)
 
 
 def _unique_argmax_rows(model: gpu_core.HDBSCAN, new: np.ndarray | None) -> np.ndarray:
-    from gpu_core._prediction import _heights, nearest_reachable
+    from gpu_core._clustering.prediction import _heights, nearest_reachable
 
     data = model.prediction_data_
     if new is None:
@@ -225,7 +225,7 @@ def test_scikit_learn_check_estimator() -> None:
 
     with warnings.catch_warnings():
         # scikit-learn notes that the estimator has no scikit-learn base class (on purpose: see
-        # gpu_core/_hdbscan_estimator.py) and skips the array API check without SCIPY_ARRAY_API
+        # gpu_core/_clustering/estimator.py) and skips the array API check without SCIPY_ARRAY_API
         warnings.simplefilter("ignore")
         results = check_estimator(
             gpu_core.HDBSCAN(backend="cpu"), on_fail=None, expected_failed_checks=EXPECTED_FAILED_CHECKS
