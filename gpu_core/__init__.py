@@ -9,7 +9,16 @@
 
 from . import errors, formats
 from ._backend.resolve import Backend, gpu_available, resolve_backend
+from ._clustering.estimator import (
+    HDBSCAN,
+    NotFittedError,
+    all_points_membership_vectors,
+    approximate_predict,
+    membership_vector,
+)
 from ._clustering.hdbscan import HDBSCANResult, hdbscan
+from ._clustering.prediction import PredictionData
+from ._clustering.trees import CondensedTree, MinimumSpanningTree, SingleLinkageTree
 from ._dendrogram.cpu import linkage_from_sorted_edges
 from ._graphs.estimate import MemoryEstimate, estimate_device_bytes
 from ._graphs.forest import SpanningForest, make_forest
@@ -34,18 +43,26 @@ from .formats import FORMATS, read_graph
 
 __all__ = [
     "FORMATS",
+    "HDBSCAN",
     "MAX_DIMENSIONS",
     "MAX_VERTICES",
     "OBJECTIVES",
     "WEIGHT_DTYPES",
     "Backend",
+    "CondensedTree",
     "EuclideanTree",
     "Graph",
     "HDBSCANResult",
     "MemoryEstimate",
+    "MinimumSpanningTree",
+    "NotFittedError",
     "PointIndex",
+    "PredictionData",
     "ShardForest",
+    "SingleLinkageTree",
     "SpanningForest",
+    "all_points_membership_vectors",
+    "approximate_predict",
     "build_point_index",
     "edge_ranges",
     "errors",
@@ -57,6 +74,7 @@ __all__ = [
     "linkage_from_sorted_edges",
     "make_forest",
     "maximum_spanning_forest",
+    "membership_vector",
     "merge_shard_forests",
     "minimum_spanning_forest",
     "minimum_spanning_tree",

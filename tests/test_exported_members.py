@@ -14,18 +14,26 @@ from gpu_core import errors
 #: API, made here on purpose (the modules behind the names may move freely)
 PUBLIC = [
     "FORMATS",
+    "HDBSCAN",
     "MAX_DIMENSIONS",
     "MAX_VERTICES",
     "OBJECTIVES",
     "WEIGHT_DTYPES",
     "Backend",
+    "CondensedTree",
     "EuclideanTree",
     "Graph",
     "HDBSCANResult",
     "MemoryEstimate",
+    "MinimumSpanningTree",
+    "NotFittedError",
     "PointIndex",
+    "PredictionData",
     "ShardForest",
+    "SingleLinkageTree",
     "SpanningForest",
+    "all_points_membership_vectors",
+    "approximate_predict",
     "build_point_index",
     "edge_ranges",
     "errors",
@@ -37,6 +45,7 @@ PUBLIC = [
     "linkage_from_sorted_edges",
     "make_forest",
     "maximum_spanning_forest",
+    "membership_vector",
     "merge_shard_forests",
     "minimum_spanning_forest",
     "minimum_spanning_tree",
@@ -105,3 +114,4 @@ def test_errors_module_exports_its_error_classes() -> None:
 def test_version_matches_the_project() -> None:
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
     assert gpu_core.__version__ == pyproject["project"]["version"]
+

@@ -43,6 +43,13 @@ EMST_NAME_EXPRESSIONS: tuple[str, ...] = (
     ),
     f"neighbour_edges<{EMST_LIST}, false>",
     f"neighbour_edges<{EMST_LIST}, true>",
+    # the neighbour lists of query points (HDBSCAN*'s prediction), all but the one above
+    *(
+        f"core_distances<{dims}, {size}, true>"
+        for dims in (0, 1, 2, 3)
+        for size in (8, 16, 32, 64)
+        if size != EMST_LIST
+    ),
 )
 #: the single-linkage dendrogram kernels (plain extern "C" kernels: no name expressions)
 DENDROGRAM_FILE = "dendrogram.cu"

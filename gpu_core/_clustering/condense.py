@@ -77,6 +77,9 @@ class Clusters:
     size: Array  # (C,) int64: the size of a cluster's row (the root: n)
     point_cluster: Array  # (n,) int64: the cluster each point leaves
     point_lam: Array  # (n,) float64: the lambda at which it leaves
+    #: (C,) int64: the dendrogram node each cluster is (the root: the last merge, 2n - 2); None
+    #: where the clusters were not made from a dendrogram
+    node: Array | None = None
 
 
 def condense_columns(
@@ -139,6 +142,8 @@ def condense_columns(
     cl_parent[1:] = number[owner[split]]
     birth[1:] = lam_of_merge[split]
     cl_size[1:] = msize[split_children]
+    cl_node = xp.full(count, nodes - 1, dtype=xp.int64)
+    cl_node[1:] = split_children + n
     # a point leaves at the parent of its topmost small ancestor-or-self
     top_small = jump(xp.where(big | big[up], merges, up), xp, launch, parents_after=True)
     first_up = parent[:n] - n
@@ -149,6 +154,7 @@ def condense_columns(
         size=cl_size,
         point_cluster=number[owner[leave_at]],
         point_lam=lam_of_merge[leave_at],
+        node=cl_node,
     )
 
 

@@ -13,40 +13,81 @@ import numpy as np
 Array = np.ndarray[Any, Any]
 
 
-def _eom(parent: Array, stability: Array) -> Array:
+def _eom(
+    parent: Array,
+    stability: Array,
+    *,
+    allow_single_cluster: bool = False,
+    too_big: Array | None = None,
+    resolved: Array | None = None,
+) -> Array:
     """Excess of mass over clusters ``0..C-1`` (0 the root, children after parents).
 
     Bottom-up, a cluster is kept when its stability is at least its children's (summed as
     they were resolved); top-down, a kept cluster is selected unless an ancestor was kept.
+    ``allow_single_cluster``: the root takes part too (the hdbscan library's and scikit-learn's
+    option); ``too_big``: clusters never kept (``max_cluster_size``); ``resolved``: receives the
+    resolved stabilities (a cluster not kept: its children's sum).
     """
     size = parent.shape[0]
     stab = stability.copy()
     sub = np.zeros(size)
     chose = np.zeros(size, dtype=np.bool_)
-    for node in range(size - 1, 0, -1):  # never the root (allow_single_cluster=False)
-        if sub[node] > stab[node]:
+    last = 0 if allow_single_cluster else 1
+    for node in range(size - 1, last - 1, -1):
+        if sub[node] > stab[node] or (too_big is not None and too_big[node]):
             stab[node] = sub[node]
         else:
             chose[node] = True
-        sub[parent[node]] += stab[node]
+        if node:
+            sub[parent[node]] += stab[node]
     blocked = np.zeros(size, dtype=np.bool_)
     for node in range(1, size):
         up = parent[node]
         blocked[node] = blocked[up] or chose[up]
+    if resolved is not None:
+        resolved[:] = stab
     return chose & ~blocked
 
 
-def select_clusters(parent: Array, birth: Array, stability: Array, method: str, epsilon: float) -> Array:
-    """The selected clusters (a mask over cluster numbers, never the root 0): excess of mass
-    or leaves, then the epsilon merge. ``parent[0] == 0``."""
-    size = parent.shape[0]
+def select_clusters(
+    parent: Array,
+    birth: Array,
+    stability: Array,
+    method: str,
+    epsilon: float,
+    *,
+    allow_single_cluster: bool = False,
+    max_cluster_size: int | None = None,
+    size: Array | None = None,
+    resolved: Array | None = None,
+) -> Array:
+    """The selected clusters (a mask over cluster numbers): excess of mass or leaves, then the
+    epsilon merge. ``parent[0] == 0``. The root 0 is selected only with ``allow_single_cluster``
+    (by excess of mass, or by the epsilon merge climbing to it), as in the hdbscan library and
+    scikit-learn; ``max_cluster_size`` (excess of mass only; None: no limit) needs ``size``,
+    the clusters' points. ``resolved``: receives the resolved stabilities of excess of mass."""
+    count = parent.shape[0]
     if method == "eom":
-        keep = _eom(parent, stability)
+        too_big = None
+        if max_cluster_size is not None:
+            assert size is not None, "max_cluster_size needs the clusters' sizes"
+            sizes = np.asarray(size, dtype=np.int64).copy()
+            # the library sizes the root by its child clusters (0 without any)
+            sizes[0] = int(sizes[1:][parent[1:] == 0].sum())
+            too_big = sizes > max_cluster_size
+        keep = _eom(
+            parent, stability, allow_single_cluster=allow_single_cluster, too_big=too_big, resolved=resolved
+        )
     else:  # clusters without child clusters
-        keep = np.ones(size, dtype=np.bool_)
+        keep = np.ones(count, dtype=np.bool_)
         keep[parent[1:]] = False
-    keep[0] = False
-    if epsilon == 0.0 or size == 1 or not keep.any():
+        keep[0] = False
+        if resolved is not None:
+            resolved[:] = stability
+    if not allow_single_cluster:
+        keep[0] = False
+    if epsilon == 0.0 or count == 1 or not keep.any() or keep[0]:
         return keep
     # the epsilon merge walks the cluster tree: dictionaries, built only when needed
     children: dict[int, list[int]] = {}
@@ -66,8 +107,11 @@ def select_clusters(parent: Array, birth: Array, stability: Array, method: str, 
         return out
 
     leaves = set(np.flatnonzero(keep).tolist())
-    out = np.zeros(size, dtype=np.bool_)
-    out[list(_epsilon_search(leaves, children, parent_of, birth_lam, 0, epsilon, descendants))] = True
+    out = np.zeros(count, dtype=np.bool_)
+    found = _epsilon_search(
+        leaves, children, parent_of, birth_lam, 0, epsilon, descendants, allow_single_cluster
+    )
+    out[list(found)] = True
     return out
 
 
@@ -79,6 +123,7 @@ def _epsilon_search(
     root: int,
     epsilon: float,
     descendants: Any,
+    allow_single_cluster: bool = False,
 ) -> set[int]:
     selected: list[int] = []
     processed: set[int] = set()
@@ -89,7 +134,8 @@ def _epsilon_search(
                 node = leaf
                 while True:  # traverse upwards while the parent is still born below epsilon
                     up = parent_of[node]
-                    if up == root:
+                    if up == root:  # the library's traverse_upwards: the root itself, if allowed
+                        node = root if allow_single_cluster else node
                         break
                     if 1.0 / birth_lam[up] > epsilon:
                         node = up

@@ -40,6 +40,8 @@ LEAF = EMST_LEAF
 LIST = EMST_LIST
 #: the largest min_samples the device's k-nearest-neighbour search keeps in registers
 DEVICE_MAX_K = 64
+#: the list sizes of the query points' searches (``core_distances<D, K, true>`` with queries)
+QUERY_LIST_SIZES = (8, 16, 32, 64)
 INT32_MAX = 2**31 - 1
 #: point sets of at most this many dimensions search packed float boxes (and the templates'
 #: fixed-size fast path: d <= 3)
@@ -160,14 +162,35 @@ class _Device:
         self._nearest(f"{LIST}, true", LIST, packed, None, pos, w2)
         return pos, w2
 
+    def query_lists(self, queries: Array, size: int, packed: Array | None) -> tuple[Array, Array]:
+        """The ``size`` nearest points of each query point (a C-contiguous ``(q, d)`` float64
+        CuPy array, not points of the index): sorted positions (-1 past the set's size) and
+        squared distances (+inf there), ascending, ``(q, size)`` each; ``size`` one of
+        :data:`QUERY_LIST_SIZES`."""
+        cp = self.cp
+        count = int(queries.shape[0])
+        pos = cp.empty((count, size), dtype=cp.int32)
+        w2 = cp.empty((count, size), dtype=cp.float64)
+        if count:
+            self._nearest(f"{size}, true", size, packed, None, pos, w2, queries, count)
+        return pos, w2
+
     def _nearest(
-        self, template: str, k: int, packed: Array | None, core2: Array | None, pos: Any, w2: Any
+        self,
+        template: str,
+        k: int,
+        packed: Array | None,
+        core2: Array | None,
+        pos: Any,
+        w2: Any,
+        queries: Array | None = None,
+        count: int = 0,
     ) -> None:
         dims = self.d if self.d <= 3 else 0
         _k(f"core_distances<{dims}, {template}>")(
-            _grid(self.n), (BLOCK,),
+            _grid(count if queries is not None else self.n), (BLOCK,),
             (self.pts, np.int32(self.n), np.int32(self.d), np.int32(self.num_leaves), self.lo, self.hi,
-             packed, np.int32(k), core2, pos, w2),
+             packed, np.int32(k), core2, pos, w2, queries, np.int32(count)),
         )  # fmt: skip
 
     def host_coords(self) -> np.ndarray[Any, Any]:

@@ -221,16 +221,22 @@ extern "C" __global__ void level_components(int level, int* __restrict__ node_co
 // IDS: instead of core2, each point's list of its k = KMAX nearest (sorted positions and squared
 // distances, ascending; -1 and +inf past the set's size; core2 unused, may be null), which the
 // rounds read (neighbour_edges) and which holds every core distance up to KMAX.
+// queries (with IDS): the lists of num_queries other points (row-major, d coordinates each: HDBSCAN*'s
+// prediction of new points), not of the index's own; null for the index's own points. A query has
+// no Morton neighbours, so its search starts without the first bound.
 template <int D, int KMAX, bool IDS>
 __global__ void core_distances(const double* __restrict__ pts, int n, int dims, int num_leaves,
                                const double* __restrict__ lo, const double* __restrict__ hi,
                                const PackedNode* __restrict__ packed, int k, double* __restrict__ core2,
-                               int* __restrict__ list_pos, double* __restrict__ list_w2) {
+                               int* __restrict__ list_pos, double* __restrict__ list_w2,
+                               const double* __restrict__ queries, int num_queries) {
     const int d = D > 0 ? D : dims;
     constexpr bool kPacked = D >= 1 && D <= 3;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const double* __restrict__ source = queries ? queries : pts;
+    const int count = queries ? num_queries : n;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
         double x[D > 0 ? D : kMaxDims];
-        for (int q = 0; q < d; ++q) x[q] = pts[static_cast<long long>(i) * d + q];
+        for (int q = 0; q < d; ++q) x[q] = source[static_cast<long long>(i) * d + q];
         float xd[3], xu[3];
         if (kPacked) outward<D>(x, xd, xu);
         double best[KMAX];  // ascending; best[k-1] is the current k-th smallest
@@ -276,10 +282,12 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
         // order, i itself included. They are real points, so it is at least the true k-th distance
         // T; a box is then searched while its bound is at most min(list's k-th, this bound) (`<=`:
         // every point at distance <= T is still visited, so the list ends at T exactly).
-        const int span = min(n, 2 * k + 1);
-        const int first_near = max(0, min(i - k, n - span));
-        for (int p = first_near; p < first_near + span; ++p) insert(sq_dist(x, pts + static_cast<long long>(p) * d, d), p);
-        const double near_bound = kth;
+        if (!queries) {
+            const int span = min(n, 2 * k + 1);
+            const int first_near = max(0, min(i - k, n - span));
+            for (int p = first_near; p < first_near + span; ++p) insert(sq_dist(x, pts + static_cast<long long>(p) * d, d), p);
+        }
+        const double near_bound = kth;  // +inf for a query
 #pragma unroll
         for (int q = 0; q < KMAX; ++q) best[q] = inf;
 #pragma unroll
@@ -608,7 +616,7 @@ extern "C" __global__ void compress(int n, int* parent, int* __restrict__ comp, 
 #define EMST_INSTANTIATE_CORE(D, K, IDS)                                                                 \
     template __global__ void core_distances<D, K, IDS>(const double*, int, int, int, const double*,      \
                                                        const double*, const PackedNode*, int, double*,  \
-                                                       int*, double*);
+                                                       int*, double*, const double*, int);
 #define EMST_INSTANTIATE(D)                                                                              \
     template __global__ void nearest_outside<D, false>(                                                  \
         const double*, const double*, int, int, int, const double*, const double*, const double*,       \
@@ -622,7 +630,30 @@ extern "C" __global__ void compress(int n, int* parent, int* __restrict__ comp, 
     EMST_INSTANTIATE_CORE(D, 16, false)                                                                  \
     EMST_INSTANTIATE_CORE(D, 32, false)                                                                  \
     EMST_INSTANTIATE_CORE(D, 64, false)                                                                  \
-    EMST_INSTANTIATE_CORE(D, EMST_LIST, true)
+    EMST_INSTANTIATE_CORE(D, EMST_LIST, true)                                                            \
+    EMST_INSTANTIATE_QUERY_LISTS(D)
+// The lists of 8, 16, 32 and 64 neighbours (query points' included), less the one above.
+#if EMST_LIST != 8
+#define EMST_QUERY_8(D) EMST_INSTANTIATE_CORE(D, 8, true)
+#else
+#define EMST_QUERY_8(D)
+#endif
+#if EMST_LIST != 16
+#define EMST_QUERY_16(D) EMST_INSTANTIATE_CORE(D, 16, true)
+#else
+#define EMST_QUERY_16(D)
+#endif
+#if EMST_LIST != 32
+#define EMST_QUERY_32(D) EMST_INSTANTIATE_CORE(D, 32, true)
+#else
+#define EMST_QUERY_32(D)
+#endif
+#if EMST_LIST != 64
+#define EMST_QUERY_64(D) EMST_INSTANTIATE_CORE(D, 64, true)
+#else
+#define EMST_QUERY_64(D)
+#endif
+#define EMST_INSTANTIATE_QUERY_LISTS(D) EMST_QUERY_8(D) EMST_QUERY_16(D) EMST_QUERY_32(D) EMST_QUERY_64(D)
 template __global__ void neighbour_edges<EMST_LIST, false>(int, const double*, const int*, const int*, const int*,
                                                            const double*, unsigned long long*, double*,
                                                            unsigned long long*, double*, unsigned char*);

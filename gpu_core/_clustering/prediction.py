@@ -1,0 +1,260 @@
+"""Prediction and soft clustering of a fitted HDBSCAN* model, with the hdbscan library's definitions.
+
+The hdbscan library's ``prediction.py`` (0.8.44) walks the condensed tree once per new point in
+Python; here every step is an array operation over all points at once, in NumPy or CuPy (one
+code path), with the k-nearest-neighbour search where the model's index is: SciPy's k-d tree on
+the CPU backend, the device's point hierarchy (``core_distances<D, K, true>`` of
+``kernels/emst.cu`` with query points) on the GPU backend. The definitions, as the library has
+them, with ``m = min_samples - 1`` (the library's ``min_samples``, ours less the point itself):
+
+* a training point's *prediction* core distance is its distance to its m-th nearest point, itself
+  counted (the library's ``PredictionData``: one fewer than the clustering's);
+* a new point looks at its ``2m`` nearest training points; its own core distance is the distance
+  to the ``(m + 1)``-th of them; its mutual reachability to each is ``max(core, core', d)``; the
+  smallest wins (ties: the nearer, then the lower index), at ``lambda = 1 / distance``
+  (``DBL_MAX`` for 0);
+* ``approximate_predict``: the point joins its neighbour's cluster, or, when the neighbour
+  leaves later than ``lambda``, the lowest ancestor born before ``lambda`` (the climb, in closed
+  form: that is inside the neighbour's selected cluster exactly when the selected cluster was
+  born before ``lambda``); probability ``min(lambda, death) / death`` of that selected cluster;
+* ``membership_vector`` / ``all_points_membership_vectors``: the library's distance vector (one
+  over the distance to each cluster's nearest exemplar), outlier vector (softmax of the merge
+  heights, :func:`.model.merge_heights`) and probability of being in some
+  cluster, combined as the library combines them (its float32 lambda in ``per_cluster_scores``
+  included).
+
+:class:`PredictionData` is the model's picklable summary for all of this (a few arrays per point
+and per cluster); with the model's :class:`~gpu_core.PointIndex` it is all a worker needs to keep
+resident to predict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from .._points.index import PointIndex
+from .._points.neighbours import index_coordinates, kth_distances, query_neighbours
+from .dendrogram_labels import _module_of, _to_host
+from .model import Model, exemplar_points, merge_heights
+
+Array = Any
+DBL_MAX = float(np.finfo(np.float64).max)
+#: elements of the largest temporary array of a chunked computation (points x clusters x exemplars)
+CHUNK_ELEMENTS = 1 << 24
+
+
+@dataclass(frozen=True, eq=False)
+class PredictionData:
+    """What prediction and soft clustering read of a fitted model (NumPy or CuPy arrays).
+
+    Per training point: the cluster it leaves and the lambda it leaves at, and its prediction core
+    distance (to its ``min_samples - 1``-th nearest point, itself counted). Per condensed cluster:
+    its label (of its selected ancestor-or-self, -1 if none) and death, and its place in the
+    preorder (``tin``, ``tout``, the births' sparse table ``birth_min`` and ``log2``). The
+    selected clusters in label order, and their exemplars (point indices, labels, coordinates,
+    and ``pad``: per label, indices into them padded with the label's first).
+    """
+
+    min_samples: int
+    dimensions: int
+    point_cluster: Array
+    point_lam: Array
+    core_distances: Array
+    cluster_label: Array
+    deaths: Array
+    selected: Array
+    tin: Array
+    tout: Array
+    birth_min: Array
+    log2: Array
+    exemplar_index: Array
+    exemplar_label: Array
+    exemplars: Array
+    pad: Array
+
+    @property
+    def num_clusters(self) -> int:
+        """The number of condensed clusters (1: the root alone, nothing to predict into)."""
+        return int(self.cluster_label.shape[0])
+
+    @property
+    def num_labels(self) -> int:
+        return int(self.selected.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(
+            int(getattr(self, f.name).nbytes)
+            for f in fields(self)
+            if hasattr(getattr(self, f.name), "nbytes")
+        )
+
+    def to_module(self, xp: Any) -> PredictionData:
+        """The same data with every array in ``xp`` (NumPy: on the host; CuPy: on the device)."""
+        move = (lambda a: _to_host(a)) if xp is np else xp.asarray
+        values = {
+            f.name: move(v) if hasattr(v, "shape") else v
+            for f in fields(self)
+            for v in (getattr(self, f.name),)
+        }
+        return PredictionData(**values)
+
+
+def prediction_data(model: Model) -> PredictionData:
+    """The prediction data of ``model``, in its array module."""
+    xp = model.xp
+    tables = model.tables()
+    m = model.options.min_samples - 1
+    core = kth_distances(model.index, m)
+    points, labels = exemplar_points(model)
+    count = model.num_labels
+    if model.n > 1:
+        exemplars = index_coordinates(model.index)[points]
+    else:  # one point: no cluster, no exemplar (and a GPU index of one point keeps no coordinates)
+        exemplars = xp.zeros((0, model.index.dimensions))
+    sizes = xp.bincount(labels, minlength=count) if count else xp.zeros(0, dtype=xp.int64)
+    widest = int(sizes.max()) if count else 0
+    starts = xp.cumsum(sizes) - sizes
+    column = xp.arange(max(widest, 1), dtype=xp.int64)[None, :]
+    pad = starts[:, None] + xp.minimum(column, xp.maximum(sizes, 1)[:, None] - 1)
+    c = model.clusters
+    return PredictionData(
+        min_samples=model.options.min_samples, dimensions=model.index.dimensions,
+        point_cluster=c.point_cluster, point_lam=c.point_lam, core_distances=core,
+        cluster_label=model.cluster_label, deaths=model.deaths,
+        selected=model.selected_clusters(), tin=tables.tin, tout=tables.tout, birth_min=tables.birth_min,
+        log2=tables.log2, exemplar_index=points, exemplar_label=labels, exemplars=exemplars,
+        pad=pad.astype(xp.int64),
+    )  # fmt: skip
+
+
+def nearest_reachable(data: PredictionData, index: PointIndex, queries: Array) -> tuple[Array, Array]:
+    """The library's ``_find_neighbor_and_lambda`` for every query point: the training point at
+    the smallest mutual-reachability distance and the lambda of that distance."""
+    xp = _module_of(queries)
+    m = data.min_samples - 1
+    k = min(max(2 * m, m + 1), index.n)
+    ids, w2 = query_neighbours(index, queries, k)
+    dist = xp.sqrt(w2)
+    own = dist[:, min(m, k - 1)][:, None]
+    reach = xp.maximum(xp.maximum(data.core_distances[ids], own), dist)
+    best = xp.argmin(reach, axis=1)[:, None]
+    nearest = xp.take_along_axis(ids, best, axis=1)[:, 0]
+    smallest = xp.take_along_axis(reach, best, axis=1)[:, 0]
+    lam = xp.where(smallest > 0.0, 1.0 / xp.where(smallest > 0.0, smallest, 1.0), DBL_MAX)
+    return nearest, lam
+
+
+def predict_labels(data: PredictionData, index: PointIndex, queries: Array) -> tuple[Array, Array]:
+    """``approximate_predict``: labels (int64, -1 noise) and probabilities of the query points."""
+    xp = _module_of(queries)
+    count = int(queries.shape[0])
+    if data.num_clusters == 1:  # the library predicts noise without a condensed cluster
+        return xp.full(count, -1, dtype=xp.int64), xp.zeros(count)
+    nearest, lam = nearest_reachable(data, index, queries)
+    cluster = data.point_cluster[nearest]
+    label = data.cluster_label[cluster]
+    chosen = data.selected[xp.maximum(label, 0)]
+    # the climb ends inside the selected cluster unless it was born at or after lambda
+    from_birth = data.birth_min[0][data.tin[chosen]]
+    inside = (data.point_lam[nearest] <= lam) | (from_birth < lam)
+    label = xp.where((label >= 0) & inside, label, -1)
+    death = data.deaths[chosen]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = xp.minimum(death, lam) / xp.where(death > 0.0, death, 1.0)
+    prob = xp.where(death > 0.0, ratio, 1.0)
+    return label, xp.where(label >= 0, prob, 0.0)
+
+
+def _rows(count: int, width: int) -> int:
+    return max(1, CHUNK_ELEMENTS // max(1, width))
+
+
+def distance_vectors(data: PredictionData, points: Array) -> Array:
+    """The library's ``dist_membership_vector`` of each point: one over its distance to each
+    cluster's nearest exemplar (``DBL_MAX / L`` at distance 0), normalized to sum 1."""
+    xp = _module_of(points)
+    count, labels = int(points.shape[0]), data.num_labels
+    out = xp.empty((count, labels))
+    ex = data.exemplars[data.pad]  # (L, width, d)
+    step = _rows(count, int(data.pad.size))
+    for lo in range(0, count, step):
+        chunk = points[lo : lo + step]
+        acc = xp.zeros((int(chunk.shape[0]), *data.pad.shape))
+        for j in range(int(points.shape[1])):
+            diff = chunk[:, j][:, None, None] - ex[None, :, :, j]
+            acc = acc + diff * diff
+        dist = xp.sqrt(acc.min(axis=2))
+        with np.errstate(divide="ignore"):
+            inv = xp.where(dist != 0.0, 1.0 / xp.where(dist != 0.0, dist, 1.0), DBL_MAX / labels)
+        out[lo : lo + step] = inv / inv.sum(axis=1, keepdims=True)
+    return out
+
+
+def membership_vectors(data: PredictionData, index: PointIndex, queries: Array) -> Array:
+    """``membership_vector``: each query point's probability of being in each cluster, ``(q, L)``."""
+    xp = _module_of(queries)
+    count, labels = int(queries.shape[0]), data.num_labels
+    if labels == 0:
+        return xp.zeros((count, 0))
+    nearest, lam = nearest_reachable(data, index, queries)
+    lam = xp.minimum(lam, data.point_lam[nearest])  # no later than the neighbour leaves
+    cluster = data.point_cluster[nearest]
+    distance = distance_vectors(data, queries)
+    # per_cluster_scores: the lambda as float32 (the library's signature), the cluster's own death
+    with np.errstate(over="ignore"):
+        lam32 = lam.astype(xp.float32).astype(xp.float64)
+    heights = _heights(data, cluster, lam32)
+    top = data.deaths[cluster][:, None]
+    gap = top - heights
+    scores = top / xp.where(gap <= 0.0, 1e-8, gap)
+    outlier = xp.exp(scores - xp.nanmax(scores, axis=1, keepdims=True))
+    outlier = outlier / outlier.sum(axis=1, keepdims=True)
+    # prob_in_some_cluster: the float64 lambda
+    heights = _heights(data, cluster, lam)
+    nearest_label = xp.argmax(heights, axis=1)
+    top = xp.maximum(lam, data.deaths[data.selected[nearest_label]]) + 1e-8
+    in_some = heights.max(axis=1) / top
+    result = xp.sqrt(distance) * (outlier * outlier)
+    result = result / result.sum(axis=1, keepdims=True)
+    return result * in_some[:, None]
+
+
+def _heights(data: PredictionData, cluster: Array, lam: Array) -> Array:
+    return merge_heights(data, cluster, lam, data.selected, _module_of(data.tin))
+
+
+def all_points_vectors(data: PredictionData, index: PointIndex) -> Array:
+    """``all_points_membership_vectors``: every training point's membership vector, ``(n, L)``."""
+    xp = _module_of(data.point_lam)
+    labels = data.num_labels
+    n = int(data.point_lam.shape[0])
+    if labels == 0:
+        return xp.zeros((n, 0))
+    coords = index_coordinates(index)
+    distance = distance_vectors(data, coords)
+    lam = data.point_lam
+    cluster = data.point_cluster
+    out = xp.empty((n, labels))
+    in_some = xp.empty(n)
+    step = _rows(n, labels)
+    for lo in range(0, n, step):
+        c, p = cluster[lo : lo + step], lam[lo : lo + step]
+        heights = _heights(data, c, p)
+        top = (data.deaths[c] + 1e-8)[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[lo : lo + step] = xp.exp(-(top / heights))
+        nearest_label = xp.argmax(heights, axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            in_some[lo : lo + step] = heights.max(axis=1) / xp.maximum(
+                data.deaths[data.selected[nearest_label]], p
+            )
+    with np.errstate(invalid="ignore"):
+        outlier = xp.exp(out - xp.nanmax(out))
+    outlier = outlier / outlier.sum(axis=1, keepdims=True)
+    result = distance * outlier
+    result = result / result.sum(axis=1, keepdims=True)
+    return result * in_some[:, None]

@@ -1,0 +1,139 @@
+"""The nearest points of an index's own points and of query points: what prediction reads.
+
+Each backend's search proposes; the squared distances returned are the contract's
+(``Σ (a_j - b_j)²`` in dimension order, float64) and each list is ascending by (distance, index).
+The index's points in their own order (:func:`index_coordinates`), each point's distance to its
+k-th nearest (:func:`kth_distances`), and the k nearest training points of new points
+(:func:`query_points` validates them, :func:`query_neighbours` searches).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._backend.arrays import is_cupy, to_host
+from ..errors import PointSetShapeError
+from .index import PointIndex
+from .validate import validate_points
+
+Array = Any  # a NumPy or a CuPy array
+
+
+def _module_of(array: Any) -> Any:
+    if is_cupy(array):
+        import cupy
+
+        return cupy
+    return np
+
+
+def index_coordinates(index: PointIndex) -> Array:
+    """The index's points in their own order, float64, where the index keeps them."""
+    state: Any = index._state
+    if index.backend == "cpu":
+        return state.coords
+    dev = state.device
+    if dev is None:  # one point: the GPU index keeps none (never searched: see query_neighbours)
+        raise PointSetShapeError("a model of one point has no neighbours to predict from.", field="points")
+    coords = dev.cp.empty_like(dev.pts)
+    coords[dev.orig] = dev.pts
+    return coords
+
+
+def kth_distances(index: PointIndex, k: int) -> Array:
+    """Each point's distance to its k-th nearest point, itself counted (0 for k <= 1), in the
+    index's array module."""
+    state: Any = index._state
+    if index.backend == "cpu":
+        if k <= 1:
+            return np.zeros(index.n)
+        from .kdtree import Search, core_distances
+
+        return np.sqrt(core_distances(Search(state, None), k))
+    from .gpu import DEVICE_MAX_K
+
+    cp = state.cp
+    dev = state.device
+    if k <= 1 or dev is None:
+        return cp.zeros(index.n)
+    if k <= DEVICE_MAX_K:
+        packed = dev.packed()
+        dev.pack(dev.min_core2(None), packed)
+        core2 = dev.core_distances(k, packed)
+    else:  # beyond the registers of one thread: the exact host search, the same values
+        from .cpu import CpuIndex
+        from .kdtree import Search, core_distances
+
+        host = CpuIndex(dev.host_coords(), owns_coords=True)
+        core2 = cp.asarray(core_distances(Search(host, None), k))[dev.orig]
+    out = cp.empty(index.n)
+    out[dev.orig] = cp.sqrt(core2)
+    return out
+
+
+def query_points(index: PointIndex, points: Any) -> tuple[Array, bool]:
+    """The query points validated, in the index's array module, and whether they came as CuPy."""
+    from_cupy = is_cupy(points)
+    coords = validate_points(points, on_device=index.backend == "gpu")
+    if coords.shape[1] != index.dimensions:
+        raise PointSetShapeError(
+            f"the points to predict have {coords.shape[1]} coordinates, but the model was fitted on "
+            f"{index.dimensions}.",
+            field="points",
+        )
+    if index.backend == "gpu" and _module_of(coords) is np:
+        import cupy
+
+        coords = cupy.asarray(coords)
+    return coords, from_cupy
+
+
+def query_neighbours(index: PointIndex, queries: Array, k: int) -> tuple[Array, Array]:
+    """Each query point's ``k`` nearest training points (``k <= n``): their indices and exact
+    squared distances (float64, ``Σ (a_j - b_j)²`` in dimension order), each row ascending by
+    (distance, index)."""
+    state: Any = index._state
+    xp = _module_of(queries)
+    if index.backend == "cpu":
+        _, ids = state.kdtree.query(queries, k=k)
+        ids = np.asarray(ids, dtype=np.int64).reshape(queries.shape[0], k)
+        w2 = _squared(queries, state.coords, ids, np)
+    else:
+        from .gpu import QUERY_LIST_SIZES
+
+        dev = state.device
+        size = next((s for s in QUERY_LIST_SIZES if s >= k), None)
+        if size is not None:
+            packed = dev.packed()
+            dev.pack(dev.min_core2(None), packed)
+            pos, w2 = dev.query_lists(xp.ascontiguousarray(queries), size, packed)
+            ids = dev.orig[pos[:, :k]].astype(xp.int64)
+            w2 = w2[:, :k]
+        else:  # more than the device's lists hold: the host's k-d tree, the same values
+            from scipy.spatial import cKDTree
+
+            host = dev.host_coords()
+            _, found = cKDTree(host).query(to_host(queries), k=k)
+            ids = xp.asarray(np.asarray(found, dtype=np.int64).reshape(queries.shape[0], k))
+            w2 = _squared(queries, index_coordinates(index), ids, xp)
+    by_id = _argsort_rows(ids, xp)
+    ids = xp.take_along_axis(ids, by_id, axis=1)
+    w2 = xp.take_along_axis(w2, by_id, axis=1)
+    by_w2 = _argsort_rows(w2, xp)
+    return xp.take_along_axis(ids, by_w2, axis=1), xp.take_along_axis(w2, by_w2, axis=1)
+
+
+def _argsort_rows(keys: Array, xp: Any) -> Array:
+    """A stable argsort of each row (CuPy's is always stable)."""
+    return np.argsort(keys, axis=1, kind="stable") if xp is np else keys.argsort(axis=1)
+
+
+def _squared(queries: Array, coords: Array, ids: Array, xp: Any) -> Array:
+    """Exact squared distances of each query point to its listed points, in dimension order."""
+    acc = xp.zeros(ids.shape, dtype=xp.float64)
+    for j in range(int(queries.shape[1])):
+        diff = queries[:, j][:, None] - coords[:, j][ids]
+        acc = acc + diff * diff
+    return acc
