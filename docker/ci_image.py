@@ -24,8 +24,10 @@ CI's image check (``.ci/run``), also run by hand, as root, from the repository's
    process behind. A second container on the same volume must serve the same graph, point set and
    results, byte for byte, and a new job must find the same forest. Last, the entrypoint must refuse
    a volume its user cannot write.
-6. ``--gpu``: the default variant (CuPy for CUDA 13) is built too; ``cupy``, ``numba``, ``pyarrow``,
-   ``gpu_core`` and ``service`` must import in it, and it must serve on the CPU (no GPU here).
+   Before all that, ``numba``, ``pyarrow``, ``gpu_core`` and ``service`` must import in the image, and
+   its ``gpu_core`` must hold every ``.cu`` kernel of the repository.
+6. ``--gpu``: the default variant (CuPy for CUDA 13) is built too; ``cupy`` must import in it as well,
+   and it must serve the tour (on the CPU: no GPU here).
 
 Logs (the build's, each container's) are kept under the work folder and printed when a check
 fails; the folder, its images and containers are removed at the end unless ``--keep``.
@@ -66,6 +68,16 @@ README_POINTS = [[0, 0], [0, 1], [5, 5], [5, 6], [9, 0]]
 # scikit-learn's HDBSCAN(min_cluster_size=2) on README_POINTS: two pairs, and the far point is noise.
 HDBSCAN_LABELS = [0, 0, 1, 1, -1]
 HDBSCAN_PROBABILITIES = [1.0, 1.0, 1.0, 1.0, 0.0]
+
+# Run in the image: import the modules named as arguments, print the .cu kernels of gpu_core's
+# package data on one line, then the modules' versions.
+IMPORTS_CHECK = """
+import importlib, importlib.resources, sys
+modules = [importlib.import_module(name) for name in sys.argv[1:]]
+kernels = (importlib.resources.files("gpu_core") / "kernels").iterdir()
+print(" ".join(sorted(k.name for k in kernels if k.name.endswith(".cu"))))
+print(", ".join(f"{m.__name__} {getattr(m, '__version__', '')}".strip() for m in modules))
+"""
 
 
 class CheckFailed(Exception):
@@ -600,14 +612,18 @@ class Run:
         self.containers.append(container)
         return container
 
+    def volume(self, name: str, config: ImageConfig) -> Path:
+        """A folder for /data. A Docker named volume takes the owner of the image's /data: its user."""
+        data = self.work / name
+        data.mkdir()
+        os.chown(data, config.uid, config.gid)
+        return data
+
     def serve(self, image: str, variant: str, restart: bool) -> None:
         """Start, tour, stop; with ``restart``, a second container on the same volume."""
         config = ImageConfig.read(self.b, image)
         expect(config.volumes == ["/data"], f"the image's volumes are {config.volumes}")
-        data = self.work / f"data-{variant}"
-        data.mkdir()
-        # A Docker named volume takes the owner of the image's /data: the image's user.
-        os.chown(data, config.uid, config.gid)
+        data = self.volume(f"data-{variant}", config)
         state = TourState()
         for n in (1, 2) if restart else (1,):
             with self.timings.stage(f"{variant}: container {n}: create, start, healthy"):
@@ -629,7 +645,7 @@ class Run:
 
     def refuses_unwritable_volume(self, ctr: Container) -> None:
         """The entrypoint stops, with its message, on a volume the image's user cannot write."""
-        root_owned = self.work / "data-root-owned"
+        root_owned = self.work / f"data-root-owned-{ctr.name}"
         root_owned.mkdir(mode=0o755)
         argv = self.b.cmd(*ctr.run_args(volume=root_owned), *ctr.config.entrypoint, *ctr.config.cmd)
         done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60, check=False)
@@ -640,24 +656,27 @@ class Run:
         )
         log("the entrypoint refuses a volume owned by root: " + said.splitlines()[0][:120])
 
-    def gpu_imports(self, image: str) -> str:
+    def imports(self, image: str, variant: str) -> str:
+        """The image's Python imports what the variant ships, and has every kernel as package data."""
         config = ImageConfig.read(self.b, image)
-        data = self.work / "data-gpu-imports"
-        data.mkdir()
-        ctr = self.container(image, config, "mst-ci-gpu-imports", data)
-        code = (
-            "import cupy, numba, pyarrow, gpu_core, service, service.app; "
-            "print('cupy', cupy.__version__, 'numba', numba.__version__, 'pyarrow', pyarrow.__version__)"
-        )
-        argv = self.b.cmd(*ctr.run_args(), "python", "-c", code)
+        data = self.volume(f"data-{variant}-imports", config)
+        ctr = self.container(image, config, f"mst-ci-{variant}-imports", data)
+        modules = ["cupy"] if variant == "gpu" else []
+        modules += ["numba", "pyarrow", "gpu_core", "service", "service.app"]
+        argv = self.b.cmd(*ctr.run_args(), "python", "-c", IMPORTS_CHECK, *modules)
         done = subprocess.run(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120, check=False
         )
         said = done.stdout.decode(errors="replace").strip()
         expect(
-            done.returncode == 0, f"imports in the GPU image failed (exit {done.returncode}): {said[-1500:]}"
+            done.returncode == 0,
+            f"imports in the {variant} image failed (exit {done.returncode}): {said[-1500:]}",
         )
-        return said.splitlines()[-1]
+        kernels, versions = said.splitlines()[-2:]
+        wanted = " ".join(sorted(p.name for p in (REPO / "gpu_core" / "kernels").glob("*.cu")))
+        expect(kernels == wanted, f"the {variant} image's gpu_core/kernels has {kernels!r}, not {wanted!r}")
+        log(f"{variant} image: {versions}; gpu_core/kernels: {kernels}")
+        return versions
 
     def print_logs(self) -> None:
         for path in sorted(self.logs.glob("mst-ci-*.log")):
@@ -693,6 +712,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="mst-ci-image.", dir=args.work_dir or "/var/tmp"))
+    # buildah keeps each run's bundle in TMPDIR; one killed after a failure leaves it there.
+    (work / "tmp").mkdir()
+    os.environ["TMPDIR"] = str(work / "tmp")
     driver = storage_driver(work) if args.storage_driver == "auto" else args.storage_driver
     log(f"work folder {work}, storage driver {driver}")
     run = Run(work, driver)
@@ -709,9 +731,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with run.timings.stage(f"{variant}: build (GPU_EXTRA={extra})"):
                 build(run.b, image, extra, volumes)
             figures.append(f"{variant} image (GPU_EXTRA={extra}): {run.b.image_size(image)}")
-            if variant == "gpu":
-                with run.timings.stage("gpu: imports"):
-                    figures.append("gpu imports: " + run.gpu_imports(image))
+            with run.timings.stage(f"{variant}: imports"):
+                figures.append(f"{variant} image: " + run.imports(image, variant))
             run.serve(image, variant, restart=variant == "cpu")
     except (CheckFailed, subprocess.SubprocessError, httpx.HTTPError, OSError) as exc:
         run.print_logs()
