@@ -282,6 +282,9 @@ class ImageConfig:
         user = str(config.get("User") or "")
         uid, _, gid = user.partition(":")
         expect(uid.isdigit() and gid.isdigit(), f"the image's USER is {user!r}, not a numeric uid:gid")
+        expect(
+            int(uid) != 0 and int(gid) != 0, f"the image's USER is {user!r}: root, not an unprivileged user"
+        )
         health = config.get("Healthcheck") or {}
         test: list[str] = health.get("Test") or []
         if test[:1] == ["CMD"]:
