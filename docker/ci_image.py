@@ -56,6 +56,7 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
+HOST_MOUNT_NS = os.readlink("/proc/self/ns/mnt")
 BASE_IMAGE = "localhost/mst-ci-base:bookworm"
 DEBIAN_MIRROR = os.environ.get("MST_CI_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # In the build, pip reads /etc/pip.conf; its CA bundle lies in a folder mounted beside it.
@@ -346,9 +347,11 @@ def cmdline(pid: int) -> list[str]:
 class Container:
     """One container of the image: ``buildah from``, and its ENTRYPOINT + CMD under ``buildah run``.
 
-    There is no PID namespace: the container's processes are host processes whose root is the
-    container's root filesystem. Its main process (PID 1 under Docker; the entrypoint execs the
-    service) is the child of buildah's ``buildah-chroot-exec``.
+    There is no PID namespace: the container's processes are host processes in a mount namespace of
+    their own (chrooted to the container's root filesystem), which outlives buildah while any of them
+    runs. Its main process (PID 1 under Docker; the entrypoint execs the service) is the child of
+    buildah's ``buildah-chroot-exec``. Unlike Docker, nothing kills the rest when it exits: processes
+    left over are a failure of the check.
     """
 
     def __init__(self, b: Buildah, image: str, config: ImageConfig, name: str, data: Path) -> None:
@@ -363,7 +366,7 @@ class Container:
         b.out("config", "--volume", "/data-", self.id)
         self.proc: subprocess.Popen[bytes] | None = None
         self.main_pid = 0
-        self.root = ""
+        self.mount_ns = ""
 
     def run_args(self, *, volume: Path | None = None) -> list[str]:
         args = ["run", "--isolation", "chroot", "--user", f"{self.config.uid}:{self.config.gid}", *self.env]
@@ -376,17 +379,27 @@ class Container:
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            with contextlib.suppress(OSError, IndexError):
-                for pid in descendants(self.proc.pid):
-                    if cmdline(pid)[0] == "buildah-chroot-exec":
-                        children = [p for p, pp in process_table().items() if pp == pid]
-                        if children:
-                            self.main_pid = children[0]
-                            self.root = os.readlink(f"/proc/{self.main_pid}/root")
-                            return
+        while self.main_pid == 0:
+            expect(
+                self.proc.poll() is None and time.monotonic() < deadline,
+                f"{self.name}: its main process did not appear (buildah exit {self.proc.poll()})",
+            )
             time.sleep(0.1)
-        raise CheckFailed(f"{self.name}: its main process did not appear (buildah exit {self.proc.poll()})")
+            with contextlib.suppress(OSError):
+                self.main_pid = self.find_main_process()
+        mount_ns = os.readlink(f"/proc/{self.main_pid}/ns/mnt")
+        # processes() and kill() go by it: never the host's own namespace
+        expect(mount_ns != HOST_MOUNT_NS, f"{self.name}: runs in the host's mount namespace")
+        self.mount_ns = mount_ns
+
+    def find_main_process(self) -> int:
+        """The child of ``buildah-chroot-exec`` under this container's ``buildah run``; 0 before it starts."""
+        assert self.proc is not None
+        table = process_table()
+        for pid in descendants(self.proc.pid):
+            if cmdline(pid)[:1] == ["buildah-chroot-exec"]:
+                return next((child for child, parent in table.items() if parent == pid), 0)
+        return 0
 
     def healthcheck(self) -> tuple[int, str]:
         """Run the image's HEALTHCHECK command in the container, as the image's user."""
@@ -439,11 +452,12 @@ class Container:
         user = f"{self.config.uid}:{self.config.gid}"
         log(f"{self.name}: {len(pids)} processes, all uid:gid {user}, no capabilities")
 
-    def processes_in_root(self) -> list[int]:
+    def processes(self) -> list[int]:
+        """The container's processes: those in its mount namespace, orphans of a dead main process too."""
         found = []
         for pid in process_table():
             with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{pid}/root") == self.root:
+                if os.readlink(f"/proc/{pid}/ns/mnt") == self.mount_ns:
                     found.append(pid)
         return found
 
@@ -458,7 +472,7 @@ class Container:
             self.kill()
             raise CheckFailed(f"{self.name}: still running {STOP_TIMEOUT_S:.0f} s after SIGTERM") from None
         took = time.monotonic() - start
-        left = self.processes_in_root()
+        left = self.processes()
         if left:
             self.kill()
             raise CheckFailed(f"{self.name}: processes {left} outlived the main process")
@@ -478,8 +492,8 @@ class Container:
 
     def kill(self) -> None:
         """Cleanup after a failure: SIGKILL to every process of the container and to buildah."""
-        if self.root:
-            for pid in self.processes_in_root():
+        if self.mount_ns:
+            for pid in self.processes():
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
         if self.proc is not None and self.proc.poll() is None:
