@@ -8,8 +8,9 @@ CI's image check (``.ci/run``), also run by hand, as root, from the repository's
 
 1. Tools: buildah and mmdebstrap, from Debian's packages (apt-get installs them when missing).
 2. The base: the NVIDIA base image (nvidia/cuda:13.0.2-runtime-ubuntu24.04) cannot be pulled here,
-   so a minimal Debian bookworm root filesystem (``mmdebstrap --variant=minbase``) is committed as a
-   local image and passed as the build-arg ``CUDA_IMAGE``; the Dockerfile itself is used unchanged.
+   so a minimal Debian bookworm root filesystem (``mmdebstrap --variant=minbase``, from
+   ``$MST_CI_DEBIAN_MIRROR`` or deb.debian.org) is committed as a local image and passed as the
+   build-arg ``CUDA_IMAGE``; the Dockerfile itself is used unchanged.
 3. The build: ``buildah bud --isolation chroot`` into a store under a temporary folder (overlay, or
    vfs where the kernel mounts no overlay there), in the docker format (the OCI format has no
    HEALTHCHECK), with the host's pip settings that reach the package index (index URLs, CA bundle;
@@ -112,7 +113,7 @@ class Timings:
 
 
 class Buildah:
-    """buildah on a private store (vfs by default) under the work folder."""
+    """buildah on a private store (overlay or vfs) under the work folder."""
 
     def __init__(self, work: Path, driver: str, logs: Path) -> None:
         self.globals = [
