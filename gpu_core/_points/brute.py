@@ -167,7 +167,7 @@ def _listed_edges(
     safe = xp.where(ids < 0, rows[:, None], ids)  # empty slots: the row itself, never outside
     out = comp[safe] != comp[rows][:, None]
     has = out.any(axis=1)
-    first = xp.argmax(out, axis=1)[:, None]
+    first = xp.argmax(out.view(xp.int8), axis=1)[:, None]  # the first True (int8: CuPy's argmax)
     other = xp.take_along_axis(safe, first, axis=1)[:, 0]
     w = xp.where(has, xp.take_along_axis(keys, first, axis=1)[:, 0], xp.inf)
     pair = xp.minimum(rows, other) * n + xp.maximum(rows, other)

@@ -20,9 +20,9 @@ from .tree import EuclideanTree
 from .validate import validate_points
 
 #: the most coordinates a backend's spatial index is used for; above, the brute-force path. CPU: the
-#: k-d tree against brute force, one core, 10^4 and 4 x 10^4 points (bench.highdim --crossover,
-#: bench/NOTES.md); GPU: the hierarchy's kernels hold at most 32 coordinates per point, and where it
-#: stops paying below that is measured on a GPU host by the same benchmark
+#: k-d tree and brute force meet there at 4 x 10^4 points on one core (bench/NOTES.md); GPU: the
+#: hierarchy's kernels hold at most 32 coordinates, the whole range it had before brute force
+#: existed; where it stops paying below that is for `python -m bench.highdim --crossover` on a GPU
 SPATIAL_MAX_DIMENSIONS: dict[str, int] = {"cpu": 12, "gpu": 32}
 #: the most coordinates the GPU's hierarchy can hold (kMaxDims in kernels/emst.cu)
 GPU_SPATIAL_LIMIT = 32
@@ -123,14 +123,18 @@ def build_index(
     precision, tile sizes: ``brute_cpu.HostEngine``)."""
     n, d = coords.shape
     brute = search == "brute" or (search == "auto" and d > SPATIAL_MAX_DIMENSIONS[backend])
-    if backend == "gpu" and d > GPU_SPATIAL_LIMIT:
+    if backend == "gpu" and not brute and d > GPU_SPATIAL_LIMIT:
         raise PointSetShapeError(
-            f"the GPU backend holds at most {GPU_SPATIAL_LIMIT} coordinates per point; got d={d}.",
+            f"the GPU's spatial index holds at most {GPU_SPATIAL_LIMIT} coordinates per point; got d={d}.",
             field="points",
         )
     state: _IndexState
     owns = backend == "cpu" and not np.may_share_memory(coords, _host_view(points))
-    if backend == "gpu":
+    if backend == "gpu" and brute:
+        from .brute_gpu import BruteGpuIndex
+
+        state = BruteGpuIndex(coords, **engine)
+    elif backend == "gpu":
         from .gpu import GpuIndex
 
         state = GpuIndex(coords)
