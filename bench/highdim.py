@@ -16,11 +16,12 @@ the device (CuPy) for the GPU backend. Parts, each the median of ``--repeats`` a
 * ``hdbscan``: ``gpu_core.hdbscan`` of the same points (``--min-samples``, ``min_cluster_size`` 100),
   its tree's timings (lists, rounds, refreshed points) and the ratio to the floor. Target: <= 3x
   at 10^6 x 128, min_samples=10, on an H200 or H100.
-* ``peers`` (``--peer-n`` x ``--peer-dims``): ours against the hdbscan library (``boruvka_kdtree``,
-  ``core_dist_n_jobs`` = the host's cores) and fast_hdbscan (above 30 coordinates it takes an
-  approximate nearest-neighbour graph from pynndescent), each with ``min_samples`` one less (their
-  convention leaves the point itself out), their labels' agreement with ours (adjusted Rand
-  index). Either peer is skipped where it is not installed. Target: >= 100x both at 10^5 x 768.
+* ``peers`` (``--peer-n`` x ``--peer-dims``): ours against the hdbscan library (its defaults, what a
+  user gets: ``algorithm="best"``, an approximate tree, ``core_dist_n_jobs`` = the host's cores)
+  and fast_hdbscan (above 30 coordinates it takes an approximate nearest-neighbour graph from
+  pynndescent), each with ``min_samples`` one less (their convention leaves the point itself out),
+  their labels' agreement with ours (adjusted Rand index). Either peer is skipped where it is not
+  installed. Target: >= 100x both at 10^5 x 768.
 * ``crossover`` (``--crossover``): the spatial index (k-d tree; on the GPU the hierarchy, up to 32
   coordinates) against brute force, ``min_samples`` 1 and 10, at ``--crossover-n`` points of each
   of ``--crossover-dims``: where brute force starts to win is ``SPATIAL_MAX_DIMENSIONS``.
@@ -162,8 +163,7 @@ def peers(args: argparse.Namespace, backend: str, engine: dict[str, Any]) -> dic
         import hdbscan
 
         makers["hdbscan"] = lambda: hdbscan.HDBSCAN(
-            min_cluster_size=MIN_CLUSTER_SIZE, min_samples=args.min_samples - 1, algorithm="boruvka_kdtree",
-            core_dist_n_jobs=cores,
+            min_cluster_size=MIN_CLUSTER_SIZE, min_samples=args.min_samples - 1, core_dist_n_jobs=cores,
         )  # fmt: skip
     except ImportError:
         print("  hdbscan: not installed (or not asked for), skipped")
