@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 import gpu_core
-from gpu_core._graphs.estimate import pool_peak
+from gpu_core._backend.memory import pool_peak
 
 GENERATE_CHUNK = 1 << 27
 

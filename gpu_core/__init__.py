@@ -8,6 +8,7 @@
 """
 
 from . import errors, formats
+from ._backend.memory import MemoryEstimate
 from ._backend.resolve import Backend, gpu_available, resolve_backend
 from ._clustering.estimator import (
     HDBSCAN,
@@ -20,7 +21,7 @@ from ._clustering.hdbscan import HDBSCANResult, hdbscan
 from ._clustering.prediction import PredictionData
 from ._clustering.trees import CondensedTree, MinimumSpanningTree, SingleLinkageTree
 from ._dendrogram.cpu import linkage_from_sorted_edges
-from ._graphs.estimate import MemoryEstimate, estimate_device_bytes
+from ._graphs.estimate import estimate_device_bytes
 from ._graphs.forest import SpanningForest, make_forest
 from ._graphs.graph import Graph, maximum_spanning_forest, minimum_spanning_forest
 from ._graphs.order import OBJECTIVES
@@ -35,6 +36,7 @@ from ._graphs.shards import (
 from ._graphs.validate import MAX_VERTICES, WEIGHT_DTYPES
 from ._interop.scipy_compat import minimum_spanning_tree
 from ._points.emst import euclidean_mst, single_linkage
+from ._points.estimate import estimate_point_set_bytes
 from ._points.index import PointIndex, build_point_index
 from ._points.tree import EuclideanTree
 from ._points.validate import MAX_DIMENSIONS
@@ -67,6 +69,7 @@ __all__ = [
     "edge_ranges",
     "errors",
     "estimate_device_bytes",
+    "estimate_point_set_bytes",
     "euclidean_mst",
     "formats",
     "gpu_available",

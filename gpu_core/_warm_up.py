@@ -1,4 +1,5 @@
-"""``warm_up``: the graphs' kernels and the clustering's compiled host passes, so no request compiles.
+"""``warm_up``: the graphs' and point sets' kernels and the clustering's compiled host passes, so no
+request compiles.
 
 Composed here, above both parts, so that neither imports the other.
 """
@@ -8,9 +9,10 @@ from __future__ import annotations
 from ._backend.resolve import Backend
 from ._clustering.hdbscan import warm_up_compiled
 from ._graphs.warm_up import warm_up_graphs
+from ._points.warm_up import warm_up_points
 
 
-def warm_up(backend: Backend = "auto", *, host_passes: bool = True) -> str:
+def warm_up(backend: Backend = "auto", *, host_passes: bool = True, points: bool = True) -> str:
     """Compile every kernel a request can need, so no request pays for compilation.
 
     Builds, prepares and computes a small graph for every vertex-id dtype an upload can carry and
@@ -23,8 +25,14 @@ def warm_up(backend: Backend = "auto", *, host_passes: bool = True) -> str:
     (:func:`gpu_core._graphs.warm_up.warm_up_graphs`). Where Numba is installed and
     ``host_passes``, first compiles (or loads from its cache: about 1 s) the host passes of
     ``hdbscan`` and ``single_linkage`` (:func:`gpu_core._clustering.hdbscan.warm_up_compiled`; the service's
-    workers do that when their first point set arrives). Returns the backend that was warmed up.
+    workers do that when their first point set arrives). With ``points``, every kernel a point-set
+    request can meet on the GPU, the hierarchy's and brute force's
+    (:func:`gpu_core._points.warm_up.warm_up_points`; the service's workers do that when their first
+    point set arrives too). Returns the backend that was warmed up.
     """
     if host_passes:
         warm_up_compiled()
-    return warm_up_graphs(backend)
+    chosen = warm_up_graphs(backend)
+    if points:
+        warm_up_points(chosen)  # type: ignore[arg-type]
+    return chosen

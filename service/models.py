@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
+from gpu_core import MAX_DIMENSIONS
+
 GraphFormat = Literal["npz", "egr", "mtx", "edgelist", "dimacs", "arrow", "parquet"]
 WeightsFormat = Literal["npy", "npz"]
 TaskName = Literal["mst", "components", "clusters", "dendrogram", "emst", "hdbscan", "single_linkage"]
@@ -173,13 +175,16 @@ class WeightsUpload(BaseModel):
     weight_dtype: WeightDtype | None = Field(None, description="As for uploads: the dtype to store them as.")
 
 
+_ROWS = f"One row per point, each of the same 1 to {MAX_DIMENSIONS} coordinates."
+
+
 class PointsUpload(BaseModel):
     """A point set as JSON rows: ``points[i]`` holds the ``d`` coordinates of point ``i``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    points: list[Annotated[list[StrictInt | StrictFloat], Field(min_length=1, max_length=32)]] = Field(
-        min_length=1, description="One row per point, each of the same 1 to 32 coordinates."
+    points: list[Annotated[list[StrictInt | StrictFloat], Field(min_length=1, max_length=MAX_DIMENSIONS)]] = (
+        Field(min_length=1, description=_ROWS)
     )
     dtype: Literal["float32", "float64"] | None = Field(None, description="Default float64.")
 

@@ -38,6 +38,7 @@ PUBLIC = [
     "edge_ranges",
     "errors",
     "estimate_device_bytes",
+    "estimate_point_set_bytes",
     "euclidean_mst",
     "formats",
     "gpu_available",

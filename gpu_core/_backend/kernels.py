@@ -55,6 +55,8 @@ EMST_NAME_EXPRESSIONS: tuple[str, ...] = (
 DENDROGRAM_FILE = "dendrogram.cu"
 #: HDBSCAN*'s segment reductions (the condensed tree's stabilities and deaths, on the device)
 HDBSCAN_FILE = "hdbscan_tree.cu"
+#: the brute-force searches of points of many coordinates (plain extern "C" kernels)
+BRUTE_FILE = "brute.cu"
 #: per file: name expressions and NVRTC options (no FMA contraction in the exact point kernels)
 FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     KERNEL_FILE: (NAME_EXPRESSIONS, ("-std=c++17",)),
@@ -64,6 +66,7 @@ FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     DENDROGRAM_FILE: ((), ("-std=c++17",)),
     HDBSCAN_FILE: ((), ("-std=c++17", "--fmad=false")),
+    BRUTE_FILE: ((), ("-std=c++17", "--fmad=false")),
 }
 
 

@@ -24,13 +24,11 @@ Both are upper bounds for the graph given: self-loops only shrink a graph.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
+from .._backend.memory import MemoryEstimate
 from .layout import SlotLayout, csr_pieces, slot_layout
 
 #: bytes a build adds whatever its size (pool rounding, counters, the pinned read-back block, sort scratch)
@@ -41,53 +39,6 @@ GPU_INPUT_IDS_PER_EDGE = 16
 #: int32), the permuted ids, the loop mask, the gathers
 CPU_PEAK_PER_EDGE = 60
 CPU_OVERHEAD = 1 << 20
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Bytes a graph needs: ``peak`` while it is built, ``resident`` once it is."""
-
-    resident: int
-    peak: int
-
-
-@dataclass
-class PoolPeak:
-    """What CuPy's default memory pool held: at the start of a block, and at most during it."""
-
-    base: int = 0
-    high: int = 0
-
-    @property
-    def peak(self) -> int:
-        """The most the block added over what was held at its start."""
-        return self.high - self.base
-
-
-@contextlib.contextmanager
-def pool_peak() -> Iterator[PoolPeak]:
-    """Measure the pool's high-water mark over a block (the GPU figures above are measured so).
-
-    Frees the pool's cached blocks first, then counts every allocation through the pool; the
-    allocator is put back however the block ends.
-    """
-    import cupy as cp
-
-    pool = cp.get_default_memory_pool()
-    pool.free_all_blocks()
-    cp.cuda.Device().synchronize()
-    seen = PoolPeak(pool.used_bytes(), pool.used_bytes())
-
-    def counting(size: int) -> Any:
-        block = pool.malloc(size)
-        seen.high = max(seen.high, pool.used_bytes())
-        return block
-
-    cp.cuda.set_allocator(counting)
-    try:
-        yield seen
-    finally:
-        cp.cuda.set_allocator(pool.malloc)
 
 
 def _index_bytes(num_vertices: int, num_edges: int) -> int:

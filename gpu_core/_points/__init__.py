@@ -6,6 +6,9 @@ the GPU's for large ``min_samples``); the two backends side by side (``cpu``: Bo
 k-d tree; ``gpu``: Borůvka over a bounding-volume hierarchy on the device); the index either one
 builds once per point set (``index``); the entry points ``euclidean_mst`` and ``single_linkage``
 (``emst``, which states the semantics); the nearest points of an index's own points and of query
-points, which HDBSCAN*'s prediction reads (``neighbours``). Imports ``_backend``, ``_dendrogram``
-and ``errors``.
+points, which HDBSCAN*'s prediction reads (``neighbours``). Points of many coordinates are searched
+by brute force instead (``filter``: the fast distances' error bound; ``brute``: Borůvka over exact
+neighbour lists, both backends; ``brute_cpu``, ``brute_gpu``: their tiled searches with an exact
+recheck); ``estimate`` bounds an index's and a tree's memory; ``warm_up`` compiles what a point-set
+request meets. Imports ``_backend``, ``_dendrogram`` and ``errors``.
 """

@@ -3,6 +3,8 @@
 The index (GPU: the Morton-ordered points and the boxes of their hierarchy, ``gpu``; CPU: SciPy's
 k-d tree, ``cpu``) does not depend on ``min_samples``: :func:`build_point_index` builds it once and
 every tree computed on it reuses it. Validation happens once, where the points enter the engine.
+Points of more coordinates than :data:`SPATIAL_MAX_DIMENSIONS` allows the backend get the
+brute-force index instead (``brute_cpu``, ``brute_gpu``): a spatial index prunes little there.
 """
 
 from __future__ import annotations
@@ -13,9 +15,19 @@ import numpy as np
 
 from .._backend.arrays import is_cupy
 from .._backend.resolve import BACKENDS, Backend, resolve_backend
-from ..errors import PointIndexBackendError
+from ..errors import PointIndexBackendError, PointSetShapeError
 from .tree import EuclideanTree
 from .validate import validate_points
+
+#: the most coordinates a backend's spatial index is used for; above, the brute-force path. CPU: the
+#: k-d tree and brute force meet there at 4 x 10^4 points on one core (bench/NOTES.md); GPU: the
+#: hierarchy's kernels hold at most 32 coordinates, the whole range it had before brute force
+#: existed; where it stops paying below that is for `python -m bench.highdim --crossover` on a GPU
+SPATIAL_MAX_DIMENSIONS: dict[str, int] = {"cpu": 12, "gpu": 32}
+#: the most coordinates the GPU's hierarchy can hold (kMaxDims in kernels/emst.cu)
+GPU_SPATIAL_LIMIT = 32
+#: how the index is searched: "auto" (by SPATIAL_MAX_DIMENSIONS), "spatial" or "brute"
+Search = Literal["auto", "spatial", "brute"]
 
 
 class _IndexState(Protocol):
@@ -97,18 +109,43 @@ def validated(points: Any, backend: Backend) -> tuple[Any, Literal["gpu", "cpu"]
     return validate_points(points, on_device=chosen == "gpu"), chosen, is_cupy(points)
 
 
-def build_index(points: Any, coords: Any, backend: Literal["gpu", "cpu"], from_cupy: bool) -> PointIndex:
-    """The index of validated ``coords`` (``points``: what the caller passed, to know what is a copy)."""
+def build_index(
+    points: Any,
+    coords: Any,
+    backend: Literal["gpu", "cpu"],
+    from_cupy: bool,
+    search: Search = "auto",
+    **engine: Any,
+) -> PointIndex:
+    """The index of validated ``coords`` (``points``: what the caller passed, to know what is a copy).
+    ``search``: the spatial index or brute force (``"auto"``: by :data:`SPATIAL_MAX_DIMENSIONS`; the
+    benchmarks and tests force either); ``engine``: the brute-force searches' options (the filter's
+    precision, tile sizes: ``brute_cpu.HostEngine``)."""
+    n, d = coords.shape
+    brute = search == "brute" or (search == "auto" and d > SPATIAL_MAX_DIMENSIONS[backend])
+    if backend == "gpu" and not brute and d > GPU_SPATIAL_LIMIT:
+        raise PointSetShapeError(
+            f"the GPU's spatial index holds at most {GPU_SPATIAL_LIMIT} coordinates per point; got d={d}.",
+            field="points",
+        )
     state: _IndexState
-    if backend == "gpu":
+    owns = backend == "cpu" and not np.may_share_memory(coords, _host_view(points))
+    if backend == "gpu" and brute:
+        from .brute_gpu import BruteGpuIndex
+
+        state = BruteGpuIndex(coords, **engine)
+    elif backend == "gpu":
         from .gpu import GpuIndex
 
         state = GpuIndex(coords)
+    elif brute:
+        from .brute_cpu import BruteCpuIndex
+
+        state = BruteCpuIndex(coords, owns_coords=owns, **engine)
     else:
         from .cpu import CpuIndex
 
-        state = CpuIndex(coords, owns_coords=not np.may_share_memory(coords, _host_view(points)))
-    n, d = coords.shape
+        state = CpuIndex(coords, owns_coords=owns)
     on_device = backend == "gpu" and from_cupy
     return PointIndex(state, n=int(n), dimensions=int(d), backend=backend, on_device=on_device)
 

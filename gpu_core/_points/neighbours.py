@@ -15,6 +15,7 @@ import numpy as np
 
 from .._backend.arrays import is_cupy, to_host
 from ..errors import PointSetShapeError
+from .brute import BruteIndex
 from .index import PointIndex
 from .validate import validate_points
 
@@ -32,6 +33,8 @@ def _module_of(array: Any) -> Any:
 def index_coordinates(index: PointIndex) -> Array:
     """The index's points in their own order, float64, where the index keeps them."""
     state: Any = index._state
+    if isinstance(state, BruteIndex):
+        return state.coordinates()
     if index.backend == "cpu":
         return state.coords
     dev = state.device
@@ -46,6 +49,11 @@ def kth_distances(index: PointIndex, k: int) -> Array:
     """Each point's distance to its k-th nearest point, itself counted (0 for k <= 1), in the
     index's array module."""
     state: Any = index._state
+    if isinstance(state, BruteIndex):
+        xp = _module_of(state.coordinates())
+        if k <= 1:
+            return xp.zeros(index.n)
+        return xp.sqrt(state.nearest(k)[1][:, k - 1])
     if index.backend == "cpu":
         if k <= 1:
             return np.zeros(index.n)
@@ -96,6 +104,8 @@ def query_neighbours(index: PointIndex, queries: Array, k: int) -> tuple[Array, 
     (distance, index)."""
     state: Any = index._state
     xp = _module_of(queries)
+    if isinstance(state, BruteIndex):  # exact, in this order already
+        return state.query(queries, k)
     if index.backend == "cpu":
         _, ids = state.kdtree.query(queries, k=k)
         ids = np.asarray(ids, dtype=np.int64).reshape(queries.shape[0], k)

@@ -9,8 +9,9 @@ import numpy as np
 from .._backend.arrays import is_cupy, to_host
 from ..errors import ClusteringParameterError, NonFiniteCoordinateError, PointDtypeError, PointSetShapeError
 
-#: the largest number of coordinates per point the engine accepts
-MAX_DIMENSIONS = 32
+#: the largest number of coordinates per point the engine accepts (above the spatial indexes' range,
+#: points are searched by brute force: ``index.SPATIAL_MAX_DIMENSIONS``)
+MAX_DIMENSIONS = 1024
 
 
 def validate_points(points: Any, *, on_device: bool = False) -> Any:

@@ -376,7 +376,7 @@ class _Worker:
 
         started = time.perf_counter()
         # the point sets' compiled host passes (~1 s from Numba's cache) wait for the first point set
-        backend = gpu_core.warm_up(self.config.backend, host_passes=False)  # type: ignore[arg-type]
+        backend = gpu_core.warm_up(self.config.backend, host_passes=False, points=False)  # type: ignore[arg-type]
         self.backend = cast(Literal["gpu", "cpu"], backend)
         probe = self._probe()
         free, total = self._memory()
@@ -728,10 +728,12 @@ class _Worker:
         if not self._host_passes_ready:  # once per worker: no clustering request compiles
             self._host_passes_ready = True
             warm_up_compiled()
-            if self.backend == "gpu":  # the device path from a tree to labels
+            if self.backend == "gpu":  # the device path from a tree to labels, the point-set kernels
                 from gpu_core._clustering.dendrogram_labels import warm_up_device
+                from gpu_core._points.warm_up import warm_up_points
 
                 warm_up_device()
+                warm_up_points("gpu")
         config = self.config
         raw = read_points(path, fmt, config.max_inflated_bytes or 2**63, config.max_compression_ratio or 1e18)
         resident = ResidentPoints(raw, self.backend)

@@ -167,6 +167,34 @@ def test_bad_point_uploads(live: LiveServer, body: dict, code: int, detail: str)
     assert detail in response.json()["detail"]
 
 
+def test_points_of_up_to_the_engines_limit_of_coordinates(live: LiveServer) -> None:
+    """Embeddings (hundreds to a thousand coordinates) upload and compute by brute force; one more
+    coordinate than the limit is a 422 that names it, for JSON rows and for files alike."""
+    limit = gpu_core.MAX_DIMENSIONS
+    assert limit >= 1024
+    rng = np.random.default_rng(11)
+    points = np.concatenate([c + rng.normal(0, 0.05, (30, limit)) for c in rng.uniform(-1, 1, (3, limit))])
+    points = np.round(points, 3)  # short JSON numbers: the test server takes 1 MB of JSON
+    for fmt in ("json", "npy"):
+        record = upload(live, points, fmt)
+        assert record["dims"] == limit and record["num_points"] == 90
+        _, result = run(live, record["id"], "emst", {"min_samples": 4})
+        expected = gpu_core.euclidean_mst(points, min_samples=4, backend="cpu")
+        assert result["weights"] == expected.weights.tolist() and result["src"] == expected.src.tolist()
+        _, result = run(live, record["id"], "hdbscan", {"min_cluster_size": 10})
+        expected_labels = gpu_core.hdbscan(points, min_cluster_size=10, backend="cpu").labels
+        assert result["labels"] == expected_labels.tolist()
+    wide = np.zeros((3, limit + 1))
+    response = live.client.post("/v1/points", json={"points": wide.tolist()})
+    assert response.status_code == 422 and str(limit) in response.json()["detail"], response.text
+    buffer = io.BytesIO()
+    np.save(buffer, wide)
+    response = live.client.post(
+        "/v1/points", params={"format": "npy"}, content=buffer.getvalue(), headers={"content-type": OCTET}
+    )
+    assert response.status_code == 422 and f"between 1 and {limit} coordinates" in response.json()["detail"]
+
+
 def test_bad_point_files_and_jobs(live: LiveServer) -> None:
     for body, detail in (
         (npz_points(np.zeros((3, 2, 2))), "two-dimensional"),

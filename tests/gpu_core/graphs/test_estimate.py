@@ -17,7 +17,7 @@ import pytest
 
 import gpu_core
 from gpu_core import estimate_device_bytes
-from gpu_core._graphs.estimate import pool_peak
+from gpu_core._backend.memory import pool_peak
 
 SIZES = [(1_000, 3_000), (50_000, 400_000), (400_000, 800_000), (20, 300_000)]
 WEIGHTS = [np.int32, np.int64, np.float32, np.float64]

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import gpu_core
+from gpu_core._backend.memory import pool_peak
 from gpu_core._graphs import layout as _layout
-from gpu_core._graphs.estimate import _gpu_bytes, pool_peak
+from gpu_core._graphs.estimate import _gpu_bytes
 from gpu_core._graphs.layout import MAX_GPU_EDGES, WIDE_SLOTS_FROM, slot_layout
 from tests.utils.graphs import DTYPES, EdgeGraph, random_graph, rmat_graph, star_graph
 from tests.utils.oracles import kruskal_edge_ids

@@ -1,0 +1,261 @@
+"""HDBSCAN* of points of many coordinates (the brute-force path) against its floor and its peers.
+
+    python -m bench.highdim [--backend auto] [--n 1e6] [--dims 128] [--min-samples 10] [--k 10]
+        [--precision tf32] [--peer-n 1e5] [--peer-dims 768] [--peers hdbscan,fast_hdbscan] [--no-peers]
+        [--crossover] [--crossover-n 1e5] [--crossover-dims 4,8,12,16,24,32] [--repeats 3] [--cpu]
+        [--out FILE.json]
+
+Data: embeddings-like blobs (``embeddings``: 32 centres on the unit sphere, each point its centre
+plus Gaussian noise of total sd 0.35, 10 % of the points noise on the sphere; seed 0), points on
+the device (CuPy) for the GPU backend. Parts, each the median of ``--repeats`` after a warm-up:
+
+* ``floor``: the exact brute-force k-nearest-neighbour lists (``--k``, the point itself counted) of
+  the points, index build included: the search every exact method pays (what ``hdbscan`` starts
+  with), on the same device in the same run. ``gemm_ms``: the filter's matrix products alone
+  (every tile, nothing selected), the arithmetic under it.
+* ``hdbscan``: ``gpu_core.hdbscan`` of the same points (``--min-samples``, ``min_cluster_size`` 100),
+  its tree's timings (lists, rounds, refreshed points) and the ratio to the floor. Target: <= 3x
+  at 10^6 x 128, min_samples=10, on an H200 or H100.
+* ``peers`` (``--peer-n`` x ``--peer-dims``): ours against the hdbscan library (its defaults, what a
+  user gets: ``algorithm="best"``, an approximate tree, ``core_dist_n_jobs`` = the host's cores)
+  and fast_hdbscan (above 30 coordinates it takes an approximate nearest-neighbour graph from
+  pynndescent), each with ``min_samples`` one less (their convention leaves the point itself out),
+  their labels' agreement with ours (adjusted Rand index). Either peer is skipped where it is not
+  installed. Target: >= 100x both at 10^5 x 768.
+* ``crossover`` (``--crossover``): the spatial index (k-d tree; on the GPU the hierarchy, up to 32
+  coordinates) against brute force, ``min_samples`` 1 and 10, at ``--crossover-n`` points of each
+  of ``--crossover-dims``: where brute force starts to win is ``SPATIAL_MAX_DIMENSIONS``.
+
+``--cpu``: small sizes on the CPU backend, every part, the hdbscan library the only peer (tests/bench
+runs it; fast_hdbscan's first fit compiles for a minute). ``--precision``: the
+GPU filter's arithmetic (``tf32``, ``float32``); the host's is float64. Results as JSON (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import gpu_core
+from gpu_core._points.brute import BruteIndex
+from gpu_core._points.index import build_index, validated
+
+MIN_CLUSTER_SIZE = 100
+
+
+def embeddings(n: int, d: int, seed: int = 0) -> np.ndarray[Any, Any]:
+    """Blobs around 32 centres on the unit sphere (noise sd 0.35 in all, spread over the
+    coordinates) and 10 % of the points scattered on the sphere, as float32 (embeddings' dtype)."""
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(1234).normal(size=(32, d))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    noise = n // 10
+    points = centres[rng.integers(0, 32, n - noise)] + rng.normal(0, 0.35 / np.sqrt(d), (n - noise, d))
+    scattered = rng.normal(size=(noise, d))
+    scattered /= np.linalg.norm(scattered, axis=1, keepdims=True)
+    return np.concatenate([points, scattered]).astype(np.float32)
+
+
+def _sync(backend: str) -> None:
+    if backend == "gpu":
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+
+
+def timed(run: Callable[[], Any], repeats: int, backend: str, warm_up: bool = True) -> float:
+    """Median milliseconds of ``repeats`` calls (after one warm-up call)."""
+    if warm_up:
+        run()
+        _sync(backend)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        _sync(backend)
+        times.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times)
+
+
+def _on(backend: str, array: np.ndarray[Any, Any]) -> Any:
+    if backend == "gpu":
+        import cupy
+
+        return cupy.asarray(array)
+    return array
+
+
+def brute_index(points: Any, backend: str, search: str = "brute", **engine: Any) -> gpu_core.PointIndex:
+    coords, chosen, from_cupy = validated(points, backend)  # type: ignore[arg-type]
+    return build_index(points, coords, chosen, from_cupy, search, **engine)  # type: ignore[arg-type]
+
+
+def floor_and_hdbscan(args: argparse.Namespace, backend: str, engine: dict[str, Any]) -> dict[str, Any]:
+    n, d = int(args.n), args.dims
+    points = _on(backend, embeddings(n, d))
+
+    def knn() -> Any:
+        state: Any = brute_index(points, backend, **engine)._state
+        assert isinstance(state, BruteIndex)
+        return state.nearest(args.k)
+
+    floor_ms = timed(knn, args.repeats, backend)
+    index = brute_index(points, backend, **engine)
+    gemm_ms = timed(lambda: index._state.engine.products_only(), 1, backend)  # type: ignore[attr-defined]
+    runs: list[Any] = []
+
+    def cluster() -> None:
+        runs.append(
+            gpu_core.hdbscan(
+                brute_index(points, backend, **engine), min_cluster_size=MIN_CLUSTER_SIZE,
+                min_samples=args.min_samples,
+            )
+        )  # fmt: skip
+
+    hdbscan_ms = timed(cluster, args.repeats, backend)
+    tree_timings = runs[-1].timings_ms
+    ratio = hdbscan_ms / floor_ms
+    print(f"{n} x {d}, min_samples={args.min_samples}, {backend}: hdbscan {hdbscan_ms:.0f} ms, exact "
+          f"{args.k}-NN floor {floor_ms:.0f} ms (filter GEMMs {gemm_ms:.0f} ms): {ratio:.2f}x the floor; "
+          f"{runs[-1].num_clusters} clusters, {tree_timings.get('refreshed', 0):.0f} points refreshed in "
+          f"{tree_timings.get('rounds', 0):.0f} rounds")  # fmt: skip
+    return {
+        "n": n, "dims": d, "k": args.k, "min_samples": args.min_samples, "floor_ms": floor_ms,
+        "gemm_ms": gemm_ms, "hdbscan_ms": hdbscan_ms, "ratio": ratio, "clusters": runs[-1].num_clusters,
+        "tree_timings_ms": tree_timings,
+    }  # fmt: skip
+
+
+def peers(args: argparse.Namespace, backend: str, engine: dict[str, Any]) -> dict[str, Any]:
+    from sklearn.metrics import adjusted_rand_score
+
+    n, d = int(args.peer_n), args.peer_dims
+    host = embeddings(n, d, seed=2)
+    points = _on(backend, host)
+    results: list[Any] = []
+
+    def ours() -> None:
+        results.append(
+            gpu_core.hdbscan(
+                brute_index(points, backend, **engine), min_cluster_size=MIN_CLUSTER_SIZE,
+                min_samples=args.min_samples,
+            )
+        )  # fmt: skip
+
+    ours_ms = timed(ours, args.repeats, backend)
+    labels = results[-1].labels
+    part: dict[str, Any] = {"n": n, "dims": d, "ours_ms": ours_ms, "clusters": results[-1].num_clusters}
+    print(f"peers at {n} x {d}: ours {ours_ms:.0f} ms ({results[-1].num_clusters} clusters)")
+    cores = os.cpu_count() or 1
+    makers: dict[str, Callable[[], Any]] = {}
+    wanted = set(args.peers.split(","))
+    try:
+        if "hdbscan" not in wanted:
+            raise ImportError
+        import hdbscan
+
+        makers["hdbscan"] = lambda: hdbscan.HDBSCAN(
+            min_cluster_size=MIN_CLUSTER_SIZE, min_samples=args.min_samples - 1, core_dist_n_jobs=cores,
+        )  # fmt: skip
+    except ImportError:
+        print("  hdbscan: not installed (or not asked for), skipped")
+    try:
+        if "fast_hdbscan" not in wanted:
+            raise ImportError
+        import fast_hdbscan
+
+        makers["fast_hdbscan"] = lambda: fast_hdbscan.HDBSCAN(
+            min_cluster_size=MIN_CLUSTER_SIZE, min_samples=args.min_samples - 1
+        )
+    except ImportError:
+        print("  fast_hdbscan: not installed (or not asked for), skipped")
+    for name, make in makers.items():
+        fitted: list[Any] = []
+
+        def fit(make: Callable[[], Any] = make, fitted: list[Any] = fitted) -> None:
+            fitted.append(make().fit(host))
+
+        # one run each (fast_hdbscan after a warm-up call: Numba compiles on its first)
+        theirs = timed(fit, 1, "cpu", warm_up=name == "fast_hdbscan")
+        agreement = float(adjusted_rand_score(labels, fitted[-1].labels_))
+        part[name] = {"ms": theirs, "speedup": theirs / ours_ms, "adjusted_rand": agreement}
+        print(f"  {name}: {theirs:.0f} ms, {theirs / ours_ms:.0f}x; adjusted Rand index {agreement:.4f}")
+    return part
+
+
+def crossover(args: argparse.Namespace, backend: str, engine: dict[str, Any]) -> dict[str, Any]:
+    n = int(args.crossover_n)
+    rows = []
+    for d in (int(x) for x in args.crossover_dims.split(",")):
+        points = _on(backend, embeddings(n, d, seed=3))
+        row: dict[str, Any] = {"dims": d}
+        for search in ("spatial", "brute"):
+            if backend == "gpu" and search == "spatial" and d > 32:
+                continue
+            options = engine if search == "brute" else {}
+            for k in (1, 10):
+
+                def tree(k: int = k, search: str = search, options: Any = options, pts: Any = points) -> Any:
+                    index = brute_index(pts, backend, search, **options)
+                    return gpu_core.euclidean_mst(index, min_samples=k)
+
+                row[f"{search}_k{k}_ms"] = timed(tree, args.repeats, backend)
+        rows.append(row)
+        print("  crossover " + ", ".join(f"{key} {value:.0f}" for key, value in row.items()))
+    wins = [r["dims"] for r in rows if "spatial_k1_ms" in r and r["brute_k1_ms"] <= r["spatial_k1_ms"]
+            and r["brute_k10_ms"] <= r["spatial_k10_ms"]]  # fmt: skip
+    return {"n": n, "rows": rows, "brute_wins_from_dims": min(wins) if wins else None}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--backend", default="auto", choices=("auto", "gpu", "cpu"))
+    parser.add_argument("--n", type=float, default=1e6)
+    parser.add_argument("--dims", type=int, default=128)
+    parser.add_argument("--min-samples", type=int, default=10)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--precision", default=None, choices=("tf32", "float32"), help="the GPU filter's")
+    parser.add_argument("--peer-n", type=float, default=1e5)
+    parser.add_argument("--peer-dims", type=int, default=768)
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--peers", default="hdbscan,fast_hdbscan", help="which peers (comma-separated)")
+    parser.add_argument("--crossover", action="store_true")
+    parser.add_argument("--crossover-n", type=float, default=1e5)
+    parser.add_argument("--crossover-dims", default="4,8,12,16,24,32")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cpu", action="store_true", help="small sizes on the CPU backend")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    if args.cpu:
+        args.backend, args.repeats, args.crossover, args.peers = "cpu", 1, True, "hdbscan"
+        args.n, args.dims, args.peer_n, args.peer_dims = 1500, 64, 800, 128
+        args.crossover_n, args.crossover_dims = 800, "8,24"
+    backend = gpu_core.resolve_backend(args.backend)
+    engine: dict[str, Any] = {"precision": args.precision} if backend == "gpu" and args.precision else {}
+    record: dict[str, Any] = {
+        "benchmark": "highdim", "backend": backend, "host": platform.node(), "cpus": os.cpu_count(),
+        "min_cluster_size": MIN_CLUSTER_SIZE, "repeats": args.repeats, "precision": args.precision,
+    }  # fmt: skip
+    record["floor_and_hdbscan"] = floor_and_hdbscan(args, backend, engine)
+    if not args.no_peers:
+        record["peers"] = peers(args, backend, engine)
+    if args.crossover:
+        record["crossover"] = crossover(args, backend, engine)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
+    return record
+
+
+if __name__ == "__main__":
+    main()

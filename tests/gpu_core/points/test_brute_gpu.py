@@ -1,0 +1,143 @@
+"""The GPU's brute-force path returns the CPU backend's arrays bit for bit (and both equal brute force).
+
+Marked ``gpu``: skipped where no CUDA device is visible. The same boundaries as test_brute.py, on
+the device's filters (TF32 and IEEE float32 products): 33 to 1,024 coordinates, exact ties, near-ties
+closer than the filter's error, duplicates, tiles, blocks and buffers that do not divide n (small
+ones, so that every path of ``kernels/brute.cu`` runs: full buffers scanned again, thresholds from
+a later tile), lists wider than the device sorts (the host's searches), CuPy points, prediction.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import gpu_core
+from gpu_core._points.brute_gpu import BruteGpuIndex
+from gpu_core._points.index import build_index
+from gpu_core._points.neighbours import kth_distances, query_neighbours
+from tests.gpu_core.points.test_brute import assert_oracle, far_clusters
+from tests.utils.points import blobs, point_sets, random_points
+
+pytestmark = pytest.mark.gpu
+
+
+def same(gpu: gpu_core.EuclideanTree, cpu: gpu_core.EuclideanTree, name: str) -> None:
+    assert gpu.backend == "gpu" and cpu.backend == "cpu"
+    assert np.array_equal(gpu.src, cpu.src), name
+    assert np.array_equal(gpu.dst, cpu.dst), name
+    assert np.array_equal(gpu.weights, cpu.weights), name
+    assert gpu.total_weight == cpu.total_weight, name
+    if cpu.core_distances is None:
+        assert gpu.core_distances is None, name
+    else:
+        assert gpu.core_distances is not None and np.array_equal(gpu.core_distances, cpu.core_distances), name
+
+
+def device_tree(points: np.ndarray, k: int, **engine) -> gpu_core.EuclideanTree:
+    index = BruteGpuIndex(np.ascontiguousarray(points, dtype=np.float64), **engine)
+    return index.tree(k, time.perf_counter(), True, False)
+
+
+@pytest.mark.parametrize("d", [33, 64, 128, 768, 1024])
+@pytest.mark.parametrize("k", [1, 2, 10])
+def test_gpu_equals_cpu_at_many_coordinates(d: int, k: int) -> None:
+    sets = (*point_sets(150, d, seed=d), blobs(d, 2000, d, centers=7, spread=0.2))
+    for ps in sets:
+        gpu = gpu_core.euclidean_mst(ps.points, min_samples=k, backend="gpu")
+        cpu = gpu_core.euclidean_mst(ps.points, min_samples=k, backend="cpu")
+        same(gpu, cpu, f"{ps.name} k={k}")
+        if ps.points.shape[0] <= 150:
+            assert_oracle(cpu, ps.points, k, ps.name)
+
+
+@pytest.mark.parametrize("precision", ["tf32", "float32"])
+@pytest.mark.parametrize(("tile", "block", "cap"), [(37, 16, 32), (1000, 333, 64), (16384, 8192, 256)])
+def test_filters_tiles_blocks_and_buffers(precision: str, tile: int, block: int, cap: int) -> None:
+    sets = (
+        far_clusters(8, 160, 48),  # near-ties inside the filter's error: its own order is wrong
+        *point_sets(300, 40, seed=4),  # duplicates, collinear points, grids: exact ties
+        blobs(5, 1001, 96, centers=5, spread=0.3),
+    )
+    for ps in sets:
+        for k in (1, 3, 12):
+            gpu = device_tree(ps.points, k, precision=precision, tile=tile, block=block, cap=cap)
+            same(gpu, gpu_core.euclidean_mst(ps.points, min_samples=k, backend="cpu"), f"{ps.name} k={k}")
+
+
+def test_equal_distances_and_duplicates_break_by_index() -> None:
+    d = 40
+    eye = np.eye(d)
+    pts = np.concatenate([eye, -eye, 2 * eye, np.zeros((40, d))])  # many equidistant points, 40 copies
+    for k in (1, 2, 6, 45):
+        gpu = device_tree(pts, k, tile=50, block=20, cap=32)
+        cpu = gpu_core.euclidean_mst(pts, min_samples=k, backend="cpu")
+        same(gpu, cpu, f"lattice k={k}")
+        assert_oracle(cpu, pts, k, "lattice")
+
+
+def test_n_not_a_multiple_of_the_default_tile() -> None:
+    ps = blobs(9, 16384 + 8192 + 5, 33, centers=12, spread=0.25)
+    for k in (1, 10):
+        same(
+            gpu_core.euclidean_mst(ps.points, min_samples=k, backend="gpu"),
+            gpu_core.euclidean_mst(ps.points, min_samples=k, backend="cpu"),
+            ps.name,
+        )
+
+
+def test_lists_wider_than_the_device_sorts_use_the_host() -> None:
+    ps = blobs(3, 700, 50, centers=3, spread=0.3)
+    cpu = gpu_core.euclidean_mst(ps.points, min_samples=250, backend="cpu")
+    same(device_tree(ps.points, 250), cpu, ps.name)
+
+
+def test_brute_force_equals_the_hierarchy_below_33_coordinates() -> None:
+    for d in (2, 8, 20, 32):
+        for ps in (random_points(d, 3000, d), blobs(d, 3000, d, centers=6)):
+            coords = np.ascontiguousarray(ps.points, dtype=np.float64)
+            spatial = build_index(ps.points, coords, "gpu", False, search="spatial")
+            brute = build_index(ps.points, coords, "gpu", False, search="brute")
+            for k in (1, 5):
+                a = gpu_core.euclidean_mst(spatial, min_samples=k)
+                b = gpu_core.euclidean_mst(brute, min_samples=k)
+                assert np.array_equal(a.src, b.src) and np.array_equal(a.dst, b.dst), ps.name
+                assert np.array_equal(a.weights, b.weights), ps.name
+
+
+def test_cupy_points_hdbscan_and_prediction() -> None:
+    import cupy
+
+    ps = blobs(13, 3000, 128, centers=6, spread=0.2)
+    on_device = gpu_core.euclidean_mst(cupy.asarray(ps.points), min_samples=5, backend="gpu")
+    assert isinstance(on_device.src, cupy.ndarray) and isinstance(on_device.weights, cupy.ndarray)
+    cpu = gpu_core.euclidean_mst(ps.points, min_samples=5, backend="cpu")
+    assert np.array_equal(cupy.asnumpy(on_device.weights), cpu.weights)
+    a = gpu_core.hdbscan(cupy.asarray(ps.points), min_cluster_size=20, backend="gpu")
+    b = gpu_core.hdbscan(ps.points, min_cluster_size=20, backend="cpu")
+    assert np.array_equal(a.labels, b.labels) and np.array_equal(a.probabilities, b.probabilities)
+    gpu_model = gpu_core.HDBSCAN(min_cluster_size=20, backend="gpu").fit(ps.points)
+    cpu_model = gpu_core.HDBSCAN(min_cluster_size=20, backend="cpu").fit(ps.points)
+    new = ps.points[:200] + np.random.default_rng(1).normal(0, 0.05, (200, 128))
+    got = gpu_core.approximate_predict(gpu_model, new)
+    want = gpu_core.approximate_predict(cpu_model, new)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_query_lists_and_core_distances_equal_the_cpus() -> None:
+    import cupy
+
+    rng = np.random.default_rng(3)
+    train = np.round(rng.random((2000, 64)) * 3)  # a coarse grid: many equal distances
+    train[10:40] = train[0]
+    queries = np.concatenate([train[:50], np.round(rng.random((300, 64)) * 3)])
+    gpu = gpu_core.build_point_index(cupy.asarray(train), backend="gpu")
+    cpu = gpu_core.build_point_index(train, backend="cpu")
+    assert isinstance(gpu._state, BruteGpuIndex)
+    for k in (1, 7, 40):
+        ids, w2 = query_neighbours(gpu, cupy.asarray(queries), k)
+        ids_c, w2_c = query_neighbours(cpu, queries, k)
+        assert np.array_equal(cupy.asnumpy(ids), ids_c) and np.array_equal(cupy.asnumpy(w2), w2_c)
+        assert np.array_equal(cupy.asnumpy(kth_distances(gpu, k)), kth_distances(cpu, k))

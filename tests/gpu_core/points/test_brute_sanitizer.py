@@ -1,0 +1,52 @@
+"""The brute-force kernels (``kernels/brute.cu``) under ``compute-sanitizer``: no bad access, no race.
+
+Small sets that take every path: tiles, blocks and buffers that do not divide n (full buffers
+scanned again from where they stopped), thresholds that come from a later tile, components masked
+and skipped, duplicates and near-ties, both filter precisions, and query lists.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.utils.sanitizer import assert_clean_under_sanitizer
+
+SCRIPT = textwrap.dedent(
+    """
+    import time
+
+    import cupy
+    import numpy as np
+
+    cupy.cuda.set_allocator(None)
+    cupy.cuda.set_pinned_memory_allocator(None)
+
+    import gpu_core
+    from gpu_core._points.brute_gpu import BruteGpuIndex
+    from gpu_core._points.neighbours import query_neighbours
+    from tests.gpu_core.points.test_brute import far_clusters
+    from tests.utils.points import point_sets
+
+    sets = [*point_sets(61, 40, seed=1), far_clusters(2, 45, 33)]
+    for ps in sets:
+        for precision, tile, block, cap in (("tf32", 13, 7, 32), ("float32", 64, 64, 64)):
+            index = BruteGpuIndex(np.ascontiguousarray(ps.points, dtype=np.float64),
+                                  precision=precision, tile=tile, block=block, cap=cap)
+            for k in (1, 3):
+                gpu = index.tree(k, time.perf_counter(), True, False)
+                cpu = gpu_core.euclidean_mst(ps.points, min_samples=k, backend="cpu")
+                assert np.array_equal(gpu.src, cpu.src) and np.array_equal(gpu.weights, cpu.weights), ps.name
+            index.query(cupy.asarray(ps.points[:9], dtype=cupy.float64), 5)
+    cupy.cuda.runtime.deviceSynchronize()
+    print("sanitized ok")
+    """
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+def test_brute_force_kernels_under_compute_sanitizer(tool: str) -> None:
+    assert_clean_under_sanitizer(tool, SCRIPT)
