@@ -88,6 +88,7 @@ from ..errors import (
 from ..limits import check_vertices
 from ..storage import npzio
 from ..timing import Steps
+from .restarts import RunStamp
 
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
     import gpu_core
@@ -164,8 +165,9 @@ class Reply:
     after: Callable[[], None]
 
 
-def main(conn: Connection, heartbeat: Any, config: WorkerConfig) -> None:
-    """Entry point of the worker process."""
+def main(conn: Connection, heartbeat: Any, config: WorkerConfig, running: Any = None) -> None:
+    """Entry point of the worker process. ``running``: the shared ``RawArray('q', 2)`` of its
+    :class:`~.restarts.RunStamp` (which requests it is computing, read by the supervisor if it dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the API, which stops its workers
     if config.cuda_device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = config.cuda_device
@@ -176,6 +178,7 @@ def main(conn: Connection, heartbeat: Any, config: WorkerConfig) -> None:
     beat.start()
     try:
         worker = _Worker(config)
+        worker.stamp = RunStamp(running)
         info = worker.start()
     except BaseException as exc:
         conn.send(("failed", _portable(exc)))
@@ -358,6 +361,8 @@ class _Worker:
         self.tmp_dir = Path(config.tmp_dir)
         #: whether the compiled HDBSCAN* / single-linkage host passes are loaded (first point set)
         self._host_passes_ready = False
+        #: which requests it computes now (the supervisor reads it if this process dies)
+        self.stamp = RunStamp()
         self._handlers: dict[str, Callable[..., dict[str, Any] | Reply]] = {
             LOAD: self.load,
             MST: self.mst,
@@ -484,11 +489,13 @@ class _Worker:
                 except (EOFError, OSError):
                     return
                 if more:
+                    self.stamp.begin(req_id, more[-1][0])
                     replies, fatal = self.oneshots([(req_id, args), *more])
                     try:
                         _send_all(conn, replies)
                     except (OSError, ValueError):
                         return
+                    self.stamp.end()
                     if fatal:
                         return
                     continue
@@ -498,12 +505,15 @@ class _Worker:
                 except (EOFError, OSError):
                     return
                 if same:
+                    self.stamp.begin(req_id, same[-1][0])
                     if not self._serve_same(conn, req_id, args, same):
                         return
                     continue
+            self.stamp.begin(req_id, req_id)
             ok, payload, after, fatal = self.handle(op, args)
             try:
                 conn.send((req_id, ok, payload))
+                self.stamp.end()  # its result file is written behind the reply: nothing runs then
                 if after is not None:
                     conn.send((STORED, req_id, self._after(after)))
             except (OSError, ValueError):
@@ -524,6 +534,7 @@ class _Worker:
             conn.send((req_id, ok, payload))
             for rid, _ in same:  # the followers' results say that they shared the computation
                 conn.send((rid, ok, dict(payload, coalesced=True) if ok else payload))
+            self.stamp.end()
             if after is not None:
                 stored = self._after(after)
                 conn.send((STORED, req_id, stored))
