@@ -8,8 +8,10 @@ actors (CPU) of a local Ray cluster the server starts.
 * a graph uploaded with ``?shards=2`` has one shard on each actor and answers the forest of the
   whole graph (and again after the kill, the stuck actor and the restart below);
 * an actor SIGKILLed while it runs a job (stopped first, so the job is surely in its hands): the
-  job ends ``failed`` with ``worker_lost``, a new actor replaces it (one restart), the graphs placed
-  on it are loaded again from the spool and answer exactly; the other actor is untouched;
+  job ends ``failed`` with ``worker_lost``; the jobs handed behind it (the handle keeps one request
+  in flight, the others wait their turn) run on the new actor that replaces it (one restart); the
+  graphs placed on it are loaded again from the spool and answer exactly; the other actor is
+  untouched;
 * an actor stopped (SIGSTOP) is killed once its heartbeat is older than MST_HEARTBEAT_TIMEOUT_S
   and replaced, its graphs reloaded;
 * a restart of the server (SIGTERM, the Ray cluster stops with it, no actor process left) keeps
@@ -216,14 +218,20 @@ def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray
     try:
         job_id = ray_server.submit(third["id"]).json()["id"]
         assert ray_server.poll(job_id, until=("running", "succeeded", "failed"))["status"] == "running"
+        behind = [ray_server.submit(third["id"]).json()["id"] for _ in range(2)]
+        for queued in behind:  # handed too, waiting for their turn on the actor
+            assert ray_server.poll(queued, until=("running", "succeeded", "failed"))["status"] == "running"
     finally:
         os.kill(pid, signal.SIGKILL)
     job = ray_server.poll(job_id)
     assert job["status"] == "failed" and job["error"]["type"] == "worker_lost", job
     assert "was lost" in job["error"]["message"], job
+    for queued in behind:  # never started: they run on the new actor
+        assert ray_server.poll(queued)["status"] == "succeeded"
 
     now = wait_replaced(ray_server, victim, pid)
     assert now["restarts"] == 1 and "Ray actor died" in now["last_error"], now
+    assert (now["requests_lost"], now["requests_resent"]) == (1, 2), now
     assert gone([pid])
     untouched = workers(ray_server)[1 - victim]
     assert (untouched["pid"], untouched["restarts"]) == (other["pid"], 0), untouched
