@@ -223,6 +223,9 @@ class RayWorkerHandle(WorkerHandle):
             self._calling = request.req_id
             self._background(self._answer(ref, request.req_id, self.generation))
 
+    def _wants_spare(self) -> bool:
+        return False  # no standby actor: Ray places a new actor when one dies
+
     def _running_ids(self) -> range:
         """The request in flight (one at a time): the actor was running it, or about to."""
         return range(self._calling, self._calling + 1) if self._in_flight else range(0)

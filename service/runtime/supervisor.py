@@ -91,6 +91,10 @@ WorkerState = Literal["starting", "reloading", "ready", "dead", "stopped"]
 MAX_IN_FLIGHT = 2 * worker_module.MAX_COALESCED
 #: batched tasks (one-shots) handed at once, whatever MST_DISPATCH_DEPTH says: two batches' worth
 BATCHED_DEPTH = 2 * worker_module.MAX_COALESCED
+#: standby processes that may die in a row before they are warm before the worker gives up on one
+SPARE_ATTEMPTS = 3
+#: pause before a new standby after one died (doubled for each in a row that died cold)
+SPARE_PAUSE_S = 1.0
 _MP = multiprocessing.get_context("spawn")
 
 
@@ -121,6 +125,21 @@ class Residency:
     last_used: float = field(default_factory=time.monotonic)
     #: how long its last reload took on the worker, in milliseconds
     reload_ms: float | None = None
+
+
+@dataclass
+class Spare:
+    """A warmed-up worker process waiting to take the worker's place (``MST_STANDBY_WORKER``)."""
+
+    process: Any
+    conn: Connection
+    heartbeat: Any
+    #: its RunStamp's shared array
+    running: Any
+    generation: int
+    spawned_at: float
+    #: its ``ready`` info once it is warm
+    info: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +228,17 @@ class WorkerHandle:
         self._unsent = bytearray()
         self._writing = False  # the loop waits for the pipe to drain (add_writer)
         self._ids = itertools.count(1)
+        #: numbers of the processes started (the worker's, the standby's): messages name theirs
+        self._generations = itertools.count(1)
+        self._spawned_at = 0.0
+        #: time.monotonic() when the last death was seen (see last_restart_ms)
+        self._died_at: float | None = None
+        #: milliseconds from the last death seen to a process taking requests again
+        self.last_restart_ms: float | None = None
+        #: the warm spare process (MST_STANDBY_WORKER), its start in progress, its failed starts
+        self._spare: Spare | None = None
+        self._spare_starting = False
+        self._spare_failures = 0
         self._stopping = False
         self._dispatcher: asyncio.Task[None] | None = None
         self._restart_task: asyncio.Task[None] | None = None
@@ -251,21 +281,29 @@ class WorkerHandle:
         return process, parent, heartbeat, running
 
     async def _spawn(self) -> None:
+        spawned_at = time.monotonic()
         process, conn, heartbeat, running = await asyncio.to_thread(self._spawn_blocking)
-        self.generation += 1
+        generation = next(self._generations)
+        self._take(process, conn, heartbeat, running, generation, spawned_at)
+        assert self._loop is not None
+        self._loop.add_reader(conn.fileno(), self._readable, conn, process, generation, bytearray())
+        log.info("worker %d started (pid %d, backend %s)", self.index, process.pid, self.config.backend)
+
+    def _take(
+        self, process: Any, conn: Connection, heartbeat: Any, running: Any, generation: int, spawned_at: float
+    ) -> None:
+        """Make ``process`` the worker's (a new one, or the standby taking over)."""
+        self.generation = generation
         self._process, self._conn, self._heartbeat = process, conn, heartbeat
         self._stamp = RunStamp(running)
         self.state = "starting"
         self._served = False
-        self.started_at = time.monotonic()
+        self.started_at = self._spawned_at = spawned_at
         self._in_flight = 0
         self._alone = None
         self._outbox.clear()
         self._unsent.clear()
         self._writing = False
-        assert self._loop is not None
-        self._loop.add_reader(conn.fileno(), self._readable, conn, process, self.generation, bytearray())
-        log.info("worker %d started (pid %d, backend %s)", self.index, process.pid, self.config.backend)
 
     def _readable(self, conn: Connection, process: Any, generation: int, inbox: bytearray) -> None:
         """The pipe has data: handle every whole message there.
@@ -302,6 +340,8 @@ class WorkerHandle:
 
     def _on_message(self, generation: int, message: tuple[Any, ...]) -> None:
         if generation != self.generation:
+            if self._spare is not None and generation == self._spare.generation:
+                self._spare_message(message)
             return
         head = message[0]
         if head == "ready":
@@ -336,7 +376,13 @@ class WorkerHandle:
     def _on_ready(self, info: dict[str, Any]) -> None:
         self.info = info
         self.free_bytes, self.total_bytes = int(info["free_bytes"]), int(info["total_bytes"])
-        self.startup_ms = dict(info.get("startup_ms", {}))
+        # the process's own start-up; "process": from the spawn to its entry point (interpreter and
+        # the worker module's imports), on the system-wide monotonic clock both sides read
+        self.startup_ms = {"process": round((info.get("entered_at", 0.0) - self._spawned_at) * 1e3, 3)}
+        self.startup_ms.update(info.get("startup_ms", {}))
+        if self._died_at is not None:
+            self.last_restart_ms = round((time.monotonic() - self._died_at) * 1e3, 3)
+            self._died_at = None
         self.state = "reloading"
         self._ready_generation = self.generation
         self._begin_reloads()
@@ -385,7 +431,12 @@ class WorkerHandle:
             name = f"reload-{self.index}"
             self._reloader = asyncio.create_task(self._reload_all(self.generation), name=name)
         elif not self._reloading and self.state == "reloading":
-            self.state = "ready"
+            self._reloaded()
+
+    def _reloaded(self) -> None:
+        """Every dataset placed here is back: the worker is ``ready``; a standby may start now."""
+        self.state = "ready"
+        self._ensure_spare()
 
     async def _reload_all(self, generation: int) -> None:
         """Reload the datasets of the current process one at a time (jobs for those already back
@@ -403,7 +454,7 @@ class WorkerHandle:
             await self._reload(graph_id)
             await self._let_dispatch()
         if generation == self.generation and self.state == "reloading" and not self._reloading:
-            self.state = "ready"
+            self._reloaded()
 
     async def _let_dispatch(self) -> None:
         """Let the dispatcher hand the queued tasks it can before the next reload goes into the pipe.
@@ -493,8 +544,12 @@ class WorkerHandle:
         return self._stamp.running()
 
     def _on_exit(self, generation: int) -> None:
+        if self._spare is not None and generation == self._spare.generation:
+            self._spare_exited()
+            return
         if generation != self.generation or self.state in ("dead", "stopped"):
             return
+        self._died_at = time.monotonic()
         code = None if self._process is None else self._process.exitcode
         was = self.state
         self.state = "stopped" if self._stopping else "dead"
@@ -590,6 +645,9 @@ class WorkerHandle:
             self._failures_in_row += 1  # died before answering anything: back off
         delay = min(0.2 * 2 ** min(self._failures_in_row, 8), 30.0)
         self.restarts += 1
+        if self._spare is not None and not self._stopping:
+            self._promote()  # warm already: no pause, no start
+            return
         await asyncio.sleep(delay)
         if not self._stopping:
             await self._spawn()
@@ -610,6 +668,7 @@ class WorkerHandle:
         self._stopping = True
         if self._restart_task is not None:
             self._restart_task.cancel()
+        spare = self._stop_spare()
         deadline = time.monotonic() + timeout
         while self.running and self.accepting and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -632,6 +691,108 @@ class WorkerHandle:
             await asyncio.to_thread(process.join, timeout)
         self.state = "stopped"
         self._sort_out_requests(WorkerLostError(f"worker {self.index} stopped with the service."))
+        if spare is not None:
+            await asyncio.to_thread(spare.join, timeout)
+            if spare.is_alive():
+                spare.kill()
+
+    # -- standby: a warm spare process (MST_STANDBY_WORKER) -----------------------------------
+
+    def _wants_spare(self) -> bool:
+        setting = self._settings.standby_worker
+        wanted = setting == "on" or (setting == "auto" and self.config.backend == "gpu")
+        return wanted and not self._stopping and self._spare_failures < SPARE_ATTEMPTS
+
+    def _ensure_spare(self) -> None:
+        """Start a spare process if the worker should have one and has none."""
+        if self._wants_spare() and self._spare is None and not self._spare_starting:
+            self._background(self._spawn_spare())
+
+    async def _spawn_spare(self) -> None:
+        self._spare_starting = True
+        try:
+            spawned_at = time.monotonic()
+            process, conn, heartbeat, running = await asyncio.to_thread(self._spawn_blocking)
+        finally:
+            self._spare_starting = False
+        spare = Spare(process, conn, heartbeat, running, next(self._generations), spawned_at)
+        self._spare = spare
+        assert self._loop is not None
+        self._loop.add_reader(conn.fileno(), self._readable, conn, process, spare.generation, bytearray())
+        log.info("worker %d: standby process started (pid %d)", self.index, process.pid)
+        if self._stopping:
+            process.kill()
+
+    def _spare_message(self, message: tuple[Any, ...]) -> None:
+        assert self._spare is not None
+        if message[0] == "ready":
+            self._spare.info = message[1]
+            self._spare_failures = 0
+            log.info("worker %d: standby process (pid %d) warm", self.index, self._spare.process.pid)
+        elif message[0] == "failed":
+            log.error("worker %d: standby process failed to start: %s", self.index, message[1])
+
+    def _spare_exited(self) -> None:
+        spare, self._spare = self._spare, None
+        assert spare is not None
+        spare.conn.close()
+        if self._stopping:
+            return
+        if spare.info is None:
+            self._spare_failures += 1
+        if self._spare_failures >= SPARE_ATTEMPTS:
+            log.error(
+                "worker %d: %d standby processes in a row died before they were warm; no standby "
+                "from now on (see MST_STANDBY_WORKER)",
+                self.index,
+                SPARE_ATTEMPTS,
+            )
+            return
+        log.warning(
+            "worker %d: standby process (pid %s) exited; starting another", self.index, spare.process.pid
+        )
+
+        async def later() -> None:
+            await asyncio.sleep(SPARE_PAUSE_S * 2**self._spare_failures)
+            if self.state == "ready":  # else it starts once the worker is ready again
+                self._ensure_spare()
+
+        self._background(later())
+
+    def _promote(self) -> None:
+        """The spare process takes the dead worker's place (warm: it takes requests at once)."""
+        spare, self._spare = self._spare, None
+        assert spare is not None and self._loop is not None
+        self._take(
+            spare.process, spare.conn, spare.heartbeat, spare.running, spare.generation, spare.spawned_at
+        )
+        log.info("worker %d: the standby process (pid %d) takes over", self.index, spare.process.pid)
+        if spare.info is not None:
+            self._on_ready(spare.info)
+        # else its "ready" message comes as this worker's
+
+    def check_spare(self, now: float) -> None:
+        """Kill a spare whose heartbeat is stale, or that is not warm within the start timeout."""
+        spare = self._spare
+        if spare is None:
+            return
+        if spare.info is None and now - spare.spawned_at > self._settings.worker_start_timeout_s:
+            log.error("worker %d: standby not warm within MST_WORKER_START_TIMEOUT_S; killing it", self.index)
+            spare.process.kill()
+        elif (
+            spare.info is not None and now - float(spare.heartbeat.value) > self._settings.heartbeat_timeout_s
+        ):
+            log.error("worker %d: standby heartbeat stale; killing it", self.index)
+            spare.process.kill()
+
+    def _stop_spare(self) -> Any:
+        """Ask the spare process to stop; the process (to join), or None."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        with contextlib.suppress(OSError):
+            os.write(spare.conn.fileno(), worker_module.framed((worker_module.STOP, 0)))
+        return spare.process
 
     def _background(self, work: Awaitable[None]) -> None:
         """Run ``work`` without awaiting it, keeping a reference until it is done."""
@@ -984,6 +1145,10 @@ class WorkerHandle:
             "requests_resent": self.requests_resent,
             "requests_lost": self.requests_lost,
             "startup_ms": self.startup_ms,
+            "last_restart_ms": self.last_restart_ms,
+            "standby": None
+            if self._spare is None
+            else {"pid": self._spare.process.pid, "state": "warm" if self._spare.info else "starting"},
         }
 
 
@@ -1194,6 +1359,7 @@ class Supervisor:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for handle in self.workers:
+                handle.check_spare(now)
                 if handle.state in ("dead", "stopped"):
                     continue
                 age = handle.heartbeat_age()

@@ -342,6 +342,8 @@ def test_gpu_actors_one_per_gpu_exact_and_one_killed_is_replaced(server_factory:
 def test_settings_of_one_pool_are_refused_with_the_other() -> None:
     with pytest.raises(ValidationError, match="unset MST_GPUS"):
         Settings(worker_pool="ray", gpus=[0])
+    with pytest.raises(ValidationError, match="the Ray pool has none"):
+        Settings(worker_pool="ray", standby_worker="on")
     with pytest.raises(ValidationError, match="unset MST_CPU_WORKERS"):
         Settings(worker_pool="ray", cpu_workers=2)
     with pytest.raises(ValidationError, match="MST_RAY_ADDRESS and MST_RAY_WORKERS set, but MST_WORKER_POOL"):

@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -317,3 +318,48 @@ def test_jobs_wait_for_their_graphs_reload_while_graphs_already_back_answer(
     assert late.json()["status"] == "succeeded", late.text
     check_result(server, late.json()["id"], big)
     assert worker0(server)["reloads_pending"] == 0 and worker0(server)["state"] == "ready"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def test_a_warm_standby_takes_over_at_once_and_another_follows(server_factory: ServerFactory) -> None:
+    """``MST_STANDBY_WORKER=on``: a warmed-up spare process waits beside the worker; when the worker
+    is SIGKILLed the spare takes its place (it is the new worker), reloads its graphs and answers;
+    a new spare starts once the worker is ready again. A spare that dies is replaced without
+    touching the worker; none is left behind when the service stops."""
+    server = server_factory(MST_STANDBY_WORKER="on")
+    graph = random_graph(60, 300, 2000)
+    graph_id = server.upload_npz(*graph)["id"]
+
+    def warm_spare(not_pids: tuple[int, ...] = ()) -> int:
+        until(
+            lambda: (s := worker0(server)["standby"]) is not None
+            and s["state"] == "warm"
+            and s["pid"] not in not_pids,
+            "a warm standby",
+        )
+        pid: int = worker0(server)["standby"]["pid"]
+        return pid
+
+    spare = warm_spare()
+    pid = server.worker_pid()
+    os.kill(pid, signal.SIGKILL)
+    worker = ready_after(server, pid)
+    assert worker["pid"] == spare and worker["restarts"] == 1, worker  # the spare took over
+    job = server.submit(graph_id, wait=30).json()
+    assert job["status"] == "succeeded", job
+    check_result(server, job["id"], graph)
+    second = warm_spare(not_pids=(pid, spare))
+
+    os.kill(second, signal.SIGKILL)  # the spare dies: the worker goes on, another spare comes
+    third = warm_spare(not_pids=(pid, spare, second))
+    worker = worker0(server)
+    assert (worker["pid"], worker["restarts"]) == (spare, 1), worker
+    assert server.submit(graph_id, wait=30).json()["status"] == "succeeded"
+    server.stop()
+    until(lambda: not _alive(third) and not _alive(spare), "every worker process gone", timeout=15)
