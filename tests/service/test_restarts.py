@@ -338,9 +338,11 @@ def test_a_warm_standby_takes_over_at_once_and_another_follows(server_factory: S
 
     def warm_spare(not_pids: tuple[int, ...] = ()) -> int:
         until(
-            lambda: (s := worker0(server)["standby"]) is not None
-            and s["state"] == "warm"
-            and s["pid"] not in not_pids,
+            lambda: (
+                (s := worker0(server)["standby"]) is not None
+                and s["state"] == "warm"
+                and s["pid"] not in not_pids
+            ),
             "a warm standby",
         )
         pid: int = worker0(server)["standby"]["pid"]
