@@ -345,8 +345,9 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     with server.client() as c:
                         worker = _worker(c)
-                    run = {**{k: round(v, 4) for k, v in server.times.items()},
-                           "startup_ms": worker["startup_ms"], "device": worker.get("device")}  # fmt: skip
+                    run: dict[str, Any] = {k: round(v, 4) for k, v in server.times.items()}
+                    for key in ("plan_ms", "startup_ms", "device"):
+                        run[key] = worker.get(key)
                     if i == args.repeats:
                         run["first_jobs"] = _first_jobs(server)
                 finally:
@@ -417,7 +418,7 @@ def _print_summary(record: dict[str, Any]) -> None:
         m = record["start"]["median"]
         split = ", ".join(f"{k} {v:.0f}" for k, v in (m.get("startup_ms") or {}).items() if v is not None)
         print(f"- start (empty data dir): API up {m['healthz_s']:.2f} s, ready {m['ready_s']:.2f} s; "
-              f"worker (ms): {split}")  # fmt: skip
+              f"planning the workers (GPU probe) {m['plan_ms']} ms; worker (ms): {split}")  # fmt: skip
         for task, runs in record["first_jobs"].items():
             second = runs.get("second")
             print(f"  - first {task}: {runs['first']}" + (f", second: {second}" if second else ""))

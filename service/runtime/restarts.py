@@ -123,22 +123,13 @@ def triage(pending: Iterable[Request], running: Collection[int]) -> Triage:
     return out
 
 
-def next_reload(
-    waiting: Collection[str],
-    held: Iterable[str],
-    tasks: Iterable[Any],
-    last_used: Mapping[str, float],
-) -> str | None:
-    """The dataset to reload next, of those ``waiting``: the first one a held request needs
-    (``held``, oldest first), else the first one a handed or queued task needs (``tasks``, in
-    queue order), else the most recently used."""
-    for dataset in held:
-        if dataset in waiting:
-            return dataset
-    for task in tasks:
-        needed = getattr(task, "graph_id", None)
-        if needed in waiting:
-            return str(needed)
-    if not waiting:
+def next_reload(waiting: Collection[str], needed: Iterable[str], sizes: Mapping[str, int]) -> str | None:
+    """The dataset to reload next, of those ``waiting``: the smallest of those that held requests,
+    handed or queued tasks need (``needed``), else the smallest. One reload at a time blocks the
+    worker's pipe, so small datasets first keep the waits short (a job on a dataset back already
+    waits at most for the reload in progress)."""
+    wanted = {dataset for dataset in needed if dataset in waiting}
+    pool = wanted or set(waiting)
+    if not pool:
         return None
-    return max(waiting, key=lambda d: last_used.get(d, 0.0))
+    return min(pool, key=lambda d: (sizes.get(d, 0), d))

@@ -224,6 +224,8 @@ class WorkerHandle:
         self._ready_generation = 0
         #: the last start's phases (ms), as the worker measured them (see worker._Worker.start)
         self.startup_ms: dict[str, float] = {}
+        #: what deciding on the workers took at the service's start (ms; MST_BACKEND=auto probes GPUs)
+        self.plan_ms: float | None = None
         #: framed requests not yet written to the pipe (whole messages are appended, see _flush)
         self._unsent = bytearray()
         self._writing = False  # the loop waits for the pipe to drain (add_writer)
@@ -442,13 +444,11 @@ class WorkerHandle:
         """Reload the datasets of the current process one at a time (jobs for those already back
         go into the pipe between them), in :func:`~.restarts.next_reload` order."""
         while generation == self.generation and self.accepting:
-            held = sorted(self._held.items(), key=lambda item: item[1][0].seq)
-            graph_id = next_reload(
-                self._reload_unsent,
-                (dataset for dataset, _ in held),
-                itertools.chain(self.running, self._tasks),
-                {g: r.last_used for g, r in self.graphs.items()},
+            needed = itertools.chain(
+                self._held, (getattr(t, "graph_id", None) for t in itertools.chain(self.running, self._tasks))
             )
+            sizes = {g: r.device_bytes for g, r in self.graphs.items()}
+            graph_id = next_reload(self._reload_unsent, (d for d in needed if d is not None), sizes)
             if graph_id is None:
                 break
             await self._reload(graph_id)
@@ -1145,6 +1145,7 @@ class WorkerHandle:
             "requests_resent": self.requests_resent,
             "requests_lost": self.requests_lost,
             "startup_ms": self.startup_ms,
+            "plan_ms": self.plan_ms,
             "last_restart_ms": self.last_restart_ms,
             "standby": None
             if self._spare is None
@@ -1336,8 +1337,11 @@ class Supervisor:
                 for c, options in ray_pool.plan(self.settings)
             ]
         else:
-            configs = await asyncio.to_thread(plan_workers, self.settings)
+            started = time.perf_counter()
+            configs = await asyncio.to_thread(plan_workers, self.settings)  # MST_BACKEND=auto: a probe
             self.workers = [WorkerHandle(c, self.settings, self._sources) for c in configs]
+            for handle in self.workers:
+                handle.plan_ms = round((time.perf_counter() - started) * 1e3, 3)
         for handle in self.workers:
             await handle.start()
         self._monitor = asyncio.create_task(self._watch(), name="heartbeat-monitor")

@@ -281,16 +281,16 @@ def test_jobs_wait_for_their_graphs_reload_while_graphs_already_back_answer(
     server_factory: ServerFactory,
 ) -> None:
     """After a kill the new worker takes requests as soon as it is up and reloads its graphs in
-    the background, one at a time: those that queued jobs wait for first, then the most recently
-    used. A job waits for its graph's reload (``Server-Timing: reload``) and does not fail; jobs on
-    graphs already back answer while the big graph, which no job waits for, is still reloading."""
+    the background, one at a time: those that queued jobs wait for first (smallest first), then the
+    others. A job waits for its graph's reload (``Server-Timing: reload``) and does not fail; jobs
+    on graphs already back answer while the big graph, which no job waits for, still reloads."""
     server = server_factory(MST_MAX_EDGES="10000000", MST_MAX_UPLOAD_BYTES="200000000")
     medium = random_graph(52, 50_000, 200_000)
     small = random_graph(51, 300, 2000)
     big = random_graph(50, 1_000_000, 4_000_000)
     medium_id = server.upload_npz(*medium)["id"]
     small_id = server.upload_npz(*small)["id"]
-    big_id = server.upload_npz(*big)["id"]  # the most recently used: first unless jobs wait
+    big_id = server.upload_npz(*big)["id"]
     pid = server.worker_pid()
     os.kill(pid, signal.SIGKILL)
     until(lambda: server.client.get("/readyz").status_code == 503, "down")
