@@ -22,7 +22,7 @@ resident now, a one-shot computation) go ahead of an unfinished one; any other
 (a weight update, an evicted graph's job that must load it first, a shard's
 step) waits until everything handed before it has finished, and everything
 after it waits for it. A handed job is ``running`` (no longer cancellable);
-if the worker dies, every handed task fails with :class:`WorkerLostError`.
+if the worker dies, only the request it was running fails (see Failure below).
 Depth 1 is the old dispatch: one task at a time. One-shot computations (``batched = True``) are
 handed up to :data:`BATCHED_DEPTH` at once whatever the depth: the worker computes those waiting
 together in its pipe as one run, so the pipe must hold the next batch while it computes one
@@ -50,14 +50,28 @@ evicting others the same way), in the worker's ordered pipe.
 
 Failure: a worker that exits, whose heartbeat stamp is older than
 ``MST_HEARTBEAT_TIMEOUT_S`` once it is up, or that is not up within
-``MST_WORKER_START_TIMEOUT_S`` (it is then SIGKILLed), is restarted with a
-back-off. Every request in flight on it fails with :class:`WorkerLostError`;
-the job it was running is marked **failed** with ``error.type =
-"worker_lost"`` and is not re-queued, because a job that killed its worker
-would likely kill the next one too (the client can submit it again). Once
-the new process has warmed up and answered its probe computation, it
-**reloads every graph placed on it from the spool** before it runs the next
-job (the pipe is ordered, so a job never overtakes its graph's reload).
+``MST_WORKER_START_TIMEOUT_S`` (it is then SIGKILLed), is replaced: by its
+standby, a warm spare process (``MST_STANDBY_WORKER``, :class:`Spare`), at
+once, else by a new process after a back-off. **A death fails one request at
+most**, the one the process was running (read from the run stamp it shares,
+:class:`~.restarts.RunStamp`; the Ray pool's one request in flight): a job
+ends **failed** with ``error.type = "worker_lost"`` and is not re-queued,
+because a job that killed its worker would likely kill the next one too.
+The requests it had not started keep their futures and go to the next
+process in the order they were made (:meth:`WorkerHandle._sort_out_requests`);
+those it was computing as one run (coalesced jobs, a batch of one-shots) go
+too, each **suspect**: written to the pipe alone, and failed if a process dies
+running it again. Rules and reasons: :mod:`.restarts`.
+
+Reloads: a new process takes requests as soon as it has warmed up and answered
+its probe computation (``/readyz`` is ready); the datasets placed on it come
+back from the spool **in the background**, one LOAD at a time
+(:meth:`WorkerHandle._reload_all`), those requests or queued tasks wait for
+first, smallest first. A request on a dataset whose LOAD is not written yet is
+held behind it (the pipe is ordered, so a job never overtakes its graph's
+reload); the dispatcher leaves the tasks of a dataset being reloaded in the
+queue and hands the others meanwhile, and lets the tasks of a dataset just
+reloaded into the pipe before the next LOAD.
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ Protocol over one duplex :class:`multiprocessing.connection.Connection`:
 * the worker first sends ``("ready", info)`` once its kernels are warm and a
   tiny graph has been computed, or ``("failed", error)`` and exits;
 * then it answers each request ``(op, req_id, *args)`` in order with
-  ``(req_id, ok, payload)``: ``payload`` is a small dict, or the exception
+  ``(req_id, ok, payload)`` (before it computes a run, one request or several answered by one
+  computation, it writes the run's first and last request id into its
+  :class:`~.restarts.RunStamp`, shared memory the supervisor reads if the process dies, and
+  clears it once the run's replies are sent): ``payload`` is a small dict, or the exception
   when ``ok`` is false. Bulk arrays rarely travel over the pipe: graphs come in
   as spool files (a one-shot a front parsed: its :class:`~service.storage.npzio.GraphLayout`,
   where its arrays lie in the upload), forests go out as ``.npz`` files in the spool; only a
@@ -42,6 +45,11 @@ method for each request.
 Between requests the worker polls its pipe for ``MST_WORKER_SPIN_MS`` before
 it blocks: a job that follows soon (a client's next request) then finds it
 awake, without the wake-up of a sleeping process and with warm caches.
+
+Start-up (:meth:`_Worker.start`, before ``ready``): CuPy and the engine, the CUDA context, every
+graph kernel (``gpu_core.warm_up``), every other task once on small datasets, Numba's compiled
+passes (on a thread meanwhile) and the probe; ``ready`` says what each took (``startup_ms``), so
+no request compiles, loads or imports anything afterwards.
 
 A heartbeat thread stamps ``time.monotonic()`` into shared memory every
 ``heartbeat_interval_s``; the supervisor restarts a worker whose stamp gets
