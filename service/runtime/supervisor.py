@@ -800,10 +800,13 @@ class WorkerHandle:
             spare.process.kill()
 
     def _stop_spare(self) -> Any:
-        """Ask the spare process to stop; the process (to join), or None."""
+        """Stop the spare process (a warm one is asked to, a cold one is killed: it holds
+        nothing); the process (to join), or None."""
         spare, self._spare = self._spare, None
         if spare is None:
             return None
+        if spare.info is None:
+            spare.process.kill()
         with contextlib.suppress(OSError):
             os.write(spare.conn.fileno(), worker_module.framed((worker_module.STOP, 0)))
         return spare.process
