@@ -148,6 +148,25 @@ def _settled(c: httpx.Client, standby: str, timeout: float = 900.0) -> int:
         time.sleep(0.05)
 
 
+def _device_memory(c: httpx.Client) -> dict[str, Any] | None:
+    """Device memory (MiB) of worker 0's process and of its standby, from ``nvidia-smi`` (None where
+    there is none): what the standby costs."""
+    import shutil
+
+    if shutil.which("nvidia-smi") is None:
+        return None
+    worker = _worker(c)
+    query = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+    done = subprocess.run(query, capture_output=True, text=True, timeout=30, check=False)
+    used = {}
+    for line in done.stdout.splitlines():
+        pid, _, mib = line.partition(",")
+        if pid.strip().isdigit() and mib.strip().isdigit():
+            used[int(pid)] = int(mib)
+    spare = (worker.get("standby") or {}).get("pid")
+    return {"worker_mib": used.get(worker["pid"]), "standby_mib": used.get(spare) if spare else None}
+
+
 def _job(c: httpx.Client, ds: Dataset, point_task: str) -> tuple[dict[str, Any], httpx.Headers]:
     if ds.kind == "graph":
         response = c.post(f"{ds.path}/mst", params={"wait": 900})
@@ -380,9 +399,12 @@ def main(argv: list[str] | None = None) -> int:
                 for i in range(args.repeats):
                     with server.client() as c:
                         pid = _settled(c, args.standby)
+                        memory = _device_memory(c)
                     since = time.perf_counter()
                     os.kill(pid, signal.SIGKILL)
                     run = _come_back(server, datasets, args.point_task, since, pid)
+                    if memory is not None:
+                        run["device_memory_before"] = memory
                     runs.append(run)
                     print(f"kill {i}: {run}", flush=True)
                 record["kill"] = {"runs": runs, "median": _median(runs)}
@@ -429,6 +451,8 @@ def _print_summary(record: dict[str, Any]) -> None:
         head = f"- {title}: ready {m['ready_s']:.2f} s"
         if key == "kill":
             head += f" (death seen to taking requests: {m['last_restart_ms']} ms)"
+            if m.get("device_memory_before"):
+                head += f"; device memory (MiB) {m['device_memory_before']}"
         else:
             head += f" (API up {m['healthz_s']:.2f} s)"
         print(head)

@@ -118,7 +118,10 @@ def test_sigkill_mid_job_fails_it_with_worker_lost_and_the_worker_comes_back(
     stuck_job = server.poll(stuck)
     assert stuck_job["status"] == "succeeded" and stuck_job["result"]["total_weight"] == 11, stuck_job
     assert server.submit(small["id"], wait=30).json()["result"]["total_weight"] == 11
-    assert 'mst_worker_restarts{worker="0"} 2.0' in server.client.get("/metrics").text
+    metrics = server.client.get("/metrics").text
+    assert 'mst_worker_restarts{worker="0"} 2.0' in metrics
+    assert 'mst_worker_requests_lost{worker="0"} 1.0' in metrics  # the job it was computing
+    assert 'mst_worker_requests_resent{worker="0"} 1.0' in metrics  # the stuck one (handed, not started)
 
 
 @pytest.mark.timeout(60)  # before the fix the reader waited forever for the rest of a cut request
