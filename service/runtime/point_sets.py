@@ -186,19 +186,19 @@ WARM_UP_MIN_SAMPLES = (1, 5, 12, 24, 40)
 
 def warm_up(backend: str) -> None:
     """Run every point-set task once (EMST of each ``min_samples`` bucket, HDBSCAN* by excess of
-    mass and by leaves with an epsilon, single linkage) on small sets of both coordinate dtypes and
-    of 1, 2, 3 and 5 dimensions (the kernels' specializations), so that no request compiles one.
-    The compiled host passes (Numba) are the worker's to load (``gpu_core._hdbscan.warm_up_compiled``)."""
+    mass and by leaves with an epsilon, single linkage) on small sets of 1, 2, 3 and 5 dimensions
+    (the kernels' specializations), so that no request compiles one. One coordinate dtype does for
+    both: the points are validated into float64 before anything computes on them. The compiled
+    host passes (Numba) are the worker's to load (``gpu_core._hdbscan.warm_up_compiled``)."""
     rng = np.random.default_rng(0)
     sizes = WARM_UP_POINTS if backend == "gpu" else WARM_UP_POINTS[:1]
-    for dtype in (np.float32, np.float64):
-        for dims in (1, 2, 3, 5):
-            for n in sizes:
-                points = ResidentPoints(rng.random((n, dims)).astype(dtype), backend)
-                for k in WARM_UP_MIN_SAMPLES:
-                    points.run("emst", {"min_samples": k})
-                points.run("single_linkage", {})
-                for method, epsilon in (("eom", 0.0), ("leaf", 0.5)):
-                    params = {"min_cluster_size": 5, "cluster_selection_method": method,
-                              "cluster_selection_epsilon": epsilon}  # fmt: skip
-                    points.run("hdbscan", params)
+    for dims in (1, 2, 3, 5):
+        for n in sizes:
+            points = ResidentPoints(rng.random((n, dims)).astype(np.float32), backend)
+            for k in WARM_UP_MIN_SAMPLES:
+                points.run("emst", {"min_samples": k})
+            points.run("single_linkage", {})
+            for method, epsilon in (("eom", 0.0), ("leaf", 0.5)):
+                params = {"min_cluster_size": 5, "cluster_selection_method": method,
+                          "cluster_selection_epsilon": epsilon}  # fmt: skip
+                points.run("hdbscan", params)
