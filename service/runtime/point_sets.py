@@ -189,7 +189,7 @@ def warm_up(backend: str) -> None:
     mass and by leaves with an epsilon, single linkage) on small sets of 1, 2, 3 and 5 dimensions
     (the kernels' specializations), so that no request compiles one. One coordinate dtype does for
     both: the points are validated into float64 before anything computes on them. The compiled
-    host passes (Numba) are the worker's to load (``gpu_core._hdbscan.warm_up_compiled``)."""
+    host passes (Numba) are the worker's to load (``gpu_core._clustering.hdbscan.warm_up_compiled``)."""
     rng = np.random.default_rng(0)
     sizes = WARM_UP_POINTS if backend == "gpu" else WARM_UP_POINTS[:1]
     for dims in (1, 2, 3, 5):

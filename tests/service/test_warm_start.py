@@ -9,7 +9,7 @@ HDBSCAN*'s compiled passes take over (EMST of several ``min_samples``, HDBSCAN* 
 and by leaves with an epsilon, single linkage). It counts what those requests made the process do
 for the first time: modules imported, overloads added to Numba's dispatchers (a compilation or a
 load from Numba's cache), and on the GPU modules CuPy had to build or load
-(``cupy.cuda.compiler._compile_module_with_cache``, as tests/gpu_core/test_warm_up.py counts).
+(``cupy.cuda.compiler._compile_module_with_cache``, as tests/gpu_core/graphs/test_warm_up.py counts).
 Each count must be zero.
 """
 
