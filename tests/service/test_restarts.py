@@ -365,3 +365,38 @@ def test_a_warm_standby_takes_over_at_once_and_another_follows(server_factory: S
     assert server.submit(graph_id, wait=30).json()["status"] == "succeeded"
     server.stop()
     until(lambda: not _alive(third) and not _alive(spare), "every worker process gone", timeout=15)
+
+
+def test_handed_jobs_keep_their_order_and_weights_across_a_kill(server_factory: ServerFactory) -> None:
+    """A job handed to a worker that dies before running it goes to the next worker behind its
+    graph's reload and ahead of what was queued after it: the job submitted before a weight update
+    computes on the old weights, the one after it on the new ones."""
+    server = server_factory()
+    old = random_graph(70, 300, 2000)
+    graph_id = server.upload_npz(*old)["id"]
+    new_weight = np.random.default_rng(71).integers(-1000, 1000, 2000).astype(np.int32)
+    new = (old[0], old[1], new_weight, old[3])
+    buffer = io.BytesIO()
+    np.save(buffer, new_weight, allow_pickle=False)
+    pid = server.worker_pid()
+    os.kill(pid, signal.SIGSTOP)
+    before = server.submit(graph_id).json()["id"]
+    stopped_with_handed(server, 1)
+    put: list[httpx.Response] = []
+    update = threading.Thread(
+        target=lambda: put.append(
+            server.client.put(
+                f"/v1/graphs/{graph_id}/weights", content=buffer.getvalue(), headers={"content-type": OCTET}
+            )
+        )
+    )
+    update.start()  # queued behind the handed job (a weight update waits for what was handed before it)
+    until(lambda: worker0(server)["queue_depth"] == 1, "the update queued", timeout=30)
+    after = server.submit(graph_id).json()["id"]
+    os.kill(pid, signal.SIGKILL)
+    update.join(60)
+    assert put and put[0].status_code == 200, put
+    for job_id, graph in ((before, old), (after, new)):
+        assert server.poll(job_id)["status"] == "succeeded"
+        check_result(server, job_id, graph)
+    assert worker0(server)["requests_resent"] == 1
