@@ -270,6 +270,10 @@ class WorkerHandle:
     def accepting(self) -> bool:
         return self.state in ("reloading", "ready")
 
+    @property
+    def started(self) -> bool:
+        return self._loop is not None
+
     def heartbeat_age(self) -> float:
         return 0.0 if self._heartbeat is None else time.monotonic() - float(self._heartbeat.value)
 
@@ -714,7 +718,8 @@ class WorkerHandle:
 
     def _wants_spare(self) -> bool:
         setting = self._settings.standby_worker
-        wanted = setting == "on" or (setting == "auto" and self.config.backend == "gpu")
+        backend = self.info.get("backend", self.config.backend)  # a worker started as "auto" says
+        wanted = setting == "on" or (setting == "auto" and backend == "gpu")
         return wanted and not self._stopping and self._spare_failures < SPARE_ATTEMPTS
 
     def _ensure_spare(self) -> None:
@@ -1354,14 +1359,38 @@ class Supervisor:
                 for c, options in ray_pool.plan(self.settings)
             ]
         else:
-            started = time.perf_counter()
-            configs = await asyncio.to_thread(plan_workers, self.settings)  # MST_BACKEND=auto: a probe
-            self.workers = [WorkerHandle(c, self.settings, self._sources) for c in configs]
-            for handle in self.workers:
-                handle.plan_ms = round((time.perf_counter() - started) * 1e3, 3)
+            await self._start_local()
         for handle in self.workers:
-            await handle.start()
+            if not handle.started:  # (worker 0 may be, see _start_local)
+                await handle.start()
         self._monitor = asyncio.create_task(self._watch(), name="heartbeat-monitor")
+
+    async def _start_local(self) -> None:
+        """Plan the local workers. With ``MST_BACKEND=auto`` that probes for GPUs in a child
+        process (imports, CUDA's start: seconds on a GPU host), so worker 0 starts meanwhile with
+        the backend left to itself (``auto``) on the first GPU the plan can name; it is kept if
+        the plan's worker 0 is on that GPU (or on the CPU, where it resolves ``auto`` the same)."""
+        first: WorkerHandle | None = None
+        if self.settings.backend == "auto" and importlib.util.find_spec("cupy") is not None:
+            token = _cuda_token(self.settings.gpus[0] if self.settings.gpus else 0)
+            first = WorkerHandle(plan_config(self.settings, 0, "auto", token), self.settings, self._sources)
+            await first.start()
+        started = time.perf_counter()
+        try:
+            configs = await asyncio.to_thread(plan_workers, self.settings)
+        except BaseException:
+            if first is not None:
+                await first.stop()
+            raise
+        self.workers = [WorkerHandle(c, self.settings, self._sources) for c in configs]
+        if first is not None:
+            planned = configs[0]
+            if planned.backend == "cpu" or planned.cuda_device == first.config.cuda_device:
+                self.workers[0] = first
+            else:
+                await first.stop()
+        for handle in self.workers:
+            handle.plan_ms = round((time.perf_counter() - started) * 1e3, 3)
 
     async def stop(self) -> None:
         if self._monitor is not None:

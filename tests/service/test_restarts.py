@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 
 import gpu_core
 
@@ -400,3 +401,39 @@ def test_handed_jobs_keep_their_order_and_weights_across_a_kill(server_factory: 
         assert server.poll(job_id)["status"] == "succeeded"
         check_result(server, job_id, graph)
     assert worker0(server)["requests_resent"] == 1
+
+
+def test_with_backend_auto_worker_0_starts_while_the_gpu_probe_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``MST_BACKEND=auto`` with CuPy installed probes for GPUs in a child process (seconds on a GPU
+    host); worker 0 starts meanwhile, its backend left to itself, and is kept when the plan agrees.
+    Here CuPy "is installed" for the API process only: the probe and the worker find no GPU and
+    both settle on the CPU, so the early worker is kept as worker 0."""
+    import asyncio
+    import importlib.util
+
+    from service.runtime.supervisor import Supervisor
+    from service.settings import Settings
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "cupy" else real(name, *a)
+    )
+    settings = Settings(backend="auto", data_dir=tmp_path, cpu_workers=2)
+    (tmp_path / "spool" / "tmp").mkdir(parents=True)
+
+    async def scenario() -> list[dict[str, Any]]:
+        supervisor = Supervisor(settings, lambda _: None)
+        await supervisor.start()
+        try:
+            for handle in supervisor.workers:
+                await handle.wait_accepting(120)
+            assert supervisor.workers[0].config.backend == "auto"  # the one started early
+            return [w.describe() for w in supervisor.workers]
+        finally:
+            await supervisor.stop()
+
+    workers = asyncio.run(scenario())
+    assert [w["backend"] for w in workers] == ["cpu", "cpu"], workers
+    assert all(w["plan_ms"] is not None and w["standby"] is None for w in workers), workers
