@@ -137,8 +137,6 @@ class Residency:
     weights_version: int = 0
     #: time.monotonic() of the graph's last upload, reload or job: eviction takes the oldest first
     last_used: float = field(default_factory=time.monotonic)
-    #: how long its last reload took on the worker, in milliseconds
-    reload_ms: float | None = None
 
 
 @dataclass
@@ -398,7 +396,9 @@ class WorkerHandle:
         self.free_bytes, self.total_bytes = int(info["free_bytes"]), int(info["total_bytes"])
         # the process's own start-up; "process": from the spawn to its entry point (interpreter and
         # the worker module's imports), on the system-wide monotonic clock both sides read
-        self.startup_ms = {"process": round((info.get("entered_at", 0.0) - self._spawned_at) * 1e3, 3)}
+        self.startup_ms = {}
+        if "entered_at" in info:  # a local process (a Ray actor's start is Ray's)
+            self.startup_ms["process"] = round((info["entered_at"] - self._spawned_at) * 1e3, 3)
         self.startup_ms.update(info.get("startup_ms", {}))
         if self._died_at is not None:
             self.last_restart_ms = round((time.monotonic() - self._died_at) * 1e3, 3)
@@ -533,12 +533,12 @@ class WorkerHandle:
             residency = self.graphs[graph_id]
             residency.status = "resident"
             residency.device_bytes = int(summary["device_bytes"])
-            residency.reload_ms = (time.perf_counter() - started) * 1e3
+            took_ms = (time.perf_counter() - started) * 1e3
             log.info(
                 "worker %d reloaded %s in %.0f ms (%s)",
                 self.index,
                 graph_id,
-                residency.reload_ms,
+                took_ms,
                 summary.get("timings_ms"),
             )
         self._reload_done(graph_id, summary, None)
