@@ -4,7 +4,8 @@ imports a module afterwards (README "Failures and restarts": ``/readyz`` is not 
 A fresh interpreter starts a worker as the service does (``_Worker.start``: what precedes its
 ``ready``), then runs every request kind through the worker's own handler: graphs of each weight
 dtype (forests min and max, what-if exclusions, components, clusters, dendrogram, weight updates)
-and point sets of both coordinate dtypes, 1 to 5 dimensions, below and above the size where
+and point sets of both coordinate dtypes, 1 to 64 dimensions (the spatial index's and brute
+force's), below and above the size where
 HDBSCAN*'s compiled passes take over (EMST of several ``min_samples``, HDBSCAN* by excess of mass
 and by leaves with an epsilon, single linkage). It counts what those requests made the process do
 for the first time: modules imported, overloads added to Numba's dispatchers (a compilation or a
@@ -86,7 +87,7 @@ for dtype in (np.int32, np.int64, np.float32, np.float64):
         run(MST, gid, str(tmp / "r.npz"), "mst", {})
 
 for dtype in (np.float32, np.float64):
-    for dims in (1, 2, 3, 5):
+    for dims in (1, 2, 3, 5, 20, 64):  # 20: brute force on the CPU (above 12), 64 on either backend
         for n in (200, 5000):
             where = f"points {np.dtype(dtype).name} d={dims} n={n}"
             path = tmp / f"p{n}{dims}{np.dtype(dtype).name}.npz"
