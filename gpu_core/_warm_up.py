@@ -25,10 +25,10 @@ def warm_up(backend: Backend = "auto", *, host_passes: bool = True, points: bool
     (:func:`gpu_core._graphs.warm_up.warm_up_graphs`). Where Numba is installed and
     ``host_passes``, first compiles (or loads from its cache: about 1 s) the host passes of
     ``hdbscan`` and ``single_linkage`` (:func:`gpu_core._clustering.hdbscan.warm_up_compiled`; the service's
-    workers do that when their first point set arrives). With ``points``, every kernel a point-set
+    workers do that on a thread while they start). With ``points``, every kernel a point-set
     request can meet on the GPU, the hierarchy's and brute force's
-    (:func:`gpu_core._points.warm_up.warm_up_points`; the service's workers do that when their first
-    point set arrives too). Returns the backend that was warmed up.
+    (:func:`gpu_core._points.warm_up.warm_up_points`; the service's workers do that while they
+    start too). Returns the backend that was warmed up.
     """
     if host_passes:
         warm_up_compiled()

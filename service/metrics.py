@@ -53,6 +53,16 @@ class _WorkerCollector(Collector):
             "restarts": GaugeMetricFamily(
                 "mst_worker_restarts", "Times the worker was restarted.", labels=["worker"]
             ),
+            "lost": GaugeMetricFamily(
+                "mst_worker_requests_lost",
+                "Requests failed worker_lost because the worker died while running them.",
+                labels=["worker"],
+            ),
+            "resent": GaugeMetricFamily(
+                "mst_worker_requests_resent",
+                "Requests a dead worker had not started (or ran with others), sent to its next process.",
+                labels=["worker"],
+            ),
         }
         for w in workers:
             label = [str(w.index)]
@@ -62,6 +72,8 @@ class _WorkerCollector(Collector):
             families["bytes"].add_metric(label, float(sum(r.device_bytes for r in w.graphs.values())))
             families["free"].add_metric(label, float(w.free_bytes))
             families["restarts"].add_metric(label, float(w.restarts))
+            families["lost"].add_metric(label, float(w.requests_lost))
+            families["resent"].add_metric(label, float(w.requests_resent))
         yield from families.values()
 
 

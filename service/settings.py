@@ -104,6 +104,12 @@ class Settings(BaseSettings):
     worker_start_timeout_s: float = Field(
         default=300.0, gt=0, description="How long a new worker may take to import, warm up and answer."
     )
+    standby_worker: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Keep a warmed-up spare process beside each local worker, which takes over at once "
+        "when the worker dies (its graphs reload in the background); it costs a CUDA context (a few "
+        "hundred MiB of device memory) and a process's host memory. 'auto': for GPU workers only.",
+    )
     worker_pool: Literal["local", "ray"] = Field(
         default="local",
         description="'local': worker processes on this host (one per GPU). 'ray': each worker is a Ray "
@@ -274,6 +280,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 "MST_CPU_WORKERS counts this host's CPU worker processes; with MST_WORKER_POOL=ray, "
                 "MST_RAY_WORKERS sets how many actors: unset MST_CPU_WORKERS."
+            )
+        if self.worker_pool == "ray" and self.standby_worker == "on":
+            raise ValueError(
+                "MST_STANDBY_WORKER=on keeps spare local worker processes; the Ray pool has none: "
+                "unset it or set MST_WORKER_POOL=local."
             )
         ray_only = {"ray_address", "ray_workers"} & self.model_fields_set
         if self.worker_pool != "ray" and ray_only:

@@ -198,7 +198,11 @@ async def submit_response(
         if not job.finished:
             job = services.jobs.publish(job.id)  # its id goes out with this 202
     code = status.HTTP_200_OK if job.finished else status.HTTP_202_ACCEPTED
-    return job_response(job, code, {"Location": f"/v1/jobs/{job.id}"})
+    headers = {"Location": f"/v1/jobs/{job.id}"}
+    reload_ms = services.jobs.reload_waited.pop(job.id, None)
+    if reload_ms is not None:  # it waited for its dataset to come back after a restart
+        headers["Server-Timing"] = f"reload;dur={reload_ms:.3f}"
+    return job_response(job, code, headers)
 
 
 def _weights_body(description: str, json_schema: str) -> dict[str, Any]:

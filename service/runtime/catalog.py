@@ -12,8 +12,8 @@ survives any crash, and a failed upload leaves nothing behind:
 
 At start-up every stored graph is placed again and reloaded **eagerly**, in
 the background: ``/readyz`` turns ready as soon as a worker answers, and a
-job submitted for a graph still loading simply runs after the reload (the
-worker's pipe is ordered).
+job submitted for a graph still loading waits for its reload, which then
+comes before those no job waits for (see :mod:`service.runtime.restarts`).
 """
 
 from __future__ import annotations

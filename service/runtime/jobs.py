@@ -268,6 +268,9 @@ class Jobs:
         self._coordinators: set[asyncio.Future[None]] = set()
         #: the result files, kept under MST_MAX_RESULT_BYTES (0: no cap)
         self.result_files = ResultFiles(store, max_result_bytes)
+        #: milliseconds a job awaited with ``?wait=`` spent waiting for its dataset's reload after a
+        #: restart, by job id (its answer's ``Server-Timing`` says ``reload``; taken by the answer)
+        self.reload_waited: dict[str, float] = {}
 
     def get(self, job_id: str, owner: str) -> JobRecord:
         """The job's record; 404 when there is none or it is another owner's (the same answer)."""
@@ -622,6 +625,9 @@ class Jobs:
         if job is None:
             return  # cancelled meanwhile
         args = _task_args(job, str(self._store.result_path(job.id)))
+        waited = handle.reload_waits.get(task.task_id)
+        if waited is not None and job.id in self._waiters:
+            self.reload_waited[job.id] = waited
         try:
             await handle.ensure_resident(job.graph_id)
             handle.touch(job.graph_id)

@@ -176,3 +176,32 @@ class ResidentPoints:
         summary.update(reused_tree=reused, reused_index=reused_index)
         summary["compute_ms"] = (time.perf_counter() - started) * 1e3
         return summary, arrays
+
+
+#: points of :func:`warm_up`'s sets
+WARM_UP_POINTS = 40
+#: coordinates of :func:`warm_up`'s sets: the hierarchy's specializations (1, 2, 3, any) and past
+#: its range on either backend (more than 32: brute force)
+WARM_UP_DIMENSIONS = (1, 2, 3, 5, 40)
+#: ``min_samples`` of :func:`warm_up`: one in each bucket of the core-distance kernels
+WARM_UP_MIN_SAMPLES = (1, 5, 12, 24, 40)
+
+
+def warm_up(backend: str) -> None:
+    """Run every point-set task once end to end (EMST of each ``min_samples`` bucket, HDBSCAN* by
+    excess of mass and by leaves with an epsilon, single linkage) on small sets of each
+    :data:`WARM_UP_DIMENSIONS`, so that no request meets a first time: what the tasks import and
+    the kernels and CuPy specializations around the engine's (those of every size class are
+    ``gpu_core._points.warm_up``'s, run by the worker before this). One coordinate dtype does for
+    both: the points are validated into float64 before anything computes on them. The compiled
+    host passes (Numba) are the worker's to load (``gpu_core._clustering.hdbscan.warm_up_compiled``)."""
+    rng = np.random.default_rng(0)
+    for dims in WARM_UP_DIMENSIONS:
+        points = ResidentPoints(rng.random((WARM_UP_POINTS, dims)).astype(np.float32), backend)
+        for k in WARM_UP_MIN_SAMPLES:
+            points.run("emst", {"min_samples": k})
+        points.run("single_linkage", {})
+        for method, epsilon in (("eom", 0.0), ("leaf", 0.5)):
+            params = {"min_cluster_size": 5, "cluster_selection_method": method,
+                      "cluster_selection_epsilon": epsilon}  # fmt: skip
+            points.run("hdbscan", params)

@@ -164,6 +164,8 @@ class RayWorkerHandle(WorkerHandle):
         self._actor_options = actor_options
         self._actor: Any = None
         self._beat_at = time.monotonic()
+        #: the id of the request in flight (see _running_ids)
+        self._calling = 0
 
     @property
     def pid(self) -> int | None:
@@ -215,10 +217,18 @@ class RayWorkerHandle(WorkerHandle):
 
     def _flush(self) -> None:
         while self._outbox and self._in_flight < 1 and self._actor is not None:
-            op, req_id, *args = self._outbox.popleft()
-            ref = self._actor.call.remote(op, req_id, *args)
+            request = self._outbox.popleft()
+            ref = self._actor.call.remote(*request.message())
             self._in_flight += 1
-            self._background(self._answer(ref, req_id, self.generation))
+            self._calling = request.req_id
+            self._background(self._answer(ref, request.req_id, self.generation))
+
+    def _wants_spare(self) -> bool:
+        return False  # no standby actor: Ray places a new actor when one dies
+
+    def _running_ids(self) -> range:
+        """The request in flight (one at a time): the actor was running it, or about to."""
+        return range(self._calling, self._calling + 1) if self._in_flight else range(0)
 
     async def _answer(self, ref: Any, req_id: int, generation: int) -> None:
         try:

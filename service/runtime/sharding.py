@@ -19,7 +19,8 @@ A job on it is a :class:`ShardedRun`:
 The job is ``running`` from the moment its first step is handed to a worker; until then it
 can be cancelled (every step is taken out of its queue). Any step that fails fails the job with
 that step's error (a worker lost while running a step: ``worker_lost``, not retried, as for an
-unsharded job); the steps still queued are taken back, those running finish unheard.
+unsharded job; a step handed to a worker that died before running it goes to its next process);
+the steps still queued are taken back, those running finish unheard.
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ Protocol over one duplex :class:`multiprocessing.connection.Connection`:
 * the worker first sends ``("ready", info)`` once its kernels are warm and a
   tiny graph has been computed, or ``("failed", error)`` and exits;
 * then it answers each request ``(op, req_id, *args)`` in order with
-  ``(req_id, ok, payload)``: ``payload`` is a small dict, or the exception
+  ``(req_id, ok, payload)`` (before it computes a run, one request or several answered by one
+  computation, it writes the run's first and last request id into its
+  :class:`~.restarts.RunStamp`, shared memory the supervisor reads if the process dies, and
+  clears it once the run's replies are sent): ``payload`` is a small dict, or the exception
   when ``ok`` is false. Bulk arrays rarely travel over the pipe: graphs come in
   as spool files (a one-shot a front parsed: its :class:`~service.storage.npzio.GraphLayout`,
   where its arrays lie in the upload), forests go out as ``.npz`` files in the spool; only a
@@ -43,6 +46,11 @@ Between requests the worker polls its pipe for ``MST_WORKER_SPIN_MS`` before
 it blocks: a job that follows soon (a client's next request) then finds it
 awake, without the wake-up of a sleeping process and with warm caches.
 
+Start-up (:meth:`_Worker.start`, before ``ready``): CuPy and the engine, the CUDA context, every
+graph kernel (``gpu_core.warm_up``), every other task once on small datasets, Numba's compiled
+passes (on a thread meanwhile) and the probe; ``ready`` says what each took (``startup_ms``), so
+no request compiles, loads or imports anything afterwards.
+
 A heartbeat thread stamps ``time.monotonic()`` into shared memory every
 ``heartbeat_interval_s``; the supervisor restarts a worker whose stamp gets
 old. After a :class:`gpu_core.errors.DeviceError` the worker answers and exits,
@@ -72,7 +80,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpu_core.errors import GraphValidationError
 from gpu_core.formats import EdgeArrays
@@ -88,6 +96,7 @@ from ..errors import (
 from ..limits import check_vertices
 from ..storage import npzio
 from ..timing import Steps
+from .restarts import RunStamp
 
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
     import gpu_core
@@ -164,8 +173,10 @@ class Reply:
     after: Callable[[], None]
 
 
-def main(conn: Connection, heartbeat: Any, config: WorkerConfig) -> None:
-    """Entry point of the worker process."""
+def main(conn: Connection, heartbeat: Any, config: WorkerConfig, running: Any = None) -> None:
+    """Entry point of the worker process. ``running``: the shared ``RawArray('q', 2)`` of its
+    :class:`~.restarts.RunStamp` (which requests it is computing, read by the supervisor if it dies)."""
+    entered = time.monotonic()  # system-wide on Linux: the supervisor compares it with its own
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the API, which stops its workers
     if config.cuda_device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = config.cuda_device
@@ -176,7 +187,9 @@ def main(conn: Connection, heartbeat: Any, config: WorkerConfig) -> None:
     beat.start()
     try:
         worker = _Worker(config)
+        worker.stamp = RunStamp(running)
         info = worker.start()
+        info["entered_at"] = entered
     except BaseException as exc:
         conn.send(("failed", _portable(exc)))
         conn.close()
@@ -282,6 +295,40 @@ def _in_whole_graph(exc: GraphValidationError, lo: int) -> GraphValidationError:
     return shifted
 
 
+class _OnThread:
+    """``work()`` on a thread of its own, started now; :meth:`join` waits for it."""
+
+    def __init__(self, work: Callable[[], object], name: str) -> None:
+        self._ms = 0.0
+        self._thread = threading.Thread(target=self._run, args=(work,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, work: Callable[[], object]) -> None:
+        started = time.perf_counter()
+        try:
+            work()
+        finally:
+            self._ms = (time.perf_counter() - started) * 1e3
+
+    def join(self) -> float:
+        """Wait for the work; the milliseconds it took."""
+        self._thread.join()
+        return self._ms
+
+
+def _warm_up_host_passes() -> None:
+    """Compile (or load from Numba's cache) the host passes of HDBSCAN* and single linkage; a
+    failure is logged, not fatal: only the requests that need them would fail."""
+    from gpu_core._clustering.hdbscan import warm_up_compiled
+
+    try:
+        warm_up_compiled()
+    except Exception as exc:
+        import sys
+
+        print(f"mst-worker: the compiled host passes failed to load: {exc!r}", file=sys.stderr)
+
+
 def _heartbeat(value: Any, interval: float) -> None:
     while True:
         value.value = time.monotonic()
@@ -356,8 +403,8 @@ class _Worker:
         self.points: dict[str, ResidentPoints] = {}
         self.backend: Literal["gpu", "cpu"] = "cpu"
         self.tmp_dir = Path(config.tmp_dir)
-        #: whether the compiled HDBSCAN* / single-linkage host passes are loaded (first point set)
-        self._host_passes_ready = False
+        #: which requests it computes now (the supervisor reads it if this process dies)
+        self.stamp = RunStamp()
         self._handlers: dict[str, Callable[..., dict[str, Any] | Reply]] = {
             LOAD: self.load,
             MST: self.mst,
@@ -372,23 +419,71 @@ class _Worker:
     # -- start-up -----------------------------------------------------------------------------
 
     def start(self) -> dict[str, Any]:
+        """Import the engine, open the device, warm up every task and compute the probe graph; the
+        ``ready`` info.
+
+        Its ``startup_ms`` says where the time went: ``imports`` (gpu_core, and CuPy for the GPU),
+        ``device`` (the CUDA context), ``warm_up`` (every graph kernel, ``gpu_core.warm_up``),
+        ``warm_up_tasks`` (point sets' tasks and graph dendrograms, :meth:`_warm_up_tasks`),
+        ``host_passes`` (the wait for Numba's compiled HDBSCAN* passes, loaded on a thread
+        meanwhile: ``host_passes_thread`` is what that thread took), ``probe``, ``release``.
+        """
         import gpu_core  # first import of the engine (and CuPy) happens here, in the child
 
-        started = time.perf_counter()
-        # the point sets' compiled host passes (~1 s from Numba's cache) wait for the first point set
-        backend = gpu_core.warm_up(self.config.backend, host_passes=False, points=False)  # type: ignore[arg-type]
-        self.backend = cast(Literal["gpu", "cpu"], backend)
+        steps = Steps()
+        self.backend = gpu_core.resolve_backend(self.config.backend)  # imports CuPy for the GPU
+        steps.lap("imports")
+        if self.backend == "gpu":
+            import cupy
+
+            cupy.cuda.runtime.memGetInfo()  # the first call that needs it creates the CUDA context
+        steps.lap("device")
+        passes = _OnThread(_warm_up_host_passes, "warm-up-host-passes")
+        gpu_core.warm_up(self.backend, host_passes=False, points=False)  # the graphs' kernels
+        steps.lap("warm_up")
+        self._warm_up_tasks()
+        steps.lap("warm_up_tasks")
+        passes_ms = passes.join()
+        steps.lap("host_passes")
         probe = self._probe()
+        steps.lap("probe")
+        self._release_cached()  # the warm-up's scratch blocks go back to the device
+        steps.lap("release")
         free, total = self._memory()
         return {
             "pid": os.getpid(),
-            "backend": backend,
+            "backend": self.backend,
             "device": self._device_name(),
-            "warmup_ms": (time.perf_counter() - started) * 1e3,
+            "warmup_ms": sum(steps.ms.values()),
+            "startup_ms": {**steps.ms, "host_passes_thread": round(passes_ms, 3)},
             "probe_ms": probe,
             "free_bytes": free,
             "total_bytes": total,
         }
+
+    def _warm_up_tasks(self) -> None:
+        """Every task a request can run beyond the graphs' (``gpu_core.warm_up``), once, so that no
+        request compiles a kernel: on the GPU the point-set kernels of every size class
+        (``gpu_core._points.warm_up``) and the device path from a tree to HDBSCAN* labels; then a
+        point set's tasks end to end on small sets (:func:`.point_sets.warm_up`) and a graph's
+        dendrogram."""
+        import numpy as np
+
+        import gpu_core
+
+        from .point_sets import warm_up as warm_up_points
+
+        if self.backend == "gpu":
+            from gpu_core._clustering.dendrogram_labels import warm_up_device
+            from gpu_core._points.warm_up import warm_up_points as warm_up_point_kernels
+
+            warm_up_point_kernels("gpu")
+            warm_up_device()
+        warm_up_points(self.backend)
+        src, dst = np.array([0, 1, 2, 0, 3]), np.array([1, 2, 0, 3, 4])
+        for dtype in gpu_core.WEIGHT_DTYPES:
+            weights = np.array([3, 1, 2, 5, 4], dtype=dtype)
+            gpu_core.Graph(src, dst, weights, 5, backend=self.backend).single_linkage()
 
     def _probe(self) -> float:
         """Compute a tiny forest and check its answer; the milliseconds it took."""
@@ -484,11 +579,13 @@ class _Worker:
                 except (EOFError, OSError):
                     return
                 if more:
+                    self.stamp.begin(req_id, more[-1][0])
                     replies, fatal = self.oneshots([(req_id, args), *more])
                     try:
                         _send_all(conn, replies)
                     except (OSError, ValueError):
                         return
+                    self.stamp.end()
                     if fatal:
                         return
                     continue
@@ -498,12 +595,15 @@ class _Worker:
                 except (EOFError, OSError):
                     return
                 if same:
+                    self.stamp.begin(req_id, same[-1][0])
                     if not self._serve_same(conn, req_id, args, same):
                         return
                     continue
+            self.stamp.begin(req_id, req_id)
             ok, payload, after, fatal = self.handle(op, args)
             try:
                 conn.send((req_id, ok, payload))
+                self.stamp.end()  # its result file is written behind the reply: nothing runs then
                 if after is not None:
                     conn.send((STORED, req_id, self._after(after)))
             except (OSError, ValueError):
@@ -524,6 +624,7 @@ class _Worker:
             conn.send((req_id, ok, payload))
             for rid, _ in same:  # the followers' results say that they shared the computation
                 conn.send((rid, ok, dict(payload, coalesced=True) if ok else payload))
+            self.stamp.end()
             if after is not None:
                 stored = self._after(after)
                 conn.send((STORED, req_id, stored))
@@ -721,19 +822,8 @@ class _Worker:
     def _load_points(self, points_id: str, path: str, fmt: str, canonical: str | None) -> dict[str, Any]:
         import numpy as np
 
-        from gpu_core._clustering.hdbscan import warm_up_compiled
-
         from .point_sets import ResidentPoints, read_points
 
-        if not self._host_passes_ready:  # once per worker: no clustering request compiles
-            self._host_passes_ready = True
-            warm_up_compiled()
-            if self.backend == "gpu":  # the device path from a tree to labels, the point-set kernels
-                from gpu_core._clustering.dendrogram_labels import warm_up_device
-                from gpu_core._points.warm_up import warm_up_points
-
-                warm_up_device()
-                warm_up_points("gpu")
         config = self.config
         raw = read_points(path, fmt, config.max_inflated_bytes or 2**63, config.max_compression_ratio or 1e18)
         resident = ResidentPoints(raw, self.backend)

@@ -45,6 +45,16 @@ def free_port() -> int:
 
 npz_body = npz_bytes  # the bundled client's npz upload body
 
+#: the settings of a server whose workers SIGKILL themselves when they compute a forest with the
+#: weight ``crash_hook.sitecustomize.KILL_WEIGHT`` (test-only fault injection, see that file)
+CRASH_HOOK_ENV = {
+    "PYTHONPATH": os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parent / "crash_hook"), os.environ.get("PYTHONPATH")) if p
+    )
+}
+#: the weight that makes such a worker kill itself
+KILL_WEIGHT = -987_654_321
+
 
 @dataclass
 class LiveServer:

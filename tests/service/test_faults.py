@@ -5,8 +5,7 @@
   final, none stays ``running``; ``/readyz`` says 503 while no worker is up, then 200; every
   acknowledged graph is listed and answers the same forest as the engine; each kill costs
   exactly one restart (no crash loop, no back-off for workers that were up);
-* a job that kills its worker every time ends ``failed`` (``worker_lost``) after one run: it
-  is not retried (at most one run, documented in the README);
+* (a job that kills its worker, and what becomes of the jobs handed behind it: test_restarts.py);
 * a result lost to a crash after its job succeeded is computed again when asked for; once
   the graph is deleted, that request is a 410;
 * past MST_MAX_RESULT_BYTES the least recently used result files are removed (the newest stays);
@@ -150,28 +149,6 @@ def test_twenty_sigkills_in_a_row_lose_nothing_acknowledged(server_factory: Serv
         check_result(server, job["id"], graph)
     assert server.stop() in CLEAN_EXIT, server.log()
     sqlite_ok(server.data_dir)
-
-
-def test_a_job_that_kills_its_worker_fails_after_one_run_without_a_crash_loop(
-    server_factory: ServerFactory,
-) -> None:
-    server = server_factory(**FAST_HEARTBEAT)
-    graph = random_graph(7, 300, 2000)
-    graph_id = server.upload_npz(*graph)["id"]
-    pid = server.worker_pid()
-    os.kill(pid, signal.SIGSTOP)  # the job is handed over but never answered: its worker dies with it
-    job_id = server.submit(graph_id).json()["id"]
-    assert server.poll(job_id, until=("running", *FINAL))["status"] == "running"
-    os.kill(pid, signal.SIGKILL)
-    job = server.poll(job_id)
-    assert job["status"] == "failed" and job["error"]["type"] == "worker_lost", job
-    new_worker(server, pid)
-    time.sleep(2)  # nothing retries it: the worker stays up, the job stays failed
-    ready = server.wait_ready()
-    assert ready["workers"][0]["restarts"] == 1, ready
-    assert server.client.get(f"/v1/jobs/{job_id}").json()["status"] == "failed"
-    again = server.submit(graph_id, wait=60).json()  # the graph still answers
-    assert again["result"]["total_weight"] == forest(graph).total_weight
 
 
 def test_a_result_lost_to_a_crash_is_computed_again_and_410_once_its_graph_is_gone(

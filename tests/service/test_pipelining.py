@@ -4,8 +4,8 @@ Documented behaviour (service/runtime/supervisor.py, service/runtime/worker.py):
 
 * up to ``MST_DISPATCH_DEPTH`` jobs are handed to the worker at once, in queue order; a handed
   job is ``running`` and can no longer be cancelled, a queued one can;
-* if the worker dies, every handed job ends ``failed`` with ``worker_lost``; queued ones run on
-  the new worker;
+* if the worker dies, the job it was running ends ``failed`` with ``worker_lost``; the handed
+  jobs it had not started and the queued ones run on the new worker (service/runtime/restarts.py);
 * identical jobs waiting back to back in the worker's pipe are answered by one computation
   (``MST_COALESCE_JOBS``), each with its own result file (a hard link of the first).
 
@@ -27,7 +27,7 @@ from tests.utils.graphs import random_graph
 from .conftest import ServerFactory
 from .live import LiveServer
 from .test_queries import kruskal, upload
-from .test_supervisor import readiness_after_loss
+from .test_supervisor import readiness_after_loss, running_then_stopped
 
 
 def _big(server: LiveServer, seed: int = 5) -> str:
@@ -150,8 +150,7 @@ def test_worker_killed_with_jobs_in_its_pipe(server_factory: ServerFactory) -> N
     small = upload(server, graph)
     big = _big(server)
     pid = server.worker_pid()
-    busy = _busy(server, big)
-    os.kill(pid, signal.SIGSTOP)
+    busy = running_then_stopped(server, big, pid)  # stopped while it computes the busy job
     try:
         jobs = [server.submit(small).json()["id"] for _ in range(4)]
         statuses: list[Any] = []
@@ -164,11 +163,12 @@ def test_worker_killed_with_jobs_in_its_pipe(server_factory: ServerFactory) -> N
         assert statuses == ["running", "running", "queued", "queued"], statuses
     finally:
         os.kill(pid, signal.SIGKILL)
-    readiness_after_loss(server, pid)
-    for job_id in (busy, *jobs[:2]):
-        lost = server.poll(job_id)
-        assert lost["status"] == "failed" and lost["error"]["type"] == "worker_lost", lost
+    _, ready = readiness_after_loss(server, pid)
+    lost = server.poll(busy)  # the one it was running
+    assert lost["status"] == "failed" and lost["error"]["type"] == "worker_lost", lost
     tree = kruskal(graph)
-    for job_id in jobs[2:]:  # the queued jobs run on the new worker
+    for job_id in jobs:  # handed but not started (re-sent), or still queued: they run on the new worker
         assert server.poll(job_id)["status"] == "succeeded"
         assert _edge_ids(server, job_id) == tree
+    worker = ready["workers"][0]
+    assert (worker["requests_lost"], worker["requests_resent"]) == (1, 2), worker

@@ -8,8 +8,10 @@ actors (CPU) of a local Ray cluster the server starts.
 * a graph uploaded with ``?shards=2`` has one shard on each actor and answers the forest of the
   whole graph (and again after the kill, the stuck actor and the restart below);
 * an actor SIGKILLed while it runs a job (stopped first, so the job is surely in its hands): the
-  job ends ``failed`` with ``worker_lost``, a new actor replaces it (one restart), the graphs placed
-  on it are loaded again from the spool and answer exactly; the other actor is untouched;
+  job ends ``failed`` with ``worker_lost``; the jobs handed behind it (the handle keeps one request
+  in flight, the others wait their turn) run on the new actor that replaces it (one restart); the
+  graphs placed on it are loaded again from the spool and answer exactly; the other actor is
+  untouched;
 * an actor stopped (SIGSTOP) is killed once its heartbeat is older than MST_HEARTBEAT_TIMEOUT_S
   and replaced, its graphs reloaded;
 * a restart of the server (SIGTERM, the Ray cluster stops with it, no actor process left) keeps
@@ -216,14 +218,20 @@ def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray
     try:
         job_id = ray_server.submit(third["id"]).json()["id"]
         assert ray_server.poll(job_id, until=("running", "succeeded", "failed"))["status"] == "running"
+        behind = [ray_server.submit(third["id"]).json()["id"] for _ in range(2)]
+        for queued in behind:  # handed too, waiting for their turn on the actor
+            assert ray_server.poll(queued, until=("running", "succeeded", "failed"))["status"] == "running"
     finally:
         os.kill(pid, signal.SIGKILL)
     job = ray_server.poll(job_id)
     assert job["status"] == "failed" and job["error"]["type"] == "worker_lost", job
     assert "was lost" in job["error"]["message"], job
+    for queued in behind:  # never started: they run on the new actor
+        assert ray_server.poll(queued)["status"] == "succeeded"
 
     now = wait_replaced(ray_server, victim, pid)
     assert now["restarts"] == 1 and "Ray actor died" in now["last_error"], now
+    assert (now["requests_lost"], now["requests_resent"]) == (1, 2), now
     assert gone([pid])
     untouched = workers(ray_server)[1 - victim]
     assert (untouched["pid"], untouched["restarts"]) == (other["pid"], 0), untouched
@@ -334,6 +342,8 @@ def test_gpu_actors_one_per_gpu_exact_and_one_killed_is_replaced(server_factory:
 def test_settings_of_one_pool_are_refused_with_the_other() -> None:
     with pytest.raises(ValidationError, match="unset MST_GPUS"):
         Settings(worker_pool="ray", gpus=[0])
+    with pytest.raises(ValidationError, match="the Ray pool has none"):
+        Settings(worker_pool="ray", standby_worker="on")
     with pytest.raises(ValidationError, match="unset MST_CPU_WORKERS"):
         Settings(worker_pool="ray", cpu_workers=2)
     with pytest.raises(ValidationError, match="MST_RAY_ADDRESS and MST_RAY_WORKERS set, but MST_WORKER_POOL"):

@@ -50,6 +50,7 @@ def test_gpus_all(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
         ("MST_LOG_LEVEL", "loud"),
         ("MST_WORKER_SPIN_MS", "-1"),
         ("MST_WORKER_SPIN_MS", "5000"),
+        ("MST_STANDBY_WORKER", "maybe"),
     ],
 )
 def test_unsafe_values_are_refused(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:

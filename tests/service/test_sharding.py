@@ -8,8 +8,11 @@
   does not fit across all workers either is a 413; ``MST_SHARD_EDGES_ABOVE`` shards the large
   ones only; ``?shards=`` over the worker count is a 422;
 * a weight update is a 409 ``graph_sharded``; delete drops every shard from its worker;
-* a shard's worker SIGKILLed while a job runs: the job ends ``failed`` with ``worker_lost`` (not
-  retried, as for an unsharded graph), the shard is reloaded, the next job answers the same;
+* a shard's worker that dies running a job's step (a step that kills it, made with the test-only
+  crash hook of ``crash_hook/sitecustomize.py``): the job ends ``failed`` with ``worker_lost`` (not
+  retried, as for an unsharded graph), the shard is reloaded; a shard's worker SIGKILLed with a
+  step handed to it but not started (it was stopped): the step runs on its next process and the
+  job answers the same as before;
 * a queued job can be cancelled; a restart of the service keeps the graph sharded, same answers.
 """
 
@@ -28,7 +31,7 @@ import gpu_core
 from tests.utils.graphs import EdgeGraph, random_graph
 
 from .conftest import ServerFactory
-from .live import OCTET, LiveServer, npz_body
+from .live import CRASH_HOOK_ENV, KILL_WEIGHT, OCTET, LiveServer, npz_body
 from .test_queries import kruskal
 
 WORKERS = {"MST_CPU_WORKERS": "3"}
@@ -256,27 +259,40 @@ def test_shard_edges_above_shards_the_large_graphs_only(server_factory: ServerFa
     assert from_json["edge_ids"].tolist() == kruskal(small, objective="max")
 
 
-def test_a_killed_shard_worker_fails_the_job_then_the_shard_is_reloaded(
+def test_a_killed_shard_worker_fails_the_job_it_ran_and_runs_the_steps_it_had_not_started(
     server_factory: ServerFactory,
 ) -> None:
-    server = server_factory(**WORKERS, **FAST_HEARTBEAT)
+    server = server_factory(**WORKERS, **FAST_HEARTBEAT, **CRASH_HOOK_ENV)
     graph = random_graph(8, 400, 6000, dtype="int64", num_weights=10)
     record = upload(server, graph, shards=3)
     expected = run(server, record["id"], "mst", {})
     victim_index = record["shard_residency"][1]["worker"]
     victim = worker_pids(server)[victim_index]
-    os.kill(victim, signal.SIGSTOP)  # its step is handed over but never answered
+    os.kill(victim, signal.SIGSTOP)  # its step is handed over but never read
     job_id = server.submit(record["id"]).json()["id"]
     assert server.poll(job_id, until=("running", *FINAL))["status"] == "running"
     os.kill(victim, signal.SIGKILL)
+    job = server.poll(job_id)  # the step had not started: it ran on the worker's next process
+    assert job["status"] == "succeeded", job
+    same_answer((job, result_arrays(server, job_id)), expected)
+
+    weight = graph.weight.copy()
+    lo, hi = record["shard_residency"][1]["edges"]
+    weight[(lo + hi) // 2] = KILL_WEIGHT  # shard 1's step kills its worker
+    killer = upload(server, EdgeGraph(graph.src, graph.dst, weight, graph.num_vertices), shards=3)
+    victim_index = killer["shard_residency"][1]["worker"]
+    victim = worker_pids(server)[victim_index]
+    job_id = server.submit(killer["id"]).json()["id"]
     job = server.poll(job_id)
     assert job["status"] == "failed" and job["error"]["type"] == "worker_lost", job
     deadline = time.monotonic() + 60
-    while True:  # the worker comes back and reloads its shard from the spool
+    while True:  # the worker comes back and reloads its shards from the spool
         ready = server.client.get("/readyz")
-        described = server.client.get(f"/v1/graphs/{record['id']}").json()
         back = ready.status_code == 200 and worker_pids(server)[victim_index] != victim
-        if back and described["residency"]["status"] == "resident":
+        if back and all(
+            server.client.get(f"/v1/graphs/{g}").json()["residency"]["status"] == "resident"
+            for g in (record["id"], killer["id"])
+        ):
             break
         assert time.monotonic() < deadline, server.log()
         time.sleep(0.05)

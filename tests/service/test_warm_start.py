@@ -1,0 +1,132 @@
+"""A ready worker has warmed up every task: no request compiles a kernel, loads a compiled pass or
+imports a module afterwards (README "Failures and restarts": ``/readyz`` is not ready before that).
+
+A fresh interpreter starts a worker as the service does (``_Worker.start``: what precedes its
+``ready``), then runs every request kind through the worker's own handler: graphs of each weight
+dtype (forests min and max, what-if exclusions, components, clusters, dendrogram, weight updates)
+and point sets of both coordinate dtypes, 1 to 64 dimensions (the spatial index's and brute
+force's), below and above the size where
+HDBSCAN*'s compiled passes take over (EMST of several ``min_samples``, HDBSCAN* by excess of mass
+and by leaves with an epsilon, single linkage). It counts what those requests made the process do
+for the first time: modules imported, overloads added to Numba's dispatchers (a compilation or a
+load from Numba's cache), and on the GPU modules CuPy had to build or load
+(``cupy.cuda.compiler._compile_module_with_cache``, as tests/gpu_core/graphs/test_warm_up.py counts).
+Each count must be zero.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = r"""
+import json, sys, tempfile
+from pathlib import Path
+import numpy as np
+
+backend = sys.argv[1]
+compiled = []
+if backend == "gpu":
+    from cupy.cuda import compiler
+    original = compiler._compile_module_with_cache
+    def counting(*args, **kwargs):
+        compiled.append(where)
+        return original(*args, **kwargs)
+    compiler._compile_module_with_cache = counting
+
+from numba.core.dispatcher import Dispatcher
+from service.runtime.worker import LOAD, MST, WEIGHTS, WorkerConfig, _Worker
+
+def overloads():
+    return {f"{name}.{key}": len(value.overloads)
+            for name, module in list(sys.modules.items()) if name.startswith("gpu_core")
+            for key, value in vars(module).items() if isinstance(value, Dispatcher)}
+
+tmp = Path(tempfile.mkdtemp())
+worker = _Worker(WorkerConfig(0, backend, None, str(tmp), 10**8, 0.5))
+where = "start"
+worker.start()
+before_modules, before_overloads = set(sys.modules), overloads()
+compiled.clear()
+
+def run(op, *args):
+    ok, payload, after, _ = worker.handle(op, args)
+    if not ok:
+        raise payload
+    if after is not None:
+        after()
+    return payload
+
+rng = np.random.default_rng(3)
+for dtype in (np.int32, np.int64, np.float32, np.float64):
+    for n, m in ((300, 2000), (50_000, 300_000)):
+        where = f"graph {np.dtype(dtype).name} m={m}"
+        src = np.concatenate([np.arange(n - 1), rng.integers(0, n, m - n + 1)]).astype(np.int32)
+        dst = np.concatenate([np.arange(1, n), rng.integers(0, n, m - n + 1)]).astype(np.int32)
+        weight = rng.integers(-50, 50, m).astype(dtype)
+        path = tmp / f"g{n}{np.dtype(dtype).name}.npz"
+        np.savez(path, src=src, dst=dst, weight=weight, num_vertices=np.int64(n))
+        gid = path.stem
+        run(LOAD, gid, str(path), "npz", None, None, None)
+        for task, params in (("mst", {}), ("mst", {"objective": "max"}), ("mst", {"exclude": [0, 5]}),
+                             ("components", {}), ("clusters", {"k": 3}), ("clusters", {"threshold": 1}),
+                             ("dendrogram", {})):
+            where = f"graph {np.dtype(dtype).name} m={m} {task} {params}"
+            run(MST, gid, str(tmp / "r.npz"), task, params)
+        where = f"graph {np.dtype(dtype).name} m={m} weights"
+        new = tmp / "w.npz"
+        np.savez(new, edge_ids=np.array([0, 1]), weights=np.array([7, 8], dtype=dtype))
+        run(WEIGHTS, gid, str(new), "npz", str(tmp / "w.npy"), 0)
+        run(MST, gid, str(tmp / "r.npz"), "mst", {})
+
+for dtype in (np.float32, np.float64):
+    for dims in (1, 2, 3, 5, 20, 64):  # 20: brute force on the CPU (above 12), 64 on either backend
+        for n in (200, 5000):
+            where = f"points {np.dtype(dtype).name} d={dims} n={n}"
+            path = tmp / f"p{n}{dims}{np.dtype(dtype).name}.npz"
+            np.savez(path, points=rng.random((n, dims)).astype(dtype))
+            pid = path.stem
+            run(LOAD, pid, str(path), "points.npz", None, None, None)
+            for task, params in (("emst", {"min_samples": 1}), ("emst", {"min_samples": 7}),
+                                 ("emst", {"min_samples": 30}), ("single_linkage", {}),
+                                 ("hdbscan", {"min_cluster_size": 5}),
+                                 ("hdbscan", {"min_cluster_size": 10, "cluster_selection_method": "leaf",
+                                              "cluster_selection_epsilon": 0.1})):
+                where = f"points {np.dtype(dtype).name} d={dims} n={n} {task} {params}"
+                run(MST, pid, str(tmp / "r.npz"), task, params)
+
+after_overloads = overloads()
+print(json.dumps({
+    # a codec zipfile looks up by name for a member's name (microseconds): not a cost to warm up
+    "modules": sorted(m for m in set(sys.modules) - before_modules if not m.startswith("encodings.")),
+    "overloads": {k: v for k, v in after_overloads.items() if v != before_overloads.get(k, 0)},
+    "compiled": compiled,
+}))
+"""
+
+
+def _first_time(backend: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, backend], cwd=REPO, capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_no_request_imports_or_compiles_once_a_cpu_worker_is_ready() -> None:
+    first = _first_time("cpu")
+    assert first == {"modules": [], "overloads": {}, "compiled": []}, first
+
+
+@pytest.mark.gpu
+def test_no_request_compiles_a_kernel_once_a_gpu_worker_is_ready() -> None:
+    first = _first_time("gpu")
+    assert first == {"modules": [], "overloads": {}, "compiled": []}, first
