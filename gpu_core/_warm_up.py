@@ -34,5 +34,5 @@ def warm_up(backend: Backend = "auto", *, host_passes: bool = True, points: bool
         warm_up_compiled()
     chosen = warm_up_graphs(backend)
     if points:
-        warm_up_points(chosen)  # type: ignore[arg-type]
+        warm_up_points(chosen)
     return chosen
