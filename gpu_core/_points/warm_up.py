@@ -64,8 +64,8 @@ def point_parts(sizes: Sequence[int] = WARM_UP_POINTS) -> list[Part]:
     """The GPU's point-set warm-up, in named parts (each independent of the others, so any subset can
     run, in this order: ``gpu_core._warm_up.warm_start`` runs those that loaded a kernel): many
     arrays concatenated, brute force's blocks and tiles, then trees of ``sizes`` points of each of
-    :data:`WARM_UP_DIMENSIONS`, every list width, the coordinates' size classes; CuPy points (a
-    worker's) first, NumPy points (the library's) after."""
+    :data:`WARM_UP_DIMENSIONS`, every list width, the coordinates' size classes (CuPy points, a
+    worker's, first; NumPy points, the library's, after) and :data:`MEDIUM_SETS`."""
     import cupy
 
     moves: tuple[tuple[str, Callable[[Any], Any]], ...] = (("cupy", cupy.asarray), ("numpy", np.asarray))
@@ -75,12 +75,14 @@ def point_parts(sizes: Sequence[int] = WARM_UP_POINTS) -> list[Part]:
     for n in sizes:
         for d in WARM_UP_DIMENSIONS:
             for name, move in moves:
-                parts.append((f"points n={n} d={d}, {name}", partial(warm_up_point_size, move, d, n)))
+                parts.append((f"points n={n} d={d}, {name}", partial(_point_size, move, d, n)))
     for name, move in moves:
         for k in WARM_UP_MIN_SAMPLES:
             parts.append((f"points min_samples={k}, {name}", partial(_list_width, move, k)))
         for d in COORDINATE_CLASSES:
             parts.append((f"points d={d} float32, {name}", partial(_coordinates, move, d)))
+    for d, k in MEDIUM_SETS:
+        parts.append((f"points n={MEDIUM_POINTS} d={d} min_samples={k}, cupy", partial(_medium_set, d, k)))
     return parts
 
 
@@ -101,7 +103,7 @@ def _blocks_and_tiles(move: Callable[[Any], Any]) -> None:
             _tree(move(points), "gpu", k, "brute", block=64, tile=128)
 
 
-def warm_up_point_size(move: Callable[[Any], Any], d: int, n: int) -> None:
+def _point_size(move: Callable[[Any], Any], d: int, n: int) -> None:
     """Trees (min_samples 1 and 5), core distances and query lists of ``n`` points of ``d``
     coordinates (a duplicate among them: ties), handed over as ``move`` makes them."""
     points = np.random.default_rng((d, n)).random((n, d))
@@ -116,6 +118,19 @@ def _list_width(move: Callable[[Any], Any], k: int) -> None:
     points = np.random.default_rng(1).random((600, SPATIAL_MAX_DIMENSIONS["gpu"] + 1))
     _tree(move(points), "gpu", k)
     _tree(move(points[:, :3]), "gpu", k)
+
+
+#: points, and (coordinates, min_samples) of the sets where wide lists meet many points: the size
+#: sweep's lists are narrow (min_samples 1 and 5), the widths' sets small (600 points); a request of
+#: 5,000 points of 64 coordinates and min_samples 30 met two kernels neither had (H200, 2026-11-24)
+MEDIUM_POINTS = 5000
+MEDIUM_SETS: tuple[tuple[int, int], ...] = ((5, 7), (5, 30), (64, 7), (64, 30), (64, 60))
+
+
+def _medium_set(d: int, k: int) -> None:
+    import cupy
+
+    _tree(cupy.asarray(np.random.default_rng((d, k)).random((MEDIUM_POINTS, d))), "gpu", k)
 
 
 #: coordinates of brute force's size classes (norms, the exact recheck), float32 points
