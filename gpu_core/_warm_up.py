@@ -58,7 +58,6 @@ def warm_start(
     tasks: Callable[[], object] = lambda: None,
     *,
     lap: Callable[[str], object] = lambda name: None,
-    cache_dir: str | None = None,
 ) -> dict[str, Any]:
     """Warm up every kernel a request can need before a service's worker says it is ready: the
     caller's ``tasks`` (its own warm-up: its tasks end to end on small datasets), then the graphs',
@@ -114,7 +113,7 @@ def warm_start(
 
     caller = f"{getattr(tasks, '__module__', '?')}.{getattr(tasks, '__qualname__', '?')}"
     environment = manifest_environment(caller)
-    path = manifest_path(environment, cache_dir)
+    path = manifest_path(environment)
     manifest = read_manifest(path)
     sweep = _full_sweep()
     report: dict[str, Any] = {"manifest": str(path)}
@@ -156,9 +155,9 @@ Part = tuple[str, Callable[[], object]]
 
 def _full_sweep() -> list[Part]:
     """The GPU's full sweep, in named parts, cheap and broad ones first (so that they, not the costly
-    ones, are the first to load most modules): the graphs' uploads, edge cases and queries, the point
-    sets' cheap parts, then every size class of the labels' device path, the point sets and the
-    graphs, smallest first."""
+    ones, are the first to load most modules): the graphs' dtypes, edge cases and queries on small
+    graphs, the point sets' parts (:func:`gpu_core._points.warm_up.point_parts`), the labels' device
+    path on trees of every size class, then graphs of every size class, smallest first."""
     from ._clustering.dendrogram_labels import WARM_UP_POINTS as DEVICE_SIZES
     from ._clustering.dendrogram_labels import warm_up_device_size
     from ._graphs.warm_up import WARM_UP_SIZES, graph_parts
