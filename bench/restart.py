@@ -7,14 +7,17 @@
 Three measurements of a real ``python -m service`` (its own process group, loopback HTTP), each
 repeated ``--repeats`` times; medians are printed, every run is kept in the JSON:
 
-1. **start**: the service on an empty data dir (one run first, not counted, fills the kernel
-   caches: CUPY_CACHE_DIR, NUMBA_CACHE_DIR stay as the environment sets them): process start to
-   ``/healthz`` answering (the API is up) and to ``/readyz`` 200 (a worker is warm), with the
-   worker's own split from ``/readyz`` (``startup_ms``: ``process`` = spawn to its entry point,
-   the interpreter and the worker module's imports; ``imports`` = gpu_core and CuPy; ``device`` =
-   the CUDA context; ``warm_up`` = every graph kernel; ``warm_up_tasks`` = point sets' tasks and
-   dendrograms; ``host_passes`` = the wait for Numba's passes, loaded on a thread meanwhile;
-   ``probe``). Then the first job of every task on small datasets uploaded after ready (MST,
+1. **start**: the service on an empty data dir (one run first, ``first_start``, not in the
+   medians: it fills the kernel caches where they are cold, CUPY_CACHE_DIR and NUMBA_CACHE_DIR
+   staying as the environment sets them, and the worker's warm-up manifest where there is none,
+   by the full sweep): process start to ``/healthz`` answering (the API is up) and to ``/readyz``
+   200 (a worker is warm), with the worker's own split from ``/readyz`` (``startup_ms``:
+   ``process`` = spawn to its entry point, the interpreter and the worker module's imports;
+   ``imports`` = gpu_core and CuPy; ``device`` = the CUDA context; ``warm_up_tasks`` = the
+   worker's tasks on small datasets; ``warm_up`` = the kernels, by the manifest's parts or the full
+   sweep; ``host_passes`` = the wait for Numba's passes, loaded on a thread meanwhile; ``probe``;
+   ``release``) and its ``warm_up`` (``mode`` quick or full, ``parts``, ``modules``, ``compiled``,
+   ``load_ms``). Then the first job of every task on small datasets uploaded after ready (MST,
    maximum forest, a weight update then MST; EMST, HDBSCAN*, single linkage) next to the same job
    again: a first job that compiled something shows as much slower than its second.
 2. **kill**: the datasets (``--graphs``, a ``--points`` set) resident, SIGKILL the worker: kill to
@@ -365,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                     with server.client() as c:
                         worker = _worker(c)
                     run: dict[str, Any] = {k: round(v, 4) for k, v in server.times.items()}
-                    for key in ("plan_ms", "startup_ms", "device"):
+                    for key in ("plan_ms", "startup_ms", "warm_up", "device"):
                         run[key] = worker.get(key)
                     if i == args.repeats:
                         run["first_jobs"] = _first_jobs(server)
@@ -373,9 +376,12 @@ def main(argv: list[str] | None = None) -> int:
                     server.stop()
                 if i:
                     runs.append(run)
-                print(f"start {i}{' (warm-up, not counted)' if not i else ''}: {run}", flush=True)
-            timed = [{k: v for k, v in r.items() if k != "first_jobs"} for r in runs]
+                else:
+                    record["first_start"] = run
+                print(f"start {i}{' (fills the caches, not counted)' if not i else ''}: {run}", flush=True)
+            timed = [{k: v for k, v in r.items() if k not in ("first_jobs", "warm_up")} for r in runs]
             record["start"] = {"runs": runs, "median": _median(timed)}
+            record["warm_up_modes"] = [(r.get("warm_up") or {}).get("mode") for r in runs]
             record["first_jobs"] = runs[-1]["first_jobs"]
             record["device"] = runs[-1]["device"]
 
@@ -436,11 +442,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_summary(record: dict[str, Any]) -> None:
     print(f"\n## Restart times ({record.get('device')}, standby {record['standby']}; medians)\n")
+    if "first_start" in record:
+        first = record["first_start"]
+        print(f"- first start (fills the caches): ready {first['ready_s']:.2f} s, "
+              f"warm-up {first.get('warm_up')}")  # fmt: skip
     if "start" in record:
         m = record["start"]["median"]
         split = ", ".join(f"{k} {v:.0f}" for k, v in (m.get("startup_ms") or {}).items() if v is not None)
         print(f"- start (empty data dir): API up {m['healthz_s']:.2f} s, ready {m['ready_s']:.2f} s; "
-              f"planning the workers (GPU probe) {m['plan_ms']} ms; worker (ms): {split}")  # fmt: skip
+              f"planning the workers (GPU probe) {m['plan_ms']} ms; worker (ms): {split}; "
+              f"warm-up modes {record.get('warm_up_modes')}")  # fmt: skip
         for task, runs in record["first_jobs"].items():
             second = runs.get("second")
             print(f"  - first {task}: {runs['first']}" + (f", second: {second}" if second else ""))

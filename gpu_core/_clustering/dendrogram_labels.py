@@ -130,20 +130,25 @@ WARM_UP_POINTS: tuple[int, ...] = tuple(2**j + 1 for j in range(2, 21, 2))
 def warm_up_device(sizes: tuple[int, ...] = WARM_UP_POINTS) -> None:
     """Compile the kernels of the device path from a tree to labels (the dendrogram's, the
     condensed tree's and the selection's, and the CuPy kernels around them) on the current
-    device: random trees of ``sizes`` points (some distances zero), every method with and
-    without epsilon up to a few thousand points, excess of mass above."""
+    device: random trees of ``sizes`` points (:func:`warm_up_device_size`)."""
+    for n in sizes:
+        warm_up_device_size(n)
+
+
+def warm_up_device_size(n: int) -> None:
+    """The device path from a random tree of ``n`` points (some distances zero) to labels: every
+    method with and without epsilon up to a few thousand points, excess of mass above."""
     import cupy
 
     from .._dendrogram.gpu import linkage_on_device
 
-    rng = np.random.default_rng(0)
-    for n in sizes:
-        u = rng.permutation(n)
-        v = u[(rng.random(n - 1) * np.arange(1, n)).astype(np.int64)]  # u[i + 1] under an earlier one
-        w = np.where(rng.random(n - 1) < 0.1, 0.0, rng.random(n - 1))  # zeros: lambda inf
-        order = np.argsort(w, kind="stable")
-        u, v, w = u[1:][order], v[order], w[order]
-        z = linkage_on_device(n, cupy.asarray(u), cupy.asarray(v), cupy.asarray(w))
-        runs = (("eom", 0.0), ("leaf", 0.0), ("eom", 0.5), ("leaf", 0.5)) if n < 5000 else (("eom", 0.0),)
-        for method, epsilon in runs:
-            labels_from_dendrogram(z[:, 0], z[:, 1], z[:, 3], z[:, 2], 3, method, epsilon)
+    rng = np.random.default_rng(n)
+    u = rng.permutation(n)
+    v = u[(rng.random(n - 1) * np.arange(1, n)).astype(np.int64)]  # u[i + 1] under an earlier one
+    w = np.where(rng.random(n - 1) < 0.1, 0.0, rng.random(n - 1))  # zeros: lambda inf
+    order = np.argsort(w, kind="stable")
+    u, v, w = u[1:][order], v[order], w[order]
+    z = linkage_on_device(n, cupy.asarray(u), cupy.asarray(v), cupy.asarray(w))
+    runs = (("eom", 0.0), ("leaf", 0.0), ("eom", 0.5), ("leaf", 0.5)) if n < 5000 else (("eom", 0.0),)
+    for method, epsilon in runs:
+        labels_from_dendrogram(z[:, 0], z[:, 1], z[:, 3], z[:, 2], 3, method, epsilon)

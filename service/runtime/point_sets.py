@@ -180,19 +180,21 @@ class ResidentPoints:
 
 #: points of :func:`warm_up`'s sets
 WARM_UP_POINTS = 40
-#: coordinates of :func:`warm_up`'s sets: the hierarchy's specializations (1, 2, 3, any) and past
-#: its range on either backend (more than 32: brute force)
-WARM_UP_DIMENSIONS = (1, 2, 3, 5, 40)
-#: ``min_samples`` of :func:`warm_up`: one in each bucket of the core-distance kernels
-WARM_UP_MIN_SAMPLES = (1, 5, 12, 24, 40)
+#: coordinates of :func:`warm_up`'s sets, one of each path: the GPU hierarchy's packed boxes (1 to
+#: 3), its general search, past either backend's spatial index (more than 32: brute force). Each
+#: dimension and ``min_samples`` bucket of the GPU's kernels is gpu_core's warm-up's (every size
+#: class); these sets make the tasks' own first run (imports, the service's paths) before ready.
+WARM_UP_DIMENSIONS = (3, 5, 40)
+#: ``min_samples`` of :func:`warm_up`: none (1: a Euclidean tree), a few, more than the lists hold
+WARM_UP_MIN_SAMPLES = (1, 5, 40)
 
 
 def warm_up(backend: str) -> None:
-    """Run every point-set task once end to end (EMST of each ``min_samples`` bucket, HDBSCAN* by
+    """Run every point-set task once end to end (EMST of each :data:`WARM_UP_MIN_SAMPLES`, HDBSCAN* by
     excess of mass and by leaves with an epsilon, single linkage) on small sets of each
     :data:`WARM_UP_DIMENSIONS`, so that no request meets a first time: what the tasks import and
     the kernels and CuPy specializations around the engine's (those of every size class are
-    ``gpu_core._points.warm_up``'s, run by the worker before this). One coordinate dtype does for
+    ``gpu_core._points.warm_up``'s, run by the worker after this). One coordinate dtype does for
     both: the points are validated into float64 before anything computes on them. The compiled
     host passes (Numba) are the worker's to load (``gpu_core._clustering.hdbscan.warm_up_compiled``)."""
     rng = np.random.default_rng(0)

@@ -1167,6 +1167,7 @@ class WorkerHandle:
             "requests_resent": self.requests_resent,
             "requests_lost": self.requests_lost,
             "startup_ms": self.startup_ms,
+            "warm_up": self.info.get("warm_up"),
             "plan_ms": self.plan_ms,
             "last_restart_ms": self.last_restart_ms,
             "standby": None

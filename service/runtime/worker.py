@@ -47,9 +47,14 @@ it blocks: a job that follows soon (a client's next request) then finds it
 awake, without the wake-up of a sleeping process and with warm caches.
 
 Start-up (:meth:`_Worker.start`, before ``ready``): CuPy and the engine, the CUDA context, every
-graph kernel (``gpu_core.warm_up``), every other task once on small datasets, Numba's compiled
-passes (on a thread meanwhile) and the probe; ``ready`` says what each took (``startup_ms``), so
-no request compiles, loads or imports anything afterwards.
+task once on small datasets, every kernel a request can need (``gpu_core._warm_up.warm_start``:
+the parts of the full sweep a manifest in the kernel cache names, or the full sweep where there is
+none), Numba's compiled passes (on a thread meanwhile) and the probe; ``ready`` says what each took
+(``startup_ms``) and how the kernels were warmed up (``warm_up``), so no request compiles, loads or
+imports anything afterwards. On an H200 with a warm kernel cache (2026-11-24): 4.9 s from the spawn,
+of which 1.3 s the process, 0.3 s the imports, 0.1 s the context, 3.1 s the warm-up (its tasks 1.6 s,
+36 of the sweep's 475 parts 1.5 s, 244 CuPy modules loaded in 0.5 s of that); the full sweep, once
+per kernel cache and version, about 21 s (2 minutes with a cold cache: NVRTC).
 
 A heartbeat thread stamps ``time.monotonic()`` into shared memory every
 ``heartbeat_interval_s``; the supervisor restarts a worker whose stamp gets
@@ -72,6 +77,7 @@ import gc
 import os
 import signal
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -419,14 +425,17 @@ class _Worker:
     # -- start-up -----------------------------------------------------------------------------
 
     def start(self) -> dict[str, Any]:
-        """Import the engine, open the device, warm up every task and compute the probe graph; the
-        ``ready`` info.
+        """Import the engine, open the device, warm up every task and kernel and compute the probe
+        graph; the ``ready`` info.
 
         Its ``startup_ms`` says where the time went: ``imports`` (gpu_core, and CuPy for the GPU),
-        ``device`` (the CUDA context), ``warm_up`` (every graph kernel, ``gpu_core.warm_up``),
-        ``warm_up_tasks`` (point sets' tasks and graph dendrograms, :meth:`_warm_up_tasks`),
-        ``host_passes`` (the wait for Numba's compiled HDBSCAN* passes, loaded on a thread
-        meanwhile: ``host_passes_thread`` is what that thread took), ``probe``, ``release``.
+        ``device`` (the CUDA context), ``warm_up_tasks`` (point sets' tasks and graph dendrograms,
+        :meth:`_warm_up_tasks`), ``warm_up`` (every kernel: :func:`gpu_core._warm_up.warm_start`, the
+        parts its manifest names, or the full sweep; ``warm_up_full`` where the quick one fell
+        short), ``host_passes`` (the wait for Numba's compiled HDBSCAN* passes, loaded on a thread
+        meanwhile: ``host_passes_thread`` is what that thread took), ``probe``, ``release``; its
+        ``warm_up`` what ``warm_start`` reported (``mode`` quick or full, ``parts``, ``modules``,
+        ``compiled``, ``load_ms``, ``manifest``; a ``note`` is also printed to stderr).
         """
         import gpu_core  # first import of the engine (and CuPy) happens here, in the child
 
@@ -439,10 +448,11 @@ class _Worker:
             cupy.cuda.runtime.memGetInfo()  # the first call that needs it creates the CUDA context
         steps.lap("device")
         passes = _OnThread(_warm_up_host_passes, "warm-up-host-passes")
-        gpu_core.warm_up(self.backend, host_passes=False, points=False)  # the graphs' kernels
-        steps.lap("warm_up")
-        self._warm_up_tasks()
-        steps.lap("warm_up_tasks")
+        from gpu_core._warm_up import warm_start
+
+        kernels = warm_start(self.backend, self._warm_up_tasks, lap=steps.lap)  # quick where it can
+        if "note" in kernels:
+            print(f"mst-worker: warm-up: {kernels['note']}", file=sys.stderr, flush=True)
         passes_ms = passes.join()
         steps.lap("host_passes")
         probe = self._probe()
@@ -456,29 +466,23 @@ class _Worker:
             "device": self._device_name(),
             "warmup_ms": sum(steps.ms.values()),
             "startup_ms": {**steps.ms, "host_passes_thread": round(passes_ms, 3)},
+            "warm_up": {k: v for k, v in kernels.items() if k != "ms"},
             "probe_ms": probe,
             "free_bytes": free,
             "total_bytes": total,
         }
 
     def _warm_up_tasks(self) -> None:
-        """Every task a request can run beyond the graphs' (``gpu_core.warm_up``), once, so that no
-        request compiles a kernel: on the GPU the point-set kernels of every size class
-        (``gpu_core._points.warm_up``) and the device path from a tree to HDBSCAN* labels; then a
-        point set's tasks end to end on small sets (:func:`.point_sets.warm_up`) and a graph's
-        dendrogram."""
+        """Every task a request can run, once, end to end: a point set's tasks on small sets
+        (:func:`.point_sets.warm_up`) and a graph's dendrogram of each weight dtype. Run by
+        :func:`gpu_core._warm_up.warm_start` before the kernels' parts (what it loads, no part need
+        load again); the CPU backend's whole warm-up with the graphs'."""
         import numpy as np
 
         import gpu_core
 
         from .point_sets import warm_up as warm_up_points
 
-        if self.backend == "gpu":
-            from gpu_core._clustering.dendrogram_labels import warm_up_device
-            from gpu_core._points.warm_up import warm_up_points as warm_up_point_kernels
-
-            warm_up_point_kernels("gpu")
-            warm_up_device()
         warm_up_points(self.backend)
         src, dst = np.array([0, 1, 2, 0, 3]), np.array([1, 2, 0, 3, 4])
         for dtype in gpu_core.WEIGHT_DTYPES:

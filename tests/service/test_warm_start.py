@@ -10,8 +10,15 @@ HDBSCAN*'s compiled passes take over (EMST of several ``min_samples``, HDBSCAN* 
 and by leaves with an epsilon, single linkage). It counts what those requests made the process do
 for the first time: modules imported, overloads added to Numba's dispatchers (a compilation or a
 load from Numba's cache), and on the GPU modules CuPy had to build or load
-(``cupy.cuda.compiler._compile_module_with_cache``, as tests/gpu_core/graphs/test_warm_up.py counts).
-Each count must be zero.
+(``cupy.cuda.compiler._compile_module_with_cache``, as tests/gpu_core/graphs/test_warm_up.py counts:
+a load from the kernel cache counts as much as a compilation) and NVRTC programs it compiled (a
+kernel's source, or the empty probe CuPy compiles once per set of options). Each count must be zero.
+
+On the GPU the worker's start is the quick one whenever the kernel cache holds a warm-up manifest
+(``gpu_core._warm_up.warm_start``): a first process makes sure there is one (a full sweep if there
+was none: slow once per kernel cache and version), a second one must then start quick, its check
+that it loaded every module the full sweep loads passing, and its requests must load nothing.
+The test uses the environment's kernel cache (``CUPY_CACHE_DIR``): warm, it takes seconds.
 """
 
 from __future__ import annotations
@@ -31,8 +38,8 @@ import json, sys, tempfile
 from pathlib import Path
 import numpy as np
 
-backend = sys.argv[1]
-compiled = []
+backend, requests = sys.argv[1], sys.argv[2] == "requests"
+compiled, nvrtc = [], []
 if backend == "gpu":
     from cupy.cuda import compiler
     original = compiler._compile_module_with_cache
@@ -40,6 +47,11 @@ if backend == "gpu":
         compiled.append(where)
         return original(*args, **kwargs)
     compiler._compile_module_with_cache = counting
+    original_program = compiler._NVRTCProgram.compile
+    def counting_program(self, *args, **kwargs):
+        nvrtc.append(where if self.src else f"{where} (probe)")
+        return original_program(self, *args, **kwargs)
+    compiler._NVRTCProgram.compile = counting_program
 
 from numba.core.dispatcher import Dispatcher
 from service.runtime.worker import LOAD, MST, WEIGHTS, WorkerConfig, _Worker
@@ -52,9 +64,13 @@ def overloads():
 tmp = Path(tempfile.mkdtemp())
 worker = _Worker(WorkerConfig(0, backend, None, str(tmp), 10**8, 0.5))
 where = "start"
-worker.start()
+ready = worker.start()
+if not requests:
+    print(json.dumps({"warm_up": ready["warm_up"]}))
+    sys.exit(0)
 before_modules, before_overloads = set(sys.modules), overloads()
 compiled.clear()
+nvrtc.clear()
 
 def run(op, *args):
     ok, payload, after, _ = worker.handle(op, args)
@@ -108,25 +124,43 @@ print(json.dumps({
     "modules": sorted(m for m in set(sys.modules) - before_modules if not m.startswith("encodings.")),
     "overloads": {k: v for k, v in after_overloads.items() if v != before_overloads.get(k, 0)},
     "compiled": compiled,
+    "nvrtc": nvrtc,
+    "warm_up": ready["warm_up"],
 }))
 """
 
 
-def _first_time(backend: str) -> dict[str, Any]:
+def _first_time(backend: str, requests: bool = True) -> dict[str, Any]:
+    """What a fresh worker process's start reports and, with ``requests``, what every request
+    made it do for the first time after that."""
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, backend], cwd=REPO, capture_output=True, text=True, timeout=1200
+        [sys.executable, "-c", SCRIPT, backend, "requests" if requests else "start"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
+NOTHING: dict[str, Any] = {"modules": [], "overloads": {}, "compiled": [], "nvrtc": []}
+
+
 def test_no_request_imports_or_compiles_once_a_cpu_worker_is_ready() -> None:
     first = _first_time("cpu")
-    assert first == {"modules": [], "overloads": {}, "compiled": []}, first
+    assert first.pop("warm_up") == {"mode": "cpu"}
+    assert first == NOTHING, first
 
 
 @pytest.mark.gpu
-def test_no_request_compiles_a_kernel_once_a_gpu_worker_is_ready() -> None:
+def test_no_request_compiles_or_loads_a_kernel_once_a_gpu_worker_is_ready_after_a_quick_start() -> None:
+    before = _first_time("gpu", requests=False)["warm_up"]  # a manifest from now on
+    assert before["mode"] in ("full", "quick"), before
     first = _first_time("gpu")
-    assert first == {"modules": [], "overloads": {}, "compiled": []}, first
+    warm_up = first.pop("warm_up")
+    print({"before": before, "after": warm_up})
+    assert warm_up["mode"] == "quick", warm_up  # "full after quick": the quick sweep missed a module
+    assert warm_up["compiled"] == 0, warm_up  # the first process filled the kernel cache
+    assert first == NOTHING, first
