@@ -148,18 +148,6 @@ def started_server(
                 log_file.close()  # type: ignore[union-attr]
 
 
-def api_pids(pid: int) -> list[int]:
-    """The API process ``pid`` and, with ``MST_API_PROCESSES`` > 1, its front processes (listed in
-    ``<MST_DATA_DIR>/run/fronts.pid``; the data dir read from the process's environment)."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        data_dir = next(v.split(b"=", 1)[1] for v in environ if v.startswith(b"MST_DATA_DIR="))
-        listed = (Path(os.fsdecode(data_dir)) / "run" / "fronts.pid").read_text().split()
-    except (OSError, StopIteration):
-        return [pid]
-    return [pid, *(int(p) for p in listed if p.isdigit())]
-
-
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

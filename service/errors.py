@@ -29,8 +29,7 @@ short machine-readable ``code`` and a title::
     ├── ServiceUnavailableError          503 service_unavailable
     │   ├── StorageUnavailableError      503 storage_unavailable
     │   ├── WorkerLostError              503 worker_lost
-    │   ├── QueueFullError               503 queue_full          (Retry-After)
-    │   └── RuntimeUnreachableError      503 runtime_unreachable (Retry-After; MST_API_PROCESSES > 1)
+    │   └── QueueFullError               503 queue_full          (Retry-After)
     └── WorkerInternalError              500 worker_internal_error
 
 Errors of :mod:`gpu_core` (raised in a worker, pickled back) map here too: a
@@ -379,17 +378,6 @@ class QueueFullError(ServiceUnavailableError):
         return {"Retry-After": "1"}
 
 
-class RuntimeUnreachableError(ServiceUnavailableError):
-    """A front process (``MST_API_PROCESSES`` > 1) cannot reach the runtime process that holds the
-    service's state (starting, stopping or restarting); retry after the ``Retry-After`` seconds."""
-
-    code = "runtime_unreachable"
-    title = "Runtime unreachable"
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": "1"}
-
-
 class WorkerInternalError(ServiceError):
     """The worker failed in an unexpected way; this is a bug in the service, please report it."""
 
@@ -562,16 +550,6 @@ HANDLERS: dict[type[Exception], ErrorHandler] = {
     sqlite3.Error: _storage_or_unexpected,
     Exception: _unexpected,
 }
-
-
-async def error_response(request: Request, exc: Exception) -> JSONResponse:
-    """The response of the handler of ``exc``'s family (the nearest class on its MRO), as the app's
-    handlers answer it: used where no FastAPI app runs (the front processes)."""
-    for klass in type(exc).__mro__:
-        handler = HANDLERS.get(klass)
-        if handler is not None:
-            return await handler(request, exc)
-    return await _unexpected(request, exc)  # pragma: no cover - Exception is on every MRO
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -130,13 +129,6 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
-
-
-@dataclass(frozen=True)
-class RouteLabel:
-    """Stands for a route in ``scope["route"]`` where no router ran (``service.api.fastpath``)."""
-
-    path: str
 
 
 class MetricsMiddleware:

@@ -13,9 +13,8 @@ presented key is hashed and compared with **every** configured hash by
 configured hash, or how much of one, it came close to.
 
 The middleware records the owner in the request's scope (``mst.owner``);
-the FastAPI routes read it through ``OwnerDep`` and the fast lane
-(:mod:`service.api.fastpath`) through :func:`owner_of`, so both lanes see the same
-caller and a request that is not let in never reaches either.
+the routes read it through ``OwnerDep`` (or :func:`owner_of`, on a job's hot
+path), and a request that is not let in never reaches one.
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ async def submit_response(
     cache: bool = False,
     checked: Callable[[str], str] = checked_graph_id,
 ) -> Response:
-    """Submit a job of ``owner`` and wait up to ``wait`` s for it (also served by the fast lane).
+    """Submit a job of ``owner`` and wait up to ``wait`` s for it.
 
     ``checked``: the id-shape check of the dataset's kind (graphs; point sets pass theirs).
     """

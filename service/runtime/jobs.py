@@ -54,7 +54,6 @@ from ..errors import (
     error_type,
 )
 from ..metrics import Metrics
-from ..storage.npzio import GraphLayout
 from ..storage.store import JobRecord, Store, new_id
 from . import worker as worker_module
 from .result_files import ResultFiles
@@ -176,8 +175,8 @@ class OneShotTask(_WorkerRequest):
     batched: ClassVar[bool] = True
 
     task_id: str
-    #: the upload's spool file, or where a front found its arrays in it (format ``worker.PARSED``)
-    path: str | GraphLayout
+    #: the upload's spool file
+    path: str
     fmt: str
     result_path: str
     done: asyncio.Future[Any] = field(default_factory=_future)
@@ -741,12 +740,11 @@ class Jobs:
             del self._active[owner]
 
     async def one_shot(
-        self, path: Path | GraphLayout, fmt: str, estimate: int, owner: str
+        self, path: Path, fmt: str, estimate: int, owner: str
     ) -> tuple[dict[str, Any], Path | dict[str, Any]]:
-        """Compute the forest of an uploaded file (or of its edges, parsed by a front: format
-        ``worker.PARSED``) without storing anything; (summary, the result: its arrays ``edge_ids``
-        and ``weights`` when small, see ``MST_ONESHOT_INLINE_BYTES``, else its file, which the
-        caller removes)."""
+        """Compute the forest of an uploaded file without storing anything; (summary, the result:
+        its arrays ``edge_ids`` and ``weights`` when small, see ``MST_ONESHOT_INLINE_BYTES``, else
+        its file, which the caller removes)."""
         self.admit(owner)
         self._active[owner] += 1
         try:
@@ -755,11 +753,11 @@ class Jobs:
             self._release(owner)
 
     async def _one_shot(
-        self, path: Path | GraphLayout, fmt: str, estimate: int
+        self, path: Path, fmt: str, estimate: int
     ) -> tuple[dict[str, Any], Path | dict[str, Any]]:
         handle = self._supervisor.place(estimate)
         result = self._store.tmp_path(".npz")
-        task = OneShotTask(new_id("o"), str(path) if isinstance(path, Path) else path, fmt, str(result))
+        task = OneShotTask(new_id("o"), str(path), fmt, str(result))
         try:
             summary: dict[str, Any] = await _queued(handle, task)
         except BaseException:

@@ -16,8 +16,7 @@ Protocol over one duplex :class:`multiprocessing.connection.Connection`:
   :class:`~.restarts.RunStamp`, shared memory the supervisor reads if the process dies, and
   clears it once the run's replies are sent): ``payload`` is a small dict, or the exception
   when ``ok`` is false. Bulk arrays rarely travel over the pipe: graphs come in
-  as spool files (a one-shot a front parsed: its :class:`~service.storage.npzio.GraphLayout`,
-  where its arrays lie in the upload), forests go out as ``.npz`` files in the spool; only a
+  as spool files, forests go out as ``.npz`` files in the spool; only a
   one-shot's forest of at most ``MST_ONESHOT_INLINE_BYTES`` comes back in its reply
   (:data:`INLINE`), which spares the file's creation, writing, reading and removal.
 * an MST job's forest file is written *behind* its reply: the reply (the
@@ -114,8 +113,6 @@ LOAD = "load"
 MST = "mst"
 WEIGHTS = "weights"
 ONESHOT = "oneshot"
-#: the format of a one-shot a front parsed (a GraphLayout, where its arrays lie, instead of a path)
-PARSED = "arrays"
 #: the key of a one-shot reply's forest arrays (``edge_ids``, ``weights``) sent in the reply itself
 INLINE = "arrays"
 #: the key of a one-shot reply's count of one-shots its engine run computed (1: alone)
@@ -677,16 +674,10 @@ class _Worker:
             return _portable(exc)
         return None
 
-    def _parse(self, path: str | npzio.GraphLayout, fmt: str) -> Any:
-        """The edge arrays of a spool file: a plain npz is read (mapped when large), the rest is parsed.
-
-        ``fmt`` ``"arrays"``: ``path`` says where the edges lie in the upload (a one-shot a front
-        parsed, see :data:`PARSED`); the limits and the engine's checks still apply to them here.
-        """
+    def _parse(self, path: str, fmt: str) -> Any:
+        """The edge arrays of a spool file: a plain npz is read (mapped when large), the rest is parsed."""
         import gpu_core
 
-        if isinstance(path, npzio.GraphLayout):  # fmt PARSED: the front found and checked the arrays
-            return npzio.map_layout(path)
         if fmt == "npz":
             edges = npzio.plain_graph(path)
             if edges is not None:
@@ -700,7 +691,7 @@ class _Worker:
 
     def _read(
         self,
-        path: str | npzio.GraphLayout,
+        path: str,
         fmt: str,
         num_vertices: int | None,
         steps: Steps | None = None,
@@ -721,7 +712,7 @@ class _Worker:
         return edges, graph
 
     def _checked_edges(
-        self, path: str | npzio.GraphLayout, fmt: str, num_vertices: int | None
+        self, path: str, fmt: str, num_vertices: int | None
     ) -> tuple[Any, int | None]:
         """A spool file's edge arrays and vertex count, within the service's limits (not yet the
         engine's validation)."""
@@ -928,7 +919,7 @@ class _Worker:
             raise
 
     def oneshot(
-        self, path: str | npzio.GraphLayout, fmt: str, num_vertices: int | None, result_path: str
+        self, path: str, fmt: str, num_vertices: int | None, result_path: str
     ) -> dict[str, Any]:
         edges, graph = self._read(path, fmt, num_vertices)
         del edges

@@ -224,10 +224,9 @@ def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | N
 class GraphLayout:
     """Where the arrays of a plain graph ``.npz`` lie in its file, found (and CRC-checked) once.
 
-    A front process parses a one-shot upload and sends this (a few hundred bytes) instead of its
-    edges; the worker maps the file and takes the arrays at these offsets (:func:`map_layout`),
-    without reading or checking the archive again. The file must not change in between (an
-    upload in the spool: its front removes it only once the answer is back).
+    :func:`plain_graph` finds it (:func:`graph_layout`), then takes the arrays at these offsets
+    (:func:`map_layout`) without reading or checking the archive again. The file must not change
+    in between.
     """
 
     path: str

@@ -259,21 +259,9 @@ def fsync_dir(path: Path) -> None:
 
 
 class TmpPaths(Protocol):
-    """Makes paths in the spool's tmp folder: a :class:`Store`, or a :class:`Spool` without SQLite."""
+    """Makes paths in the spool's tmp folder (a :class:`Store`)."""
 
     def tmp_path(self, suffix: str = ".part") -> Path: ...
-
-
-class Spool:
-    """The spool's tmp folder of a data dir, for processes that write uploads but hold no records
-    (the fronts of ``MST_API_PROCESSES``); the runtime process's :class:`Store` made it."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.tmp_dir = Path(data_dir) / "spool" / "tmp"
-
-    def tmp_path(self, suffix: str = ".part") -> Path:
-        """A fresh path in the spool's tmp folder (nothing is created)."""
-        return self.tmp_dir / f"{secrets.token_hex(16)}{suffix}"
 
 
 class Store:
@@ -530,38 +518,6 @@ def start_write_out() -> Callable[[int, int, int], int] | None:
     call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
     call.restype = ctypes.c_int
     return lambda fd, offset, nbytes: int(call(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE))
-
-
-class JobReader:
-    """Job records read straight from a store's SQLite file, for another process (a front).
-
-    The runtime process writes every record a client can know of before giving its id out (see
-    :meth:`service.runtime.jobs.Jobs.publish`), and each transition as it happens, so a read here
-    answers what the runtime's own :meth:`Store.get_job` would. Read-only (``query_only``); the
-    connection opens on first use, once the runtime has made the schema.
-    """
-
-    def __init__(self, data_dir: Path) -> None:
-        self._path = Path(data_dir) / "mst.sqlite3"
-        self._db: sqlite3.Connection | None = None
-
-    def get_job(self, job_id: str) -> JobRecord | None:
-        """The job's record, or None; raises :class:`sqlite3.Error` while the store is not there
-        (no file, no schema yet)."""
-        if self._db is None:
-            if not self._path.exists():  # never made here: this reader only reads
-                raise sqlite3.OperationalError(f"{self._path} does not exist (yet)")
-            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=30)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA query_only = ON")
-            self._db = db
-        row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return None if row is None else _job_from_row(row)
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
 
 
 class SpoolFile:
