@@ -16,8 +16,10 @@ from . import __version__
 from .api import graphs, health, jobs, mst, points
 from .api.auth import OPEN_PATHS, AuthMiddleware, KeyRing
 from .api.deps import Services
-from .errors import PROBLEM_JSON, install_handlers
-from .metrics import Metrics, MetricsMiddleware
+from .api.media_types import PROBLEM_JSON
+from .api.problems import install_handlers
+from .api.request_metrics import MetricsMiddleware
+from .metrics import Metrics
 from .models import GraphUpload, PointsUpload, Problem, WeightsPatch, WeightsUpload
 from .runtime.catalog import Catalog
 from .runtime.jobs import Jobs
@@ -69,7 +71,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await supervisor.start()
         catalog.restore()
         jobs_.requeue(queued)
-        metrics.supervisor = supervisor
+        metrics.workers = lambda: [w.gauges() for w in supervisor.workers]
         app.state.services = Services(settings, store, supervisor, jobs_, catalog, metrics)
         # Everything imported and built so far lives as long as the process: keep it out of the
         # cyclic collector's full passes, which otherwise walk it on requests' paths (p99).

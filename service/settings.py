@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .api.auth import check_api_key, read_key_file
+from .api_keys import check_api_key, read_key_file
 
 GiB = 1 << 30
 MiB = 1 << 20

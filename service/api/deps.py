@@ -19,7 +19,8 @@ from ..runtime.catalog import Catalog
 from ..runtime.jobs import Jobs
 from ..runtime.supervisor import Supervisor
 from ..settings import Settings
-from ..storage.store import Store, is_id
+from ..storage.records import is_id
+from ..storage.store import Store
 from .auth import owner_of
 
 

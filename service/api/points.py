@@ -17,7 +17,7 @@ from ..models import JobOut, PointSetList, PointSetOut, PointsFormat, PointsJobR
 from .auth import owner_of
 from .deps import CatalogDep, OwnerDep, ServicesDep, checked_points_id, services_of
 from .docs import BINARY_SCHEMA, CACHE_QUERY, SUBMITTED, WAIT_QUERY, problems
-from .graphs import submit_response, task_params
+from .submissions import submit_response, task_params
 from .uploads import receive_points
 
 router = APIRouter(prefix="/v1/points", tags=["points"])

@@ -28,7 +28,6 @@ from typing import Any
 
 import gpu_core
 
-from ..api.uploads import Upload
 from ..errors import (
     DeviceQuotaExceededError,
     GraphExceedsWorkerError,
@@ -38,7 +37,9 @@ from ..errors import (
     QuotaExceededError,
 )
 from ..models import GraphOut, PointSetOut, Residency, ShardResidency, timestamp
-from ..storage.store import GraphRecord, Store, new_id, remove_files, remove_later
+from ..storage.records import GraphRecord, new_id
+from ..storage.spool import Upload, remove_files, remove_later
+from ..storage.store import Store
 from ..timing import Steps
 from . import worker as worker_module
 from .jobs import Jobs, sharded_weights_refused

@@ -54,7 +54,8 @@ from ..errors import (
     error_type,
 )
 from ..metrics import Metrics
-from ..storage.store import JobRecord, Store, new_id
+from ..storage.records import JobRecord, new_id
+from ..storage.store import Store
 from . import worker as worker_module
 from .result_files import ResultFiles
 from .sharding import Abandoned, ShardedRun
@@ -345,7 +346,7 @@ class Jobs:
             hit = self._from_cache(graph_id, version, task, key, now)
             if hit is not None:
                 self._metrics.jobs_submitted.inc()
-                self._metrics.job_finished(hit)
+                self._job_finished(hit)
                 return hit
         self.admit(owner)  # a cached answer queues nothing, so it is never refused
         job = JobRecord(
@@ -695,7 +696,7 @@ class Jobs:
             **changes,
         )
         if job is not None:
-            self._metrics.job_finished(job)
+            self._job_finished(job)
             self._release(job.owner)
         for waiter in self._waiters.pop(job_id, ()):
             _resolve(waiter, job)
@@ -732,6 +733,10 @@ class Jobs:
             raise
         summary["weights_file"] = str(path if out is None else out)
         return summary
+
+    def _job_finished(self, job: JobRecord) -> None:
+        seconds = None if job.finished_at is None else job.finished_at - job.created_at
+        self._metrics.job_finished(job.status, seconds, job.compute_ms)
 
     def _release(self, owner: str) -> None:
         """One queued or running job of ``owner`` has finished."""

@@ -93,6 +93,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any, Literal, Protocol
 
 from ..errors import InsufficientMemoryError, ServiceUnavailableError, WorkerLostError
+from ..metrics import WorkerGauges
 from ..settings import Settings
 from . import worker as worker_module
 from .restarts import Request, RunStamp, next_reload, triage
@@ -1144,6 +1145,20 @@ class WorkerHandle:
             self.running.remove(task)
             self.reload_waits.pop(task.task_id, None)
             self._slot.set()
+
+    def gauges(self) -> WorkerGauges:
+        """What the worker reports when the metrics are scraped."""
+        return WorkerGauges(
+            index=self.index,
+            up=self.accepting,
+            queue_depth=self.queue_depth,
+            datasets=len(self.graphs),
+            device_bytes=sum(r.device_bytes for r in self.graphs.values()),
+            free_bytes=self.free_bytes,
+            restarts=self.restarts,
+            requests_lost=self.requests_lost,
+            requests_resent=self.requests_resent,
+        )
 
     def describe(self) -> dict[str, Any]:
         return {

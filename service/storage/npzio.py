@@ -40,7 +40,7 @@ from zlib_ng.zlib_ng import crc32
 
 from gpu_core.formats import EdgeArrays
 
-from .store import start_write_out
+from .spool import start_write_out
 
 _LOCAL = struct.Struct("<4s2B4HL2L2H")  # local file header (30 bytes)
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # central directory entry (46 bytes)

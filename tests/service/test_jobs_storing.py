@@ -9,7 +9,8 @@ from pathlib import Path
 
 from service.metrics import Metrics
 from service.runtime.jobs import Jobs
-from service.storage.store import JobRecord, Store
+from service.storage.records import JobRecord
+from service.storage.store import Store
 
 
 def succeeded_job(store: Store, job_id: str) -> None:
