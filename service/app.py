@@ -21,9 +21,12 @@ from .api.problems import install_handlers
 from .api.request_metrics import MetricsMiddleware
 from .metrics import Metrics
 from .models import GraphUpload, PointsUpload, Problem, WeightsPatch, WeightsUpload
+from .runtime.admission import Admission
 from .runtime.catalog import Catalog
 from .runtime.jobs import Jobs
-from .runtime.supervisor import GraphSource, Supervisor
+from .runtime.oneshots import OneShots
+from .runtime.pool.residency import GraphSource
+from .runtime.supervisor import Supervisor
 from .settings import Settings
 from .storage.store import Store
 
@@ -64,7 +67,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         return catalog_ref[0].source(graph_id)
 
     supervisor = Supervisor(settings, source)
-    jobs_ = Jobs(store, supervisor, metrics, settings.max_result_bytes)
+    admission = Admission(supervisor)
+    jobs_ = Jobs(store, supervisor, metrics, settings.max_result_bytes, admission)
+    oneshots = OneShots(store, supervisor, admission, metrics)
     catalog = Catalog(store, supervisor, jobs_)
     catalog_ref.append(catalog)
     try:
@@ -72,7 +77,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         catalog.restore()
         jobs_.requeue(queued)
         metrics.workers = lambda: [w.gauges() for w in supervisor.workers]
-        app.state.services = Services(settings, store, supervisor, jobs_, catalog, metrics)
+        app.state.services = Services(settings, store, supervisor, jobs_, oneshots, catalog, metrics)
         # Everything imported and built so far lives as long as the process: keep it out of the
         # cyclic collector's full passes, which otherwise walk it on requests' paths (p99).
         gc.freeze()

@@ -375,6 +375,13 @@ class WorkerInternalError(ServiceError):
     title = "Worker error"
 
 
+def dataset_not_found(dataset_id: str) -> GraphNotFoundError | PointSetNotFoundError:
+    """The 404 of a graph or a point set (their ids start ``g_`` and ``p_``)."""
+    if dataset_id.startswith("p_"):
+        return PointSetNotFoundError(f"no point set has id {dataset_id!r}.")
+    return GraphNotFoundError(f"no graph has id {dataset_id!r}.")
+
+
 def error_type(exc: BaseException) -> str:
     """The ``error.type`` a failed job records for an exception."""
     if isinstance(exc, (ServiceError, core_errors.MSTError)):

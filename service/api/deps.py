@@ -17,6 +17,7 @@ from ..errors import GraphNotFoundError, JobNotFoundError, PointSetNotFoundError
 from ..metrics import Metrics
 from ..runtime.catalog import Catalog
 from ..runtime.jobs import Jobs
+from ..runtime.oneshots import OneShots
 from ..runtime.supervisor import Supervisor
 from ..settings import Settings
 from ..storage.records import is_id
@@ -32,6 +33,7 @@ class Services:
     store: Store
     supervisor: Supervisor
     jobs: Jobs
+    oneshots: OneShots
     catalog: Catalog
     metrics: Metrics
 

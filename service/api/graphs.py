@@ -19,6 +19,7 @@ from ..models import (
 from ..timing import Steps
 from .auth import owner_of
 from .deps import CatalogDep, OwnerDep, ServicesDep, checked_graph_id, services_of
+from .descriptions import describe_graph
 from .docs import BINARY_SCHEMA, CACHE_QUERY, SUBMITTED, WAIT_QUERY, graph_upload_body, problems
 from .submissions import submit_response, task_params
 from .uploads import check_weights_header, receive_graph, receive_weights
@@ -68,13 +69,14 @@ async def create_graph(
     record = await services.catalog.create(upload, owner, shards=shards, steps=steps)
     response.headers["Location"] = f"/v1/graphs/{record.id}"
     response.headers["Server-Timing"] = steps.header()
-    return services.catalog.describe(record)
+    return describe_graph(services.supervisor, record)
 
 
 @router.get("", operation_id="listGraphs", response_model=GraphList, summary="List graphs")
 async def list_graphs(services: ServicesDep, owner: OwnerDep) -> GraphList:
     """The caller's stored graphs (those of its API key), oldest first."""
-    return GraphList(graphs=[services.catalog.describe(g) for g in services.catalog.owned(owner)])
+    catalog = services.catalog
+    return GraphList(graphs=[describe_graph(services.supervisor, g) for g in catalog.owned(owner)])
 
 
 @router.get(
@@ -84,9 +86,9 @@ async def list_graphs(services: ServicesDep, owner: OwnerDep) -> GraphList:
     summary="Describe a graph",
     responses=problems(404),
 )
-async def get_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> GraphOut:
+async def get_graph(graph_id: str, services: ServicesDep, owner: OwnerDep) -> GraphOut:
     """Sizes, weight dtype, and where the graph is resident (worker, device, bytes on the device)."""
-    return catalog.describe(catalog.get(checked_graph_id(graph_id), owner))
+    return describe_graph(services.supervisor, services.catalog.get(checked_graph_id(graph_id), owner))
 
 
 @router.delete(
@@ -180,7 +182,7 @@ async def _update_weights(
     steps.lap("receive")
     updated = await services.catalog.update_weights(graph_id, owner, upload, partial, steps)
     response.headers["Server-Timing"] = steps.header()
-    return services.catalog.describe(updated)
+    return describe_graph(services.supervisor, updated)
 
 
 @router.put(

@@ -1,4 +1,4 @@
-"""One-shot computations batched into one disjoint-union run (service/runtime/batching.py).
+"""One-shot computations batched into one disjoint-union run (service/runtime/worker/batching.py).
 
 The batched answer of every member must equal, bit for bit, the answer of a run of its own:
 edge ids, weights, component count and total weight (float totals included). Unit tests on the
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import gpu_core
-from service.runtime.batching import batched_forests, default_vertices, fits_union
+from service.runtime.worker.batching import batched_forests, default_vertices, fits_union
 from tests.utils.graphs import EdgeGraph, random_graph
 
 from .conftest import ServerFactory
