@@ -44,6 +44,7 @@ import numpy as np
 
 from .clients import run_client_processes
 from .load import NPZ, Conn
+from .server import started_server
 from .timing import percentile
 
 JOBS_PER_S_TARGET = 1500.0
@@ -334,8 +335,6 @@ def run_jobs_benchmark(
 ) -> dict[str, Any]:
     """Upload the graphs, run the distinct-graph levels, the coalesced levels and the one-shot
     level, judge the targets (on the distinct-graph level of 64 clients)."""
-    from .service import started_server
-
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
     jobs_part, coalesced_part = "jobs" in spec.parts, "coalesced" in spec.parts

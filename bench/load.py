@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from .clients import run_client_processes
+from .server import started_server
 from .timing import percentile
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -134,8 +135,6 @@ class Conn:
 @contextlib.contextmanager
 def _server(backend: str, log_path: Path | None, ready_timeout_s: float = 300.0) -> Iterator[tuple[int, int]]:
     """Start ``python -m service`` with room for the busy graph; yield (port, pid of the API process)."""
-    from .service import started_server
-
     limits = {"MST_MAX_EDGES": str(1 << 30), "MST_MAX_UPLOAD_BYTES": str(4 << 30), "MST_LOG_LEVEL": "warning"}
     with started_server(backend, log_path, ready_timeout_s, limits) as (base, proc):
         yield int(base.rsplit(":", 1)[1]), proc.pid

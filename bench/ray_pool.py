@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .service import npz_body, started_server
+from .server import npz_body, started_server
 
 OCTET = "application/octet-stream"
 
