@@ -27,8 +27,8 @@ from .jobs import JobsSpec, run_jobs_benchmark
 from .load import LoadSpec, run_load_benchmark
 from .points import PointsSpec, run_points_benchmark
 from .report import environment, load_results, write_results
-from .service import ServiceOptions, run_service_benchmark
-from .suites import SUITES, Item, ServiceSpec, benchmark_names, select
+from .service import ServiceOptions, ServiceSpec, run_service_benchmark
+from .suites import SUITES, Item, benchmark_names, select
 
 HERE = Path(__file__).resolve().parent
 

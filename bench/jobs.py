@@ -44,6 +44,7 @@ import numpy as np
 
 from .clients import run_client_processes
 from .load import NPZ, Conn
+from .server import started_server
 from .timing import percentile
 
 JOBS_PER_S_TARGET = 1500.0
@@ -289,8 +290,8 @@ def run_level(
 
 def server_cpu_s(runtime_pid: int, worker_pids: set[int]) -> dict[str, float]:
     """CPU seconds (user + system) the server's processes have used so far, by role: ``runtime``
-    (the process started, the only one with MST_API_PROCESSES=1), ``fronts`` (its other children,
-    together) and ``worker`` (the worker processes); empty where /proc cannot tell (not Linux)."""
+    (the API process started), ``worker`` (the worker processes) and ``other`` (its other children,
+    together: a standby worker, the GPU probe); empty where /proc cannot tell (not Linux)."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
     def stat(pid: int) -> list[str] | None:
@@ -306,11 +307,11 @@ def server_cpu_s(runtime_pid: int, worker_pids: set[int]) -> dict[str, float]:
     own = stat(runtime_pid)
     if own is None:
         return {}
-    out = {"runtime": seconds(own), "fronts": 0.0, "worker": 0.0}
+    out = {"runtime": seconds(own), "worker": 0.0, "other": 0.0}
     for entry in os.listdir("/proc"):
         fields = stat(int(entry)) if entry.isdigit() else None
         if fields is not None and int(fields[1]) == runtime_pid:
-            out["worker" if int(entry) in worker_pids else "fronts"] += seconds(fields)
+            out["worker" if int(entry) in worker_pids else "other"] += seconds(fields)
     return out
 
 
@@ -334,8 +335,6 @@ def run_jobs_benchmark(
 ) -> dict[str, Any]:
     """Upload the graphs, run the distinct-graph levels, the coalesced levels and the one-shot
     level, judge the targets (on the distinct-graph level of 64 clients)."""
-    from .service import started_server
-
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
     jobs_part, coalesced_part = "jobs" in spec.parts, "coalesced" in spec.parts

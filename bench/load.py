@@ -14,9 +14,8 @@ drawing requests from a fixed mix:
 Meanwhile one more thread keeps the worker busy with jobs on a large graph (``big_job``), so
 the status polls are measured while the device computes. Reported per level: p50/p99 per
 route, errors (transport errors and unexpected statuses), 5xx answers, and the API process's
-resident memory (VmRSS, sampled every 0.25 s; with ``MST_API_PROCESSES`` > 1 the runtime's plus
-its fronts') at the start, the end and its maximum. Server settings come from the environment
-(``MST_*``), e.g. ``MST_API_PROCESSES=4``.
+resident memory (VmRSS, sampled every 0.25 s) at the start, the end and its maximum. Server
+settings come from the environment (``MST_*``), e.g. ``MST_DISPATCH_DEPTH=1``.
 
 Targets (issue 9): 0 errors, 0 5xx, ``status`` p99 <= 10 ms while the device is busy, RSS flat.
 The client threads share the host with the server: on a small machine they measure both.
@@ -42,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from .clients import run_client_processes
+from .server import started_server
 from .timing import percentile
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -135,8 +135,6 @@ class Conn:
 @contextlib.contextmanager
 def _server(backend: str, log_path: Path | None, ready_timeout_s: float = 300.0) -> Iterator[tuple[int, int]]:
     """Start ``python -m service`` with room for the busy graph; yield (port, pid of the API process)."""
-    from .service import started_server
-
     limits = {"MST_MAX_EDGES": str(1 << 30), "MST_MAX_UPLOAD_BYTES": str(4 << 30), "MST_LOG_LEVEL": "warning"}
     with started_server(backend, log_path, ready_timeout_s, limits) as (base, proc):
         yield int(base.rsplit(":", 1)[1]), proc.pid
@@ -307,8 +305,8 @@ STATUS_ROUTE = ("GET", "/v1/jobs/{job_id}")
 
 def _server_histogram(port: int, route: tuple[str, str]) -> dict[float, float]:
     """Cumulative bucket counts (upper bound in seconds -> count) of ``route`` in the service's
-    ``mst_http_request_duration_seconds`` (time until the response starts; with fronts, what they
-    measured), from ``/metrics``; empty where it cannot be read."""
+    ``mst_http_request_duration_seconds`` (time until the response starts), from ``/metrics``;
+    empty where it cannot be read."""
     method, path = route
     try:
         conn = Conn(port, timeout=10)
@@ -359,13 +357,11 @@ def run_level(
     rss: list[int] = []
     done = threading.Event()
 
-    from .service import api_pids  # bench.service imports the suites, which import this module
-
     def sample() -> None:
         while not done.is_set():
-            values = [_rss_bytes(p) for p in api_pids(pid)]  # with MST_API_PROCESSES: the fronts too
-            if values[0] is not None:
-                rss.append(sum(v for v in values if v is not None))
+            value = _rss_bytes(pid)
+            if value is not None:
+                rss.append(value)
             done.wait(0.25)
 
     sampler = threading.Thread(target=sample, daemon=True)

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .service import npz_body, started_server
+from .server import npz_body, started_server
 
 OCTET = "application/octet-stream"
 
@@ -98,8 +98,8 @@ def measure_transport(pool: Literal["local", "ray"], repeats: int) -> dict[str, 
     import asyncio
     import tempfile
 
-    from service.runtime import worker
     from service.runtime.supervisor import Supervisor
+    from service.runtime.worker import protocol as worker
     from service.settings import Settings
 
     async def run(data_dir: str) -> list[float]:

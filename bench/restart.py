@@ -55,7 +55,7 @@ import numpy as np
 
 from .generators import GraphSpec, load_or_make
 from .points import make_points
-from .service import REPO_ROOT, free_port, npz_body
+from .server import REPO_ROOT, free_port, npz_body
 
 OCTET = "application/octet-stream"
 #: defaults by backend: the GPU host's issue-22 set-up, and what a 2-core CPU VM does in minutes

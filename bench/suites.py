@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
 from typing import Any
 
 from .generators import GraphSpec
 from .jobs import FULL_JOBS, QUICK_JOBS, JobsSpec
 from .load import FULL_LOAD, QUICK_LOAD, LoadSpec
 from .points import PointsSpec
+from .service import ServiceSpec
 
 #: Reference CUDA ECL-MST v1.0 on an NVIDIA H200, graph on the device, median of 5 (issue 2).
 REFERENCE_GPU = "NVIDIA H200"
@@ -112,20 +112,6 @@ QUICK_GRAPHS: list[GraphSpec] = [
     *_variants("rmat-14", "rmat", ("float64", "int64"), scale=14, edge_factor=8),
     _g("rmat-14-raw", "rmat", simple=False, scale=14, edge_factor=8),
 ]
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    """A service-level benchmark: one graph, uploaded and computed over HTTP."""
-
-    name: str
-    graph: GraphSpec
-    #: MST requests on the resident graph for the latency percentiles
-    requests: int
-    #: uploads per format (and result downloads, one-shot calls)
-    uploads: int
-    #: JSON bodies are ~10x larger than npz; above this many edges only npz is measured
-    json_max_edges: int = 5_000_000
 
 
 FULL_SERVICE: list[ServiceSpec] = [

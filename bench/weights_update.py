@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from .generators import Edges, rmat_topology
-from .service import NPZ, _body, _check, _fetch, _mst_request, npz_body, read_npz, running_server
+from .server import NPZ, npz_body, read_npz, running_server
+from .service import _body, _check, _fetch, _mst_request
 
 
 def _npy(array: np.ndarray[Any, Any]) -> bytes:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import uvicorn
 from pydantic import ValidationError
 
 from .app import create_app
-from .runtime.fronts import RunPaths, RuntimeServer, bind_unix
-from .settings import Settings
+from .settings import Settings, retired_settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if settings.api_processes > 1:
-        return _serve_with_fronts(settings)
+    for warning in retired_settings(os.environ):
+        logging.getLogger("service").warning(warning)
     app = create_app(settings)
     uvicorn.run(
         app,
@@ -45,22 +45,6 @@ def main(argv: list[str] | None = None) -> int:
         access_log=settings.log_level == "debug",
         timeout_graceful_shutdown=10,
     )
-    return 0
-
-
-def _serve_with_fronts(settings: Settings) -> int:
-    """The runtime process: the app on a private Unix socket; its lifespan starts the fronts."""
-    paths = RunPaths.make(settings)
-    sock = bind_unix(paths.api)
-    app = create_app(settings, fronts=paths)
-    config = uvicorn.Config(
-        app,
-        log_level=settings.log_level,
-        access_log=settings.log_level == "debug",
-        timeout_graceful_shutdown=10,
-    )
-    # the lifespan's end removes the sockets (uvicorn ends the process by raising SIGTERM again)
-    RuntimeServer(config, lambda: app.state.front_processes).run(sockets=[sock])
     return 0
 
 

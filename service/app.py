@@ -16,15 +16,17 @@ from . import __version__
 from .api import graphs, health, jobs, mst, points
 from .api.auth import OPEN_PATHS, AuthMiddleware, KeyRing
 from .api.deps import Services
-from .api.fastpath import FastPathMiddleware
-from .api.runtime_calls import runtime_calls
-from .errors import PROBLEM_JSON, install_handlers
-from .metrics import Metrics, MetricsMiddleware
+from .api.media_types import PROBLEM_JSON
+from .api.problems import install_handlers
+from .api.request_metrics import MetricsMiddleware
+from .metrics import Metrics
 from .models import GraphUpload, PointsUpload, Problem, WeightsPatch, WeightsUpload
+from .runtime.admission import Admission
 from .runtime.catalog import Catalog
-from .runtime.fronts import Fronts, RunPaths
 from .runtime.jobs import Jobs
-from .runtime.supervisor import GraphSource, Supervisor
+from .runtime.oneshots import OneShots
+from .runtime.pool.residency import GraphSource
+from .runtime.supervisor import Supervisor
 from .settings import Settings
 from .storage.store import Store
 
@@ -65,42 +67,25 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         return catalog_ref[0].source(graph_id)
 
     supervisor = Supervisor(settings, source)
-    jobs_ = Jobs(store, supervisor, metrics, settings.max_result_bytes)
+    admission = Admission(supervisor)
+    jobs_ = Jobs(store, supervisor, metrics, settings.max_result_bytes, admission)
+    oneshots = OneShots(store, supervisor, admission, metrics)
     catalog = Catalog(store, supervisor, jobs_)
     catalog_ref.append(catalog)
     try:
         await supervisor.start()
         catalog.restore()
         jobs_.requeue(queued)
-        metrics.supervisor = supervisor
-        app.state.services = Services(settings, store, supervisor, jobs_, catalog, metrics)
+        metrics.workers = lambda: [w.gauges() for w in supervisor.workers]
+        app.state.services = Services(settings, store, supervisor, jobs_, oneshots, catalog, metrics)
         # Everything imported and built so far lives as long as the process: keep it out of the
         # cyclic collector's full passes, which otherwise walk it on requests' paths (p99).
         gc.freeze()
-        async with _fronts(app):
-            yield
+        yield
     finally:
         app.state.services = None
         await supervisor.stop()
         store.close()
-
-
-@asynccontextmanager
-async def _fronts(app: FastAPI) -> AsyncIterator[None]:
-    """The front processes (``MST_API_PROCESSES`` > 1), from when the services are ready until the
-    app stops; nothing when the app serves HTTP itself."""
-    paths: RunPaths | None = app.state.fronts
-    if paths is None:
-        yield
-        return
-    fronts = Fronts(app.state.settings, paths, runtime_calls(lambda: app.state.services, app.state.metrics))
-    await fronts.start()
-    app.state.front_processes = fronts
-    try:
-        yield
-    finally:
-        app.state.front_processes = None
-        await fronts.stop()  # before the workers: the fronts finish their requests first
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -149,12 +134,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return schema
 
 
-def create_app(settings: Settings | None = None, fronts: RunPaths | None = None) -> FastAPI:
-    """The service's app; workers start when its lifespan starts (uvicorn, or ``TestClient`` as a context).
-
-    ``fronts``: run as the runtime process of ``MST_API_PROCESSES`` front processes, which it starts
-    once ready and serves over the RPC socket of ``fronts`` (see :mod:`service.runtime.fronts`).
-    """
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The service's app; workers start when its lifespan starts (uvicorn, or ``TestClient`` as a context)."""
     app = FastAPI(
         title="MST service",
         version=__version__,
@@ -171,14 +152,10 @@ def create_app(settings: Settings | None = None, fronts: RunPaths | None = None)
     app.state.settings = settings if settings is not None else Settings()
     app.state.metrics = Metrics()
     app.state.services = None
-    app.state.fronts = fronts
-    app.state.front_processes = None
     install_handlers(app)
     for router in (graphs.router, points.router, jobs.router, mst.router, health.router):
         app.include_router(router)
-    if app.state.settings.fast_lane:
-        app.add_middleware(FastPathMiddleware)  # inside the metrics: its requests are counted too
-    # before both lanes: nothing answers a request it refuses, so no route can escape it
+    # before the routes: nothing answers a request it refuses, so no route can escape it
     app.add_middleware(AuthMiddleware, keys=KeyRing.from_settings(app.state.settings))
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

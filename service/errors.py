@@ -1,7 +1,6 @@
-"""Errors of the service and their one mapping to RFC 9457 ``application/problem+json``.
+"""Errors of the service: one tree, whose classes say what went wrong and what to do.
 
-The service's own errors form one tree; each class fixes its HTTP status, a
-short machine-readable ``code`` and a title::
+Each class fixes its HTTP status, a short machine-readable ``code`` and a title::
 
     ServiceError                         500 internal_error
     ├── InvalidRequestError              400 invalid_request
@@ -29,35 +28,25 @@ short machine-readable ``code`` and a title::
     ├── ServiceUnavailableError          503 service_unavailable
     │   ├── StorageUnavailableError      503 storage_unavailable
     │   ├── WorkerLostError              503 worker_lost
-    │   ├── QueueFullError               503 queue_full          (Retry-After)
-    │   └── RuntimeUnreachableError      503 runtime_unreachable (Retry-After; MST_API_PROCESSES > 1)
+    │   └── QueueFullError               503 queue_full          (Retry-After)
     └── WorkerInternalError              500 worker_internal_error
 
-Errors of :mod:`gpu_core` (raised in a worker, pickled back) map here too: a
-malformed graph is a 422 naming the field and edge index, a graph over the
-engine's limits a 413. Routes raise these exceptions; only the handlers of
-:func:`install_handlers` (one per family) turn them into responses.
+They are plain exceptions that pickle with their fields (they cross from a
+worker process to the API process) and import nothing of HTTP, so the worker
+and the runtime raise them without loading a web framework. Routes raise them
+too; their one mapping to RFC 9457 ``application/problem+json`` responses, and
+that of :mod:`gpu_core`'s errors (a malformed graph is a 422 naming the field
+and edge index, a graph over the engine's limits a 413), is
+:mod:`service.api.problems`.
 """
 
 from __future__ import annotations
 
 import errno
-import logging
-import re
 import sqlite3
-from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
 from gpu_core import errors as core_errors
-
-log = logging.getLogger("service")
-
-PROBLEM_JSON = "application/problem+json"
 
 
 class ServiceError(Exception):
@@ -379,17 +368,6 @@ class QueueFullError(ServiceUnavailableError):
         return {"Retry-After": "1"}
 
 
-class RuntimeUnreachableError(ServiceUnavailableError):
-    """A front process (``MST_API_PROCESSES`` > 1) cannot reach the runtime process that holds the
-    service's state (starting, stopping or restarting); retry after the ``Retry-After`` seconds."""
-
-    code = "runtime_unreachable"
-    title = "Runtime unreachable"
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": "1"}
-
-
 class WorkerInternalError(ServiceError):
     """The worker failed in an unexpected way; this is a bug in the service, please report it."""
 
@@ -397,49 +375,11 @@ class WorkerInternalError(ServiceError):
     title = "Worker error"
 
 
-# ---------------------------------------------------------------------------------------------
-# gpu_core errors: status and title by class, looked up along the MRO
-
-
-_CORE_STATUS: dict[type[core_errors.MSTError], tuple[int, str]] = {
-    core_errors.GraphValidationError: (422, "Invalid graph"),
-    core_errors.PointSetValidationError: (422, "Invalid point set"),
-    core_errors.GraphTooLargeError: (413, "Graph too large"),
-    core_errors.BackendUnavailableError: (503, "Backend unavailable"),
-    core_errors.DeviceMemoryError: (507, "Out of device memory"),
-    core_errors.DeviceError: (500, "Device error"),
-    core_errors.MSTError: (500, "Computation failed"),
-}
-
-
-def core_status(exc: core_errors.MSTError) -> tuple[int, str]:
-    """HTTP status and title of an engine error (the nearest mapped class on its MRO)."""
-    for klass in type(exc).__mro__:
-        if klass in _CORE_STATUS:
-            return _CORE_STATUS[klass]
-    return 500, "Computation failed"  # pragma: no cover - MSTError is always on the MRO
-
-
-def problem(
-    status: int,
-    code: str,
-    title: str,
-    detail: str,
-    instance: str | None = None,
-    **extra: Any,
-) -> JSONResponse:
-    """An RFC 9457 problem response; ``extra`` members with value None are left out."""
-    body: dict[str, Any] = {
-        "type": f"urn:mst:problem:{code}",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "code": code,
-    }
-    if instance is not None:
-        body["instance"] = instance
-    body.update({k: v for k, v in extra.items() if v is not None})
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+def dataset_not_found(dataset_id: str) -> GraphNotFoundError | PointSetNotFoundError:
+    """The 404 of a graph or a point set (their ids start ``g_`` and ``p_``)."""
+    if dataset_id.startswith("p_"):
+        return PointSetNotFoundError(f"no point set has id {dataset_id!r}.")
+    return GraphNotFoundError(f"no graph has id {dataset_id!r}.")
 
 
 def error_type(exc: BaseException) -> str:
@@ -447,134 +387,3 @@ def error_type(exc: BaseException) -> str:
     if isinstance(exc, (ServiceError, core_errors.MSTError)):
         return exc.code
     return "internal_error"
-
-
-def _instance(request: Request) -> str:
-    return request.url.path
-
-
-async def service_error_response(request: Request, exc: Exception) -> JSONResponse:
-    """The problem response of a :class:`ServiceError` (the handler of that family)."""
-    assert isinstance(exc, ServiceError)
-    if exc.status >= 500:
-        log.error("%s on %s %s: %s", exc.code, request.method, request.url.path, exc.message)
-    response = problem(exc.status, exc.code, exc.title, exc.message, _instance(request), **exc.members())
-    extra = exc.headers()
-    if extra:
-        response.headers.update(extra)
-    return response
-
-
-async def _core_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, core_errors.MSTError)
-    status, title = core_status(exc)
-    if status >= 500:
-        log.error("%s on %s %s: %s", exc.code, request.method, request.url.path, exc.message)
-    return problem(
-        status,
-        exc.code,
-        title,
-        exc.message,
-        _instance(request),
-        field=getattr(exc, "field", None),
-        index=getattr(exc, "index", None),
-        limit=getattr(exc, "limit", None),
-    )
-
-
-def _location(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-    return ".".join(parts) or "request"
-
-
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    errors = list(exc.errors())
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-    where = _location(tuple(first.get("loc", ())))
-    detail = f"{where}: {first.get('msg', 'invalid value')}"
-    if len(errors) > 1:
-        detail += f" (and {len(errors) - 1} more problem(s))"
-    return problem(422, "invalid_request", "Invalid request", detail, _instance(request), field=where)
-
-
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(
-        exc.status_code, f"http_{exc.status_code}"
-    )
-    title = str(exc.detail) if isinstance(exc.detail, str) else "HTTP error"
-    detail = {
-        404: f"There is no route {request.url.path}; see /docs for the API.",
-        405: f"{request.method} is not allowed on {request.url.path}.",
-    }.get(exc.status_code, title)
-    response = problem(exc.status_code, code, title, detail, _instance(request))
-    if exc.headers:
-        response.headers.update(exc.headers)
-    allowed = _allowed_methods(request) if exc.status_code == 405 else None
-    if allowed is not None:
-        response.headers["Allow"] = allowed
-    return response
-
-
-async def _storage_or_unexpected(request: Request, exc: Exception) -> JSONResponse:
-    """An OSError or SQLite error: 507/503 when the data dir is full or unwritable, else a 500."""
-    mapped = storage_error(exc)
-    if mapped is not None:
-        return await service_error_response(request, mapped)
-    return await _unexpected(request, exc)
-
-
-_VERBS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
-
-
-def _allowed_methods(request: Request) -> str | None:
-    """Every method the OpenAPI document gives the request's path (Starlette's 405 names only the
-    first matching route's, and FastAPI makes one route per method); None for undocumented paths."""
-    methods: set[str] = set()
-    for template, item in request.app.openapi()["paths"].items():  # the document is built once
-        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
-        if re.fullmatch(pattern, request.url.path):
-            methods.update(verb.upper() for verb in item if verb in _VERBS)
-    return ", ".join(sorted(methods)) or None
-
-
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return problem(
-        500,
-        "internal_error",
-        "Internal server error",
-        "The server failed unexpectedly; this is a bug, please report it with the time of the request.",
-        _instance(request),
-    )
-
-
-ErrorHandler = Callable[[Request, Exception], Awaitable[JSONResponse]]
-
-#: the one handler of each error family, most specific first
-HANDLERS: dict[type[Exception], ErrorHandler] = {
-    ServiceError: service_error_response,
-    core_errors.MSTError: _core_error,
-    RequestValidationError: _validation_error,
-    StarletteHTTPException: _http_error,
-    OSError: _storage_or_unexpected,
-    sqlite3.Error: _storage_or_unexpected,
-    Exception: _unexpected,
-}
-
-
-async def error_response(request: Request, exc: Exception) -> JSONResponse:
-    """The response of the handler of ``exc``'s family (the nearest class on its MRO), as the app's
-    handlers answer it: used where no FastAPI app runs (the front processes)."""
-    for klass in type(exc).__mro__:
-        handler = HANDLERS.get(klass)
-        if handler is not None:
-            return await handler(request, exc)
-    return await _unexpected(request, exc)  # pragma: no cover - Exception is on every MRO
-
-
-def install_handlers(app: FastAPI) -> None:
-    """Register the one handler of each error family on ``app``."""
-    for klass, handler in HANDLERS.items():
-        app.add_exception_handler(klass, handler)

@@ -1,37 +1,48 @@
 """Prometheus metrics of one app: HTTP requests, jobs, queue depth, resident graphs, device bytes.
 
 Each app owns a :class:`prometheus_client.CollectorRegistry`, so several apps
-(tests) never collide. Gauges that describe the workers are computed when
-scraped, from the supervisor's state, rather than kept up to date by hand.
+(tests) never collide. The instruments live here, below the API and the runtime,
+so each updates its own without knowing the other: the API's middleware counts
+requests (:mod:`service.api.request_metrics`), the runtime counts jobs. Gauges
+that describe the workers are computed when scraped, from :attr:`Metrics.workers`
+(which the app points at the supervisor's workers), rather than kept up to date
+by hand.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-if TYPE_CHECKING:
-    from .runtime.supervisor import Supervisor
-    from .storage.store import JobRecord
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
+@dataclass(frozen=True)
+class WorkerGauges:
+    """What one worker reports when the metrics are scraped."""
+
+    index: int
+    #: whether it accepts requests
+    up: bool
+    queue_depth: int
+    #: graphs and point sets placed on it, and the bytes they hold on its device
+    datasets: int
+    device_bytes: int
+    free_bytes: int
+    restarts: int
+    requests_lost: int
+    requests_resent: int
+
+
 class _WorkerCollector(Collector):
-    def __init__(self, supervisor: Callable[[], Supervisor | None]) -> None:
-        self._supervisor = supervisor
+    def __init__(self, workers: Callable[[], Iterable[WorkerGauges]]) -> None:
+        self._workers = workers
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        supervisor = self._supervisor()
-        workers = [] if supervisor is None else supervisor.workers
         families = {
             "up": GaugeMetricFamily(
                 "mst_worker_up", "1 when the worker accepts requests.", labels=["worker"]
@@ -64,12 +75,12 @@ class _WorkerCollector(Collector):
                 labels=["worker"],
             ),
         }
-        for w in workers:
+        for w in self._workers():
             label = [str(w.index)]
-            families["up"].add_metric(label, 1.0 if w.accepting else 0.0)
+            families["up"].add_metric(label, 1.0 if w.up else 0.0)
             families["queue"].add_metric(label, float(w.queue_depth))
-            families["graphs"].add_metric(label, float(len(w.graphs)))
-            families["bytes"].add_metric(label, float(sum(r.device_bytes for r in w.graphs.values())))
+            families["graphs"].add_metric(label, float(w.datasets))
+            families["bytes"].add_metric(label, float(w.device_bytes))
             families["free"].add_metric(label, float(w.free_bytes))
             families["restarts"].add_metric(label, float(w.restarts))
             families["lost"].add_metric(label, float(w.requests_lost))
@@ -82,7 +93,8 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.supervisor: Supervisor | None = None
+        #: the workers' gauges when scraped (none until the app's workers run)
+        self.workers: Callable[[], Iterable[WorkerGauges]] = tuple
         self.requests = Counter(
             "mst_http_requests",
             "HTTP requests answered.",
@@ -119,69 +131,16 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128),
             registry=self.registry,
         )
-        self.registry.register(_WorkerCollector(lambda: self.supervisor))
+        self.registry.register(_WorkerCollector(lambda: self.workers()))
 
-    def job_finished(self, job: JobRecord) -> None:
-        self.jobs_finished.labels(job.status).inc()
-        if job.status == "succeeded" and job.finished_at is not None:
-            self.job_seconds.observe(max(job.finished_at - job.created_at, 0.0))
-            if job.compute_ms is not None:
-                self.compute_seconds.observe(job.compute_ms / 1e3)
+    def job_finished(self, status: str, seconds: float | None, compute_ms: float | None) -> None:
+        """A job ended in ``status``; a succeeded one took ``seconds`` from its submission,
+        ``compute_ms`` of them computing."""
+        self.jobs_finished.labels(status).inc()
+        if status == "succeeded" and seconds is not None:
+            self.job_seconds.observe(max(seconds, 0.0))
+            if compute_ms is not None:
+                self.compute_seconds.observe(compute_ms / 1e3)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
-
-
-@dataclass(frozen=True)
-class RouteLabel:
-    """Stands for a route in ``scope["route"]`` where no router ran (``service.api.fastpath``)."""
-
-    path: str
-
-
-class MetricsMiddleware:
-    """Pure ASGI middleware counting requests by route template (not raw path: ids would explode labels)."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                self._observe(scope, status, start)
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        except BaseException:
-            self._observe(scope, status, start)
-            raise
-
-    def _observe(self, scope: Scope, status: int, start: float) -> None:
-        route = route_template(scope)
-        method = str(scope.get("method", ""))
-        self.metrics.requests.labels(method, route, str(status)).inc()
-        self.metrics.request_seconds.labels(method, route).observe(time.perf_counter() - start)
-
-
-def route_template(scope: Scope) -> str:
-    """The route template of a request (its metrics label): a router's, else matched on the app's routes."""
-    route: Any = scope.get("route")
-    if route is not None and hasattr(route, "path"):
-        return str(route.path)
-    app: Any = scope.get("app")
-    router = getattr(app, "router", None)
-    for candidate in getattr(router, "routes", []):
-        match, _ = candidate.matches(scope)
-        if match == Match.FULL and hasattr(candidate, "path"):  # FastAPI 0.165's included routers have none
-            return str(candidate.path)
-    return "unmatched"

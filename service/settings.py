@@ -12,16 +12,37 @@ than the heartbeat).
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .api.auth import check_api_key, read_key_file
+from .api_keys import check_api_key, read_key_file
 
 GiB = 1 << 30
 MiB = 1 << 20
+
+#: settings that existed once and are gone: an environment that still sets one starts as without it,
+#: with one warning each (see :func:`retired_settings`)
+RETIRED_SETTINGS = {
+    "MST_FAST_LANE": "the plain-ASGI lane of the job routes was removed: every request goes through "
+    "the FastAPI routes, with the same answers (the lane bought 4 % jobs/s at 64 clients on an H200, "
+    "short of the 20 % a second path must buy; bench/results/lanes-h200/README.md)",
+    "MST_API_PROCESSES": "the front processes were removed: one process serves HTTP (they bought 4 % "
+    "jobs/s at 64 clients on an H200, short of the 20 % a second path must buy; "
+    "bench/results/lanes-h200/README.md)",
+}
+
+
+def retired_settings(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each retired setting ``environ`` still sets (it is ignored)."""
+    return [
+        f"{name} is set but no longer exists, so it is ignored: {why}. Unset it."
+        for name, why in RETIRED_SETTINGS.items()
+        if name in environ
+    ]
 
 
 class Settings(BaseSettings):
@@ -126,20 +147,6 @@ class Settings(BaseSettings):
         ge=0,
         description="With MST_WORKER_POOL=ray: how many worker actors; 0: one per GPU of the cluster "
         "(MST_BACKEND=cpu, or none: one CPU actor).",
-    )
-    fast_lane: bool = Field(
-        default=True,
-        description="Serve the job hot path (submit, status, result) through the plain-ASGI lane "
-        "(service/api/fastpath.py) instead of FastAPI's routing; the answers are the same.",
-    )
-    api_processes: int = Field(
-        default=1,
-        ge=1,
-        le=256,
-        description="Processes that serve HTTP. 1: one process does everything. N > 1: a runtime "
-        "process holds the workers, jobs and SQLite, and N front processes share MST_HOST:MST_PORT "
-        "(SO_REUSEPORT), answer job submit/status/result and one-shot requests over an RPC to it and "
-        "relay every other request to it.",
     )
     dispatch_depth: int = Field(
         default=16,

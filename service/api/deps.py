@@ -17,9 +17,11 @@ from ..errors import GraphNotFoundError, JobNotFoundError, PointSetNotFoundError
 from ..metrics import Metrics
 from ..runtime.catalog import Catalog
 from ..runtime.jobs import Jobs
+from ..runtime.oneshots import OneShots
 from ..runtime.supervisor import Supervisor
 from ..settings import Settings
-from ..storage.store import Store, is_id
+from ..storage.records import is_id
+from ..storage.store import Store
 from .auth import owner_of
 
 
@@ -31,6 +33,7 @@ class Services:
     store: Store
     supervisor: Supervisor
     jobs: Jobs
+    oneshots: OneShots
     catalog: Catalog
     metrics: Metrics
 

@@ -7,8 +7,7 @@ from typing import Any
 from fastapi import Query
 
 from ..models import JobOut, Problem
-from .encoders import ARROW_STREAM_MEDIA_TYPE
-from .uploads import PARQUET_MEDIA_TYPE
+from .media_types import ARROW_STREAM_MEDIA_TYPE, PARQUET_MEDIA_TYPE
 
 BINARY_SCHEMA: dict[str, Any] = {"type": "string", "format": "binary"}
 

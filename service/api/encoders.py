@@ -29,11 +29,8 @@ from gpu_core.formats import pyarrow_available
 from ..errors import NotAcceptableError
 from ..models import JobError, JobOut, JobSummary, timestamp
 from ..storage.npzio import map_file, read_npz, write_npz
-from ..storage.store import JobRecord
-
-NPZ_MEDIA_TYPE = "application/octet-stream"
-JSON_MEDIA_TYPE = "application/json"
-ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+from ..storage.records import JobRecord
+from .media_types import ARROW_STREAM_MEDIA_TYPE, JSON_MEDIA_TYPE, NPZ_MEDIA_TYPE
 
 
 def job_out(job: JobRecord) -> JobOut:

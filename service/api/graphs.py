@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
-from pydantic import ValidationError
 
 from ..errors import InvalidParamsError
 from ..models import (
-    TASK_PARAMS,
     GraphFormat,
     GraphList,
     GraphOut,
@@ -21,9 +18,10 @@ from ..models import (
 )
 from ..timing import Steps
 from .auth import owner_of
-from .deps import CatalogDep, OwnerDep, Services, ServicesDep, checked_graph_id, services_of
+from .deps import CatalogDep, OwnerDep, ServicesDep, checked_graph_id, services_of
+from .descriptions import describe_graph
 from .docs import BINARY_SCHEMA, CACHE_QUERY, SUBMITTED, WAIT_QUERY, graph_upload_body, problems
-from .encoders import job_response
+from .submissions import submit_response, task_params
 from .uploads import check_weights_header, receive_graph, receive_weights
 
 router = APIRouter(prefix="/v1/graphs", tags=["graphs"])
@@ -71,13 +69,14 @@ async def create_graph(
     record = await services.catalog.create(upload, owner, shards=shards, steps=steps)
     response.headers["Location"] = f"/v1/graphs/{record.id}"
     response.headers["Server-Timing"] = steps.header()
-    return services.catalog.describe(record)
+    return describe_graph(services.supervisor, record)
 
 
 @router.get("", operation_id="listGraphs", response_model=GraphList, summary="List graphs")
 async def list_graphs(services: ServicesDep, owner: OwnerDep) -> GraphList:
     """The caller's stored graphs (those of its API key), oldest first."""
-    return GraphList(graphs=[services.catalog.describe(g) for g in services.catalog.owned(owner)])
+    catalog = services.catalog
+    return GraphList(graphs=[describe_graph(services.supervisor, g) for g in catalog.owned(owner)])
 
 
 @router.get(
@@ -87,9 +86,9 @@ async def list_graphs(services: ServicesDep, owner: OwnerDep) -> GraphList:
     summary="Describe a graph",
     responses=problems(404),
 )
-async def get_graph(graph_id: str, catalog: CatalogDep, owner: OwnerDep) -> GraphOut:
+async def get_graph(graph_id: str, services: ServicesDep, owner: OwnerDep) -> GraphOut:
     """Sizes, weight dtype, and where the graph is resident (worker, device, bytes on the device)."""
-    return catalog.describe(catalog.get(checked_graph_id(graph_id), owner))
+    return describe_graph(services.supervisor, services.catalog.get(checked_graph_id(graph_id), owner))
 
 
 @router.delete(
@@ -160,51 +159,6 @@ async def submit_task(
     return await submit_response(services, graph_id, wait, owner, job.task, params, cache)
 
 
-def task_params(task: str, params: dict[str, Any]) -> dict[str, Any]:
-    """A task's parameters, validated by its model; the values given, defaults left out."""
-    try:
-        model = TASK_PARAMS[task].model_validate(params)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in ("params", *first.get("loc", ())))
-        raise InvalidParamsError(f"'{where}': {first.get('msg', 'invalid value')}.", field=where) from None
-    chosen = model.model_dump(exclude_defaults=True)
-    if task == "clusters" and (("k" in chosen) == ("threshold" in chosen)):
-        raise InvalidParamsError(
-            "a 'clusters' job takes exactly one of 'params.k' and 'params.threshold'.", field="params"
-        )
-    return chosen
-
-
-async def submit_response(
-    services: Services,
-    graph_id: str,
-    wait: float,
-    owner: str,
-    task: str = "mst",
-    params: dict[str, Any] | None = None,
-    cache: bool = False,
-    checked: Callable[[str], str] = checked_graph_id,
-) -> Response:
-    """Submit a job of ``owner`` and wait up to ``wait`` s for it (also served by the fast lane).
-
-    ``checked``: the id-shape check of the dataset's kind (graphs; point sets pass theirs).
-    """
-    job = services.jobs.submit(
-        checked(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache
-    )
-    if wait > 0:
-        job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
-        if not job.finished:
-            job = services.jobs.publish(job.id)  # its id goes out with this 202
-    code = status.HTTP_200_OK if job.finished else status.HTTP_202_ACCEPTED
-    headers = {"Location": f"/v1/jobs/{job.id}"}
-    reload_ms = services.jobs.reload_waited.pop(job.id, None)
-    if reload_ms is not None:  # it waited for its dataset to come back after a restart
-        headers["Server-Timing"] = f"reload;dur={reload_ms:.3f}"
-    return job_response(job, code, headers)
-
-
 def _weights_body(description: str, json_schema: str) -> dict[str, Any]:
     return {
         "requestBody": {
@@ -228,7 +182,7 @@ async def _update_weights(
     steps.lap("receive")
     updated = await services.catalog.update_weights(graph_id, owner, upload, partial, steps)
     response.headers["Server-Timing"] = steps.header()
-    return services.catalog.describe(updated)
+    return describe_graph(services.supervisor, updated)
 
 
 @router.put(

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
 
 from ..models import JobOut, ResultOut
 from .auth import owner_of
-from .deps import JobsDep, OwnerDep, Services, checked_job_id, services_of
+from .deps import JobsDep, OwnerDep, checked_job_id, services_of
 from .docs import RESULT_CONTENT, RESULT_DESCRIPTION, problems
 from .encoders import (
     arrow_result,
@@ -51,32 +50,15 @@ async def get_job_result(
 ) -> Response:
     """The edge ids (ascending) and weights of a succeeded job's forest; 409 while it has not succeeded."""
     services, owner = services_of(request), owner_of(request.scope)
-    return await result_response(services, job_id, accept, request.headers.get("range"), owner)
-
-
-async def result_response(
-    services: Services, job_id: str, accept: str | None, byte_range: str | None, owner: str
-) -> Response:
-    """A succeeded job's forest, negotiated by ``Accept`` (also served by :mod:`service.api.fastpath`)."""
     representation = negotiate(accept)  # 406 before anything is looked up
     job, path = await services.jobs.result_path(checked_job_id(job_id), owner)
-    return await result_body(representation, path, job_summary(job), job.id, job.graph_id, byte_range)
-
-
-async def result_body(
-    representation: str,
-    path: Path,
-    summary: dict[str, Any],
-    job_id: str,
-    graph_id: str,
-    byte_range: str | None = None,
-) -> Response:
-    """A job's result file in a representation :func:`negotiate` chose (also used by the fronts)."""
+    summary = job_summary(job)
     if representation == "npz":
-        return await npz_response(path, summary, filename=f"{job_id}.npz", byte_range=byte_range)
+        filename = f"{job.id}.npz"
+        return await npz_response(path, summary, filename=filename, byte_range=request.headers.get("range"))
     if representation == "arrow":
-        return await arrow_result(path, summary, filename=f"{job_id}.arrows")
-    return json_result(path, summary, job_id=job_id, graph_id=graph_id)
+        return await arrow_result(path, summary, filename=f"{job.id}.arrows")
+    return json_result(path, summary, job_id=job.id, graph_id=job.graph_id)
 
 
 @router.delete(

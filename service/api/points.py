@@ -16,8 +16,9 @@ from fastapi import APIRouter, Query, Request, Response, status
 from ..models import JobOut, PointSetList, PointSetOut, PointsFormat, PointsJobRequest
 from .auth import owner_of
 from .deps import CatalogDep, OwnerDep, ServicesDep, checked_points_id, services_of
+from .descriptions import describe_points
 from .docs import BINARY_SCHEMA, CACHE_QUERY, SUBMITTED, WAIT_QUERY, problems
-from .graphs import submit_response, task_params
+from .submissions import submit_response, task_params
 from .uploads import receive_points
 
 router = APIRouter(prefix="/v1/points", tags=["points"])
@@ -60,14 +61,14 @@ async def create_point_set(
     upload = await receive_points(request, services.store, services.settings, format)
     record = await services.catalog.create(upload, owner, kind="points")
     response.headers["Location"] = f"/v1/points/{record.id}"
-    return services.catalog.describe_points(record)
+    return describe_points(services.supervisor, record)
 
 
 @router.get("", operation_id="listPointSets", response_model=PointSetList, summary="List point sets")
 async def list_point_sets(services: ServicesDep, owner: OwnerDep) -> PointSetList:
     """The caller's stored point sets, oldest first."""
-    catalog = services.catalog
-    return PointSetList(point_sets=[catalog.describe_points(p) for p in catalog.owned(owner, kind="points")])
+    owned = services.catalog.owned(owner, kind="points")
+    return PointSetList(point_sets=[describe_points(services.supervisor, p) for p in owned])
 
 
 @router.get(
@@ -77,9 +78,10 @@ async def list_point_sets(services: ServicesDep, owner: OwnerDep) -> PointSetLis
     summary="Describe a point set",
     responses=problems(404),
 )
-async def get_point_set(points_id: str, catalog: CatalogDep, owner: OwnerDep) -> PointSetOut:
+async def get_point_set(points_id: str, services: ServicesDep, owner: OwnerDep) -> PointSetOut:
     """Size, dimension, dtype, and where the point set is resident."""
-    return catalog.describe_points(catalog.get(checked_points_id(points_id), owner, kind="points"))
+    record = services.catalog.get(checked_points_id(points_id), owner, kind="points")
+    return describe_points(services.supervisor, record)
 
 
 @router.delete(

@@ -19,7 +19,6 @@ import contextlib
 import os
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +40,11 @@ from ..errors import (
 from ..limits import check_vertices
 from ..models import GraphUpload, PointsUpload, WeightsPatch, WeightsUpload
 from ..settings import Settings
-from ..storage.store import SpoolFile, TmpPaths
-from .encoders import ARROW_STREAM_MEDIA_TYPE
+from ..storage.spool import SpoolFile, TmpPaths, Upload
+from .media_types import ARROW_STREAM_MEDIA_TYPE, PARQUET_MEDIA_TYPE
 
 _EXACT_FLOAT_INT = 2**53
 
-PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
 #: binary media types, and the format each one implies (octet-stream: ?format=, default npz)
 BINARY_MEDIA_TYPES: dict[str, str | None] = {
     "application/octet-stream": None,
@@ -56,21 +54,6 @@ BINARY_MEDIA_TYPES: dict[str, str | None] = {
 #: formats read with pyarrow (the optional 'arrow' extra)
 PYARROW_FORMATS = ("arrow", "parquet")
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
-
-
-@dataclass
-class Upload:
-    """A received graph file in the spool's tmp folder (the caller removes or publishes it)."""
-
-    path: Path
-    format: str
-    size: int
-    #: what the client sent: "json" or the binary format
-    source: str
-    synced: asyncio.Future[None]
-
-    def discard(self) -> None:
-        self.path.unlink(missing_ok=True)
 
 
 def media_type(request: Request) -> str:

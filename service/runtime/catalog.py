@@ -13,7 +13,7 @@ survives any crash, and a failed upload leaves nothing behind:
 At start-up every stored graph is placed again and reloaded **eagerly**, in
 the background: ``/readyz`` turns ready as soon as a worker answers, and a
 job submitted for a graph still loading waits for its reload, which then
-comes before those no job waits for (see :mod:`service.runtime.restarts`).
+comes before those no job waits for (see :mod:`service.runtime.pool.datasets`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from typing import Any
 
 import gpu_core
 
-from ..api.uploads import Upload
 from ..errors import (
     DeviceQuotaExceededError,
     GraphExceedsWorkerError,
@@ -37,12 +36,15 @@ from ..errors import (
     PointSetNotFoundError,
     QuotaExceededError,
 )
-from ..models import GraphOut, PointSetOut, Residency, ShardResidency, timestamp
-from ..storage.store import GraphRecord, Store, new_id, remove_files, remove_later
+from ..storage.records import GraphRecord, new_id
+from ..storage.spool import Upload, remove_files, remove_later
+from ..storage.store import Store
 from ..timing import Steps
-from . import worker as worker_module
 from .jobs import Jobs, sharded_weights_refused
-from .supervisor import GraphSource, Supervisor, WorkerHandle, parse_shard_key, shard_key
+from .pool.handle import WorkerHandle
+from .pool.residency import GraphSource
+from .supervisor import Supervisor, parse_shard_key, shard_key
+from .worker.protocol import DESCRIBE, shard_format
 
 log = logging.getLogger("service.runtime.catalog")
 
@@ -68,7 +70,7 @@ class Catalog:
             return None
         fmt = "points.npz" if record.kind == "points" else "npz"
         if shard is not None:
-            fmt = worker_module.shard_format(*gpu_core.edge_ranges(record.num_edges, record.shards)[shard[1]])
+            fmt = shard_format(*gpu_core.edge_ranges(record.num_edges, record.shards)[shard[1]])
         weights = self._store.weights_path(graph_id) if record.weights_version else None
         return GraphSource(
             key,
@@ -188,7 +190,7 @@ class Catalog:
         try:
             workers = len(self._supervisor.workers)
             info = await self._supervisor.place(upload.size).request(
-                worker_module.DESCRIBE,
+                DESCRIBE,
                 str(upload.path),
                 upload.format,
                 None if canonical is None else str(canonical),
@@ -213,7 +215,7 @@ class Catalog:
 
             async def load(i: int, handle: WorkerHandle) -> tuple[dict[str, Any], int]:
                 key = shard_key(graph_id, i)
-                fmt = worker_module.shard_format(*ranges[i])
+                fmt = shard_format(*ranges[i])
                 result = await handle.load_new(key, str(final), fmt, n, None, estimate)
                 loaded.append((handle, key))
                 return result
@@ -247,14 +249,14 @@ class Catalog:
             if canonical is not None:
                 canonical.unlink(missing_ok=True)
             for handle, key in loaded:
-                handle.forget(key, loaded=True)
+                handle.datasets.forget(key, loaded=True)
             with contextlib.suppress(BaseException):
                 await upload.synced
             raise
         self._jobs.graph_owners[graph_id] = owner
         self._supervisor.sharded[graph_id] = count
         for (summary, generation), handle, i in zip(answers, handles, range(count), strict=True):
-            handle.adopt(shard_key(graph_id, i), int(summary["device_bytes"]), generation)
+            handle.datasets.adopt(shard_key(graph_id, i), int(summary["device_bytes"]), generation)
         log.info("graph %s: %d edges in %d shards", graph_id, m, count)
         return record
 
@@ -334,10 +336,10 @@ class Catalog:
         except BaseException:
             final.unlink(missing_ok=True)
             upload.discard()
-            handle.forget(graph_id, loaded=True)
+            handle.datasets.forget(graph_id, loaded=True)
             raise
         self._jobs.graph_owners[graph_id] = owner
-        handle.adopt(graph_id, record.device_bytes, generation)
+        handle.datasets.adopt(graph_id, record.device_bytes, generation)
         return record
 
     @staticmethod
@@ -427,10 +429,10 @@ class Catalog:
         if lock is not None and not lock.locked():
             del self._publishing[graph_id]
         if handle is not None:
-            handle.forget(graph_id)
+            handle.datasets.forget(graph_id)
         for key, holder in self._supervisor.shard_holders(graph_id) or []:
             if holder is not None:
-                holder.forget(key)
+                holder.datasets.forget(key)
         self._supervisor.sharded.pop(graph_id, None)
         # the record is gone: nothing reads the files now (a crash before they are removed leaves
         # payloads without a record, which the next start removes)
@@ -449,75 +451,3 @@ class Catalog:
                 self._supervisor.place_existing_shards(g.id, g.shards, g.device_bytes)
         if graphs:
             log.info("reloading %d stored graph(s)", len(graphs))
-
-    def describe_points(self, record: GraphRecord) -> PointSetOut:
-        return PointSetOut(
-            id=record.id,
-            created_at=timestamp(record.created_at),  # type: ignore[arg-type]
-            num_points=record.num_vertices,
-            dims=record.num_edges,
-            dtype=record.weight_dtype,  # type: ignore[arg-type]
-            source_format=record.source_format,
-            payload_bytes=record.payload_bytes,
-            residency=self._residency(record),
-        )
-
-    def describe(self, record: GraphRecord) -> GraphOut:
-        return GraphOut(
-            id=record.id,
-            created_at=timestamp(record.created_at),  # type: ignore[arg-type]
-            num_vertices=record.num_vertices,
-            num_edges=record.num_edges,
-            weight_dtype=record.weight_dtype,  # type: ignore[arg-type]
-            source_format=record.source_format,
-            payload_bytes=record.payload_bytes,
-            weights_version=record.weights_version,
-            residency=self._residency(record),
-            shards=record.shards,
-            shard_residency=self._shard_residency(record) if record.shards > 1 else None,
-        )
-
-    def _shard_residency(self, record: GraphRecord) -> list[ShardResidency]:
-        ranges = gpu_core.edge_ranges(record.num_edges, record.shards)
-        return [
-            ShardResidency(**self._placed(shard_key(record.id, i)).model_dump(), edges=[lo, hi])
-            for i, (lo, hi) in enumerate(ranges)
-        ]
-
-    def _residency(self, record: GraphRecord) -> Residency:
-        if record.shards > 1:  # all shards together: the least ready shard's status, the bytes of all
-            shards = self._shard_residency(record)
-            order = ["unplaced", "failed", "loading", "evicted", "resident"]
-            worst = min(shards, key=lambda r: order.index(r.status))
-            return Residency(
-                status=worst.status,
-                worker=shards[0].worker,
-                backend=shards[0].backend,
-                device=shards[0].device,
-                device_bytes=sum(r.device_bytes for r in shards),
-                error=next((r.error for r in shards if r.error), None),
-            )
-        return self._placed(record.id)
-
-    def _placed(self, key: str) -> Residency:
-        handle = self._supervisor.holder(key)
-        placed = None if handle is None else handle.graphs.get(key)
-        residency: dict[str, Any]
-        if handle is None or placed is None:
-            residency = {
-                "status": "unplaced",
-                "worker": None,
-                "backend": None,
-                "device": None,
-                "device_bytes": 0,
-            }
-        else:
-            residency = {
-                "status": placed.status,
-                "worker": handle.index,
-                "backend": handle.info.get("backend", handle.config.backend),
-                "device": handle.info.get("device"),
-                "device_bytes": 0 if placed.status == "evicted" else placed.device_bytes,
-                "error": placed.error,
-            }
-        return Residency(**residency)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 from collections import OrderedDict
 
-from ..storage.store import Store, remove_later
+from ..storage.spool import remove_later
+from ..storage.store import Store
 
 
 class ResultFiles:

@@ -26,6 +26,7 @@ the steps still queued are taken back, those running finish unheard.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,19 +35,19 @@ from typing import Any
 
 import gpu_core
 
-from ..errors import InsufficientMemoryError
-from . import worker as worker_module
-from .supervisor import Supervisor, WorkerHandle, settle_from
+from ..errors import InsufficientMemoryError, ServiceUnavailableError, dataset_not_found
+from ..storage.records import JobRecord
+from ..storage.store import Store
+from .pool.dispatch import WorkerCalls, new_future, settle_from
+from .pool.handle import WorkerHandle
+from .supervisor import Supervisor
+from .worker.protocol import MERGE, MST
 
 log = logging.getLogger("service.runtime.sharding")
 
 
 class Abandoned(Exception):
     """A step will never run (the service is stopping): the job is left as it is in the store."""
-
-
-def _future() -> asyncio.Future[Any]:
-    return asyncio.get_running_loop().create_future()
 
 
 def _consume(future: asyncio.Future[Any]) -> None:
@@ -82,9 +83,9 @@ class ShardStep:
     out: str
     #: called when the step is handed to its worker; False: the job is gone, do not run
     start: Callable[[], bool]
-    done: asyncio.Future[Any] = field(default_factory=_future)
+    done: asyncio.Future[Any] = field(default_factory=new_future)
 
-    async def run(self, worker: WorkerHandle) -> None:
+    async def run(self, worker: WorkerCalls) -> None:
         if self.done.done():
             return
         if not self.start():
@@ -92,11 +93,11 @@ class ShardStep:
             return
         await settle_from(self.done, self._ask(worker))
 
-    async def _ask(self, worker: WorkerHandle) -> Any:
+    async def _ask(self, worker: WorkerCalls) -> Any:
         await worker.ensure_resident(self.graph_id)
         worker.touch(self.graph_id)
         summary, stored = await worker.request_with_note(
-            worker_module.MST, self.graph_id, self.out, "mst", self.params
+            MST, self.graph_id, self.out, "mst", self.params
         )
         await stored
         return summary
@@ -113,15 +114,15 @@ class MergeStep:
     task_id: str
     args: tuple[Any, ...]
     graph_id: None = None
-    done: asyncio.Future[Any] = field(default_factory=_future)
+    done: asyncio.Future[Any] = field(default_factory=new_future)
 
-    async def run(self, worker: WorkerHandle) -> None:
+    async def run(self, worker: WorkerCalls) -> None:
         await settle_from(self.done, self._ask(worker))
 
-    async def _ask(self, worker: WorkerHandle) -> tuple[dict[str, Any], asyncio.Future[None]]:
+    async def _ask(self, worker: WorkerCalls) -> tuple[dict[str, Any], asyncio.Future[None]]:
         while True:  # no room for the union: evict idle graphs, as a load does
             try:
-                return await worker.request_with_note(worker_module.MERGE, *self.args)
+                return await worker.request_with_note(MERGE, *self.args)
             except InsufficientMemoryError as exc:
                 shortfall = (exc.needed_bytes or 0) - (exc.available_bytes or 0)
                 if await worker.evict(max(shortfall, 1)) == 0:
@@ -231,3 +232,37 @@ class ShardedRun:
         # the job's computing time: the slowest shard (they run in parallel) plus the union
         summary["compute_ms"] = max(float(s["compute_ms"]) for s in summaries) + float(summary["compute_ms"])
         return summary, stored
+
+
+def check_shards(graph_id: str, shards: list[tuple[str, WorkerHandle | None]]) -> None:
+    """Refuse (503) a job on a sharded graph while one of its shards is not placed on a worker."""
+    if any(handle is None for _, handle in shards):
+        raise ServiceUnavailableError(
+            f"a shard of graph {graph_id} is not placed on any worker yet; retry shortly."
+        )
+
+
+def sharded_run(
+    store: Store, supervisor: Supervisor, job: JobRecord, result_path: str, on_start: Callable[[], bool]
+) -> ShardedRun:
+    """The run of ``job`` on its sharded graph, writing its result to ``result_path`` (404 when the
+    graph is gone or not sharded, 503 while a shard is not placed)."""
+    record = store.get_graph(job.graph_id)
+    shards = supervisor.shard_holders(job.graph_id)
+    if record is None or shards is None:
+        raise dataset_not_found(job.graph_id)
+    check_shards(job.graph_id, shards)
+    return ShardedRun(
+        supervisor,
+        job.id,
+        job.graph_id,
+        str(store.graph_path(job.graph_id)),
+        record.num_vertices,
+        record.num_edges,
+        [(key, handle) for key, handle in shards if handle is not None],
+        job.task,
+        json.loads(job.params),
+        result_path,
+        lambda: store.tmp_path(".npz"),
+        on_start,
+    )

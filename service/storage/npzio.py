@@ -40,7 +40,7 @@ from zlib_ng.zlib_ng import crc32
 
 from gpu_core.formats import EdgeArrays
 
-from .store import start_write_out
+from .spool import start_write_out
 
 _LOCAL = struct.Struct("<4s2B4HL2L2H")  # local file header (30 bytes)
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # central directory entry (46 bytes)
@@ -224,10 +224,9 @@ def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | N
 class GraphLayout:
     """Where the arrays of a plain graph ``.npz`` lie in its file, found (and CRC-checked) once.
 
-    A front process parses a one-shot upload and sends this (a few hundred bytes) instead of its
-    edges; the worker maps the file and takes the arrays at these offsets (:func:`map_layout`),
-    without reading or checking the archive again. The file must not change in between (an
-    upload in the spool: its front removes it only once the answer is back).
+    :func:`plain_graph` finds it (:func:`graph_layout`), then takes the arrays at these offsets
+    (:func:`map_layout`) without reading or checking the archive again. The file must not change
+    in between.
     """
 
     path: str

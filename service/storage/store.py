@@ -27,25 +27,20 @@ next asked for (:meth:`service.runtime.jobs.Jobs.result_path`); the job stays su
 
 from __future__ import annotations
 
-import asyncio
-import ctypes
-import functools
 import json
 import os
-import re
 import secrets
 import sqlite3
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, Protocol
+from typing import Any
 
-JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+from .records import GraphRecord, JobRecord, JobStatus
+from .spool import fsync_dir
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS graphs (
@@ -117,77 +112,6 @@ def _migrate(db: sqlite3.Connection) -> None:
     db.execute(_OWNER_INDEX)
 
 
-def new_id(prefix: str) -> str:
-    """A random, non-sequential id such as ``g_3kq0...``: 128 bits from :mod:`secrets`."""
-    return f"{prefix}_{secrets.token_hex(16)}"
-
-
-_ID_SHAPE = re.compile(r"[a-z]_[0-9a-f]{32}")
-
-
-def is_id(value: str, prefix: str) -> bool:
-    """Whether ``value`` has the shape :func:`new_id` gives ids of ``prefix`` (checked before any
-    lookup, so a foreign id such as ``../../etc/passwd`` never reaches a query or a path)."""
-    return value[:2] == f"{prefix}_" and _ID_SHAPE.fullmatch(value) is not None
-
-
-@dataclass(frozen=True)
-class GraphRecord:
-    id: str
-    created_at: float
-    num_vertices: int
-    num_edges: int
-    weight_dtype: str
-    source_format: str
-    payload_bytes: int
-    device_bytes: int
-    #: how many times the weights were replaced since the upload
-    weights_version: int = 0
-    #: the API key's owner id that uploaded it ("" without API keys)
-    owner: str = ""
-    #: ``graph``, or ``points``: a point set, whose record holds its number of points in
-    #: ``num_vertices``, its dimension in ``num_edges`` and its coordinates' dtype in ``weight_dtype``
-    kind: str = "graph"
-    #: how many workers hold the graph's edges, a contiguous edge-id range each (1: not sharded)
-    shards: int = 1
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    id: str
-    graph_id: str
-    status: JobStatus
-    created_at: float
-    started_at: float | None = None
-    finished_at: float | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-    num_edges: int | None = None
-    total_weight: int | float | None = None
-    num_components: int | None = None
-    compute_ms: float | None = None
-    #: what the job computes (``mst``, ``components``, ``clusters``, ``dendrogram``) and with what
-    task: str = "mst"
-    #: the task's parameters as canonical JSON (sorted keys), the cache key with the weights version
-    params: str = "{}"
-    #: the graph's weights version the job was submitted against (and computes on)
-    weights_version: int = 0
-    #: answered from an identical earlier job's result (``compute_ms`` is that computation's)
-    cached: bool = False
-    #: point-set jobs: the tree of an earlier job was reused (None: not a point-set clustering)
-    reused_tree: bool | None = None
-    #: point-set jobs: no spatial index was built (an earlier job's served; None: not a point-set job)
-    reused_index: bool | None = None
-    #: the API key's owner id that submitted it ("" without API keys)
-    owner: str = ""
-    #: answered by the computation of an identical job queued right before it (MST_COALESCE_JOBS)
-    coalesced: bool = False
-
-    @property
-    def finished(self) -> bool:
-        return self.status in FINISHED
-
-
 _GRAPH_COLUMNS = [f.name for f in fields(GraphRecord)]
 _JOB_COLUMNS = [f.name for f in fields(JobRecord)]
 
@@ -224,56 +148,6 @@ _INSERT_JOB = f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) VALUES ({', '.join(
 _JOB_SETTABLE = frozenset(_JOB_COLUMNS[1:])
 #: UPDATE ... RETURNING (SQLite 3.35): a transition in one statement instead of BEGIN/SELECT/UPDATE/COMMIT
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
-
-
-#: removals of files in threads, in flight (the references keep the tasks alive)
-_removals: set[asyncio.Future[None]] = set()
-
-
-def remove_files(*paths: Path) -> None:
-    """Remove files (those already gone too). Blocking: from the event loop, run it in a thread
-    (``asyncio.to_thread``) or use :func:`remove_later`; unlinking a large file, or a dozen small
-    ones a second, on a disk holds the caller for milliseconds each."""
-    for path in paths:
-        path.unlink(missing_ok=True)
-
-
-def remove_later(*paths: Path) -> None:
-    """:func:`remove_files` in a thread, without waiting for it (without a running event loop,
-    a synchronous caller: at once)."""
-    try:
-        removal = asyncio.ensure_future(asyncio.to_thread(remove_files, *paths))
-    except RuntimeError:  # no running event loop
-        remove_files(*paths)
-        return
-    _removals.add(removal)
-    removal.add_done_callback(_removals.discard)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class TmpPaths(Protocol):
-    """Makes paths in the spool's tmp folder: a :class:`Store`, or a :class:`Spool` without SQLite."""
-
-    def tmp_path(self, suffix: str = ".part") -> Path: ...
-
-
-class Spool:
-    """The spool's tmp folder of a data dir, for processes that write uploads but hold no records
-    (the fronts of ``MST_API_PROCESSES``); the runtime process's :class:`Store` made it."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.tmp_dir = Path(data_dir) / "spool" / "tmp"
-
-    def tmp_path(self, suffix: str = ".part") -> Path:
-        """A fresh path in the spool's tmp folder (nothing is created)."""
-        return self.tmp_dir / f"{secrets.token_hex(16)}{suffix}"
 
 
 class Store:
@@ -513,111 +387,3 @@ class Store:
         return self.jobs_with_status("queued"), failed
 
 
-#: with write-behind, the kernel is asked to start writing a body back every this many bytes
-WRITE_BEHIND_BYTES = 16 << 20
-_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start write-out of the range's dirty pages, do not wait
-
-
-@functools.cache
-def start_write_out() -> Callable[[int, int, int], int] | None:
-    """Linux's ``sync_file_range(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE)``; None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    call.restype = ctypes.c_int
-    return lambda fd, offset, nbytes: int(call(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE))
-
-
-class JobReader:
-    """Job records read straight from a store's SQLite file, for another process (a front).
-
-    The runtime process writes every record a client can know of before giving its id out (see
-    :meth:`service.runtime.jobs.Jobs.publish`), and each transition as it happens, so a read here
-    answers what the runtime's own :meth:`Store.get_job` would. Read-only (``query_only``); the
-    connection opens on first use, once the runtime has made the schema.
-    """
-
-    def __init__(self, data_dir: Path) -> None:
-        self._path = Path(data_dir) / "mst.sqlite3"
-        self._db: sqlite3.Connection | None = None
-
-    def get_job(self, job_id: str) -> JobRecord | None:
-        """The job's record, or None; raises :class:`sqlite3.Error` while the store is not there
-        (no file, no schema yet)."""
-        if self._db is None:
-            if not self._path.exists():  # never made here: this reader only reads
-                raise sqlite3.OperationalError(f"{self._path} does not exist (yet)")
-            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=30)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA query_only = ON")
-            self._db = db
-        row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return None if row is None else _job_from_row(row)
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-
-
-class SpoolFile:
-    """A file being written into the spool's tmp folder: write, then :meth:`finish` (fsync).
-
-    Used as a context manager, the temporary file is removed unless it was
-    handed on with :meth:`detach` or published.
-
-    ``write_behind``: a body that will be fsynced is handed to the disk while it arrives (every
-    :data:`WRITE_BEHIND_BYTES`, without waiting; Linux), so that the fsync after its last byte
-    waits for the tail only, not for the whole body (a 134 MB weights update: ~115 ms less on
-    its path on the H200 host). Durability still comes from :meth:`sync` alone.
-    """
-
-    def __init__(self, store: TmpPaths, suffix: str = ".part", *, write_behind: bool = False) -> None:
-        self.path = store.tmp_path(suffix)
-        self._file: BinaryIO = open(self.path, "xb")  # noqa: SIM115 - closed in finish/close
-        self.size = 0
-        self._keep = False
-        self._write_out = start_write_out() if write_behind else None
-        self._written_out = 0  # bytes already handed to the disk
-
-    def write(self, chunk: bytes) -> None:
-        self._file.write(chunk)
-        self.size += len(chunk)
-        if self._write_out is not None and self.size - self._written_out >= WRITE_BEHIND_BYTES:
-            self._file.flush()
-            if self._write_out(self._file.fileno(), self._written_out, self.size - self._written_out) != 0:
-                self._write_out = None  # not supported here (e.g. some network file systems)
-            self._written_out = self.size
-
-    def close(self) -> None:
-        """Flush and close; the file is complete (not yet durable: see :meth:`sync`)."""
-        self._file.close()
-
-    def sync(self) -> None:
-        """fsync the closed file (may run in a thread while a worker already reads it)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return  # discarded meanwhile
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def detach(self) -> Path:
-        """Keep the file when the context ends; the caller now owns it."""
-        self._keep = True
-        return self.path
-
-    def __enter__(self) -> SpoolFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if not self._file.closed:
-            self._file.close()
-        if not self._keep:
-            self.path.unlink(missing_ok=True)

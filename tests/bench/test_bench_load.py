@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
-from bench.service import service_present
+from bench.server import service_present
 
 pytestmark = pytest.mark.skipif(not service_present(), reason="the service package is not importable")
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bench.__main__ import main
-from bench.service import service_present
+from bench.server import service_present
 
 ENGINE_GRAPHS = ["grid-256", "grid-256-float", "rmat-14-raw"]
 

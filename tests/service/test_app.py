@@ -160,6 +160,24 @@ def test_bad_settings_never_echo_an_api_key(tmp_path: Path) -> None:
     assert secret not in done.stderr and "short" not in done.stderr.replace("at least", "")
 
 
+def test_retired_settings_still_start_with_one_warning_each(server_factory: ServerFactory) -> None:
+    """A deployment that still sets MST_FAST_LANE or MST_API_PROCESSES (both removed) starts and
+    serves as one without them, and its log says once for each that it is gone and why."""
+    server = server_factory(MST_FAST_LANE="false", MST_API_PROCESSES="4")
+    graph = server.upload_npz([0, 1, 2], [1, 2, 0], [3, 1, 2])
+    assert server.submit(graph["id"], wait=30).json()["status"] == "succeeded"
+    log = server.log()
+    for name in ("MST_FAST_LANE", "MST_API_PROCESSES"):
+        warnings = [line for line in log.splitlines() if f"WARNING service: {name} is set" in line]
+        assert len(warnings) == 1, log
+        assert "no longer exists" in warnings[0] and "bench/results/lanes-h200" in warnings[0]
+    assert len(server.client.get("/readyz").json()["workers"]) == 1
+
+
+def test_no_warning_without_retired_settings(live: LiveServer) -> None:
+    assert "no longer exists" not in live.log()
+
+
 def test_results_survive_as_npz_files(live: LiveServer) -> None:
     graph = live.upload_npz([0, 1], [1, 2], np.array([2.5, 1.5], dtype=np.float64))
     job = live.submit(graph["id"], wait=30).json()

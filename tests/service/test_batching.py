@@ -1,4 +1,4 @@
-"""One-shot computations batched into one disjoint-union run (service/runtime/batching.py).
+"""One-shot computations batched into one disjoint-union run (service/runtime/worker/batching.py).
 
 The batched answer of every member must equal, bit for bit, the answer of a run of its own:
 edge ids, weights, component count and total weight (float totals included). Unit tests on the
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import gpu_core
-from service.runtime.batching import batched_forests, default_vertices, fits_union
+from service.runtime.worker.batching import batched_forests, default_vertices, fits_union
 from tests.utils.graphs import EdgeGraph, random_graph
 
 from .conftest import ServerFactory
@@ -160,10 +160,10 @@ def test_forests_sent_back_in_the_reply_answer_as_result_files_do(
     server_factory: ServerFactory, tmp_path: Any
 ) -> None:
     """A small one-shot forest comes back from the worker in its reply (MST_ONESHOT_INLINE_BYTES),
-    a larger one through a result file: every representation answers the same either way, through
-    fronts or not, and no file is left behind."""
+    a larger one through a result file: every representation answers the same either way, and no
+    file is left behind."""
     pytest.importorskip("pyarrow")
-    inline = server_factory(tmp_path / "a", MST_API_PROCESSES="2")
+    inline = server_factory(tmp_path / "a")
     files = server_factory(tmp_path / "b", MST_ONESHOT_INLINE_BYTES="1000")
     graphs = [
         random_graph(3, 5, 6, dtype=np.int32),  # a forest of a few dozen bytes: in the reply on both
@@ -250,12 +250,12 @@ def test_one_shots_in_a_killed_workers_pipe_run_on_the_next_worker(server_factor
 
 
 @pytest.mark.gpu
-def test_gpu_one_shots_at_once_through_fronts_are_exact(server_factory: ServerFactory) -> None:
-    """On a GPU worker, through two fronts: many one-shots at once (batched, their forests sent back
+def test_gpu_one_shots_at_once_are_exact(server_factory: ServerFactory) -> None:
+    """On a GPU worker: many one-shots at once (batched, their forests sent back
     in the replies; one larger than MST_ONESHOT_INLINE_BYTES, through a file) each answer exactly
     the CPU backend's forest of the graph alone."""
     server = server_factory(
-        MST_BACKEND="gpu", MST_API_PROCESSES="2", MST_ONESHOT_INLINE_BYTES="40000", MST_MAX_EDGES="1000000"
+        MST_BACKEND="gpu", MST_ONESHOT_INLINE_BYTES="40000", MST_MAX_EDGES="1000000"
     )
     assert server.client.get("/readyz").json()["workers"][0]["backend"] == "gpu"
     members = [random_graph(200 + i, 2500, 10_000, dtype=np.int32, num_weights=None) for i in range(40)]

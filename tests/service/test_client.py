@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-import service.client as client_module
+import service.client.transfer as client_module
 from service.client import Client, ClientError, main
 
 from .conftest import ServerFactory

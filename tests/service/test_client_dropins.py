@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.sparse.csgraph import minimum_spanning_tree as scipy_mst
 
-import service.client as client_module
+import service.client.progress as client_module
 from service.client import Client, main, progress
 from service.client.interop import graph_source
 

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Query
 
 from gpu_core import errors as core
 from service import errors
+from service.api import problems
 
 
 class InProcess:
@@ -31,7 +32,7 @@ class InProcess:
 
 def app_raising(exc: BaseException) -> InProcess:
     app = FastAPI()
-    errors.install_handlers(app)
+    problems.install_handlers(app)
 
     @app.get("/boom")
     def boom(n: int = Query(0)) -> None:

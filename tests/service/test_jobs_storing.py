@@ -9,7 +9,8 @@ from pathlib import Path
 
 from service.metrics import Metrics
 from service.runtime.jobs import Jobs
-from service.storage.store import JobRecord, Store
+from service.storage.records import JobRecord
+from service.storage.store import Store
 
 
 def succeeded_job(store: Store, job_id: str) -> None:
@@ -25,7 +26,7 @@ def test_a_result_request_waits_for_the_file(tmp_path: Path) -> None:
         jobs = Jobs(store, None, Metrics())  # type: ignore[arg-type]  # no worker is needed here
         succeeded_job(store, "j_1")
         note: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        jobs._store_behind("j_1", note)
+        jobs.results.store_behind("j_1", note)
         fetch = asyncio.create_task(jobs.result_path("j_1", ""))
         await asyncio.sleep(0.05)
         assert not fetch.done()  # the worker has not said the file is there
@@ -45,11 +46,11 @@ def test_a_result_the_worker_could_not_write_keeps_the_job_succeeded(tmp_path: P
         jobs = Jobs(store, None, Metrics())  # type: ignore[arg-type]
         succeeded_job(store, "j_2")
         note: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        jobs._store_behind("j_2", note)
+        jobs.results.store_behind("j_2", note)
         note.set_exception(OSError(28, "No space left on device"))
         await asyncio.sleep(0)
         job = store.get_job("j_2")
         assert job is not None and (job.status, job.error_type) == ("succeeded", None)
-        assert "j_2" not in jobs._storing
+        assert "j_2" not in jobs.results._storing
 
     asyncio.run(scenario())

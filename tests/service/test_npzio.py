@@ -113,7 +113,7 @@ def test_a_result_written_out_at_once_is_the_same_file(tmp_path: Path) -> None:
     accept the call) holds what one left to the kernel's write-back holds."""
     import sys
 
-    from service.storage.store import start_write_out
+    from service.storage.spool import start_write_out
 
     arrays = {"edge_ids": np.arange(100_000, dtype=np.int64), "weights": np.linspace(0, 1, 100_000)}
     plain, written_out = tmp_path / "plain.npz", tmp_path / "out.npz"

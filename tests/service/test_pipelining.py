@@ -1,11 +1,11 @@
 """Many jobs at once on one worker: pipelined dispatch and coalesced identical jobs (issue 12).
 
-Documented behaviour (service/runtime/supervisor.py, service/runtime/worker.py):
+Documented behaviour (service/runtime/pool/dispatch.py, service/runtime/worker/process.py):
 
 * up to ``MST_DISPATCH_DEPTH`` jobs are handed to the worker at once, in queue order; a handed
   job is ``running`` and can no longer be cancelled, a queued one can;
 * if the worker dies, the job it was running ends ``failed`` with ``worker_lost``; the handed
-  jobs it had not started and the queued ones run on the new worker (service/runtime/restarts.py);
+  jobs it had not started and the queued ones run on the new worker (service/runtime/pool/restarts.py);
 * identical jobs waiting back to back in the worker's pipe are answered by one computation
   (``MST_COALESCE_JOBS``), each with its own result file (a hard link of the first).
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.runtime.supervisor import plan_workers
+from service.runtime.pool.local_pool import plan_workers
 from service.settings import Settings
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gpu_core
-from service.runtime.point_sets import ResidentPoints
+from service.runtime.worker.points import ResidentPoints
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])

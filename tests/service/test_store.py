@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from service.storage.store import WRITE_BEHIND_BYTES, GraphRecord, JobRecord, SpoolFile, Store, new_id
+from service.storage.records import GraphRecord, JobRecord, new_id
+from service.storage.spool import WRITE_BEHIND_BYTES, SpoolFile
+from service.storage.store import Store
 
 
 def graph(graph_id: str) -> GraphRecord:

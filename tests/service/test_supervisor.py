@@ -1,6 +1,6 @@
 """Worker failures against a live server: SIGKILL mid-job, a stopped heartbeat; restart and reload.
 
-Documented outcome (service/runtime/supervisor.py, restarts.py): the job the worker was running
+Documented outcome (service/runtime/pool/handle.py, restarts.py): the job the worker was running
 is ``failed`` with ``error.type == "worker_lost"`` (not re-queued); a job handed to it that had not
 started runs on the next worker; the worker is restarted, reloads its graphs from the spool, and
 ``/readyz`` is 503 until it answers again.
@@ -39,7 +39,7 @@ def readiness_after_loss(server: LiveServer, old_pid: int, timeout: float = 60.0
 
 
 def computing(server: LiveServer) -> int:
-    """How many requests worker 0 is computing now (its run stamp, see service/runtime/restarts.py)."""
+    """How many requests worker 0 is computing now (its run stamp, see service/runtime/pool/restarts.py)."""
     count = server.client.get("/readyz").json()["workers"][0]["computing"]
     assert isinstance(count, int)
     return count
@@ -133,7 +133,8 @@ def test_requests_larger_than_the_pipe_are_written_whole_without_blocking(tmp_pa
     import asyncio
     import multiprocessing
 
-    from service.runtime.supervisor import WorkerHandle, plan_config
+    from service.runtime.pool.interface import worker_config
+    from service.runtime.pool.processes import ProcessHandle
     from service.settings import Settings
 
     settings = Settings(data_dir=tmp_path, backend="cpu")
@@ -146,7 +147,7 @@ def test_requests_larger_than_the_pipe_are_written_whole_without_blocking(tmp_pa
         return got
 
     async def scenario() -> tuple[list[Any], int]:
-        handle = WorkerHandle(plan_config(settings, 0, "cpu", None), settings, lambda _: None)
+        handle = ProcessHandle(worker_config(settings, 0, "cpu", None), settings, lambda _: None)
         handle._loop = asyncio.get_running_loop()
         parent, child = multiprocessing.Pipe(duplex=True)
         os.set_blocking(parent.fileno(), False)
@@ -172,8 +173,9 @@ def test_replies_larger_than_the_pipe_are_read_whole(tmp_path: Path) -> None:
     import asyncio
     import multiprocessing
 
-    from service.runtime import worker
-    from service.runtime.supervisor import WorkerHandle, plan_config
+    from service.runtime.pool.interface import worker_config
+    from service.runtime.pool.processes import ProcessHandle
+    from service.runtime.worker import process
     from service.settings import Settings
 
     settings = Settings(data_dir=tmp_path, backend="cpu")
@@ -181,7 +183,7 @@ def test_replies_larger_than_the_pipe_are_read_whole(tmp_path: Path) -> None:
 
     async def scenario() -> list[Any]:
         loop = asyncio.get_running_loop()
-        handle = WorkerHandle(plan_config(settings, 0, "cpu", None), settings, lambda _: None)
+        handle = ProcessHandle(worker_config(settings, 0, "cpu", None), settings, lambda _: None)
         handle._loop = loop
         parent, child = multiprocessing.Pipe(duplex=True)
         os.set_blocking(parent.fileno(), False)
@@ -190,7 +192,7 @@ def test_replies_larger_than_the_pipe_are_read_whole(tmp_path: Path) -> None:
         requests = [child.recv() for _ in forests]
         loop.add_reader(parent.fileno(), handle._readable, parent, None, handle.generation, bytearray())
         replies = [(req_id, True, {"edge_ids": f}) for (_, req_id), f in zip(requests, forests, strict=True)]
-        writing = asyncio.ensure_future(asyncio.to_thread(worker._send_all, child, replies))
+        writing = asyncio.ensure_future(asyncio.to_thread(process._send_all, child, replies))
         got = await asyncio.wait_for(asyncio.gather(*futures), 30)
         await writing
         loop.remove_reader(parent.fileno())
@@ -203,8 +205,8 @@ def test_replies_larger_than_the_pipe_are_read_whole(tmp_path: Path) -> None:
 
 
 def test_messages_are_taken_once_whole() -> None:
-    from service.runtime.supervisor import _messages
-    from service.runtime.worker import framed
+    from service.runtime.worker.protocol import framed
+    from service.runtime.worker.protocol import unframed as _messages
 
     stream = b"".join(framed(("r", i, "x" * i)) for i in range(50))
     inbox, got = bytearray(), []

@@ -1,7 +1,7 @@
 """A ready worker has warmed up every task: no request compiles a kernel, loads a compiled pass or
 imports a module afterwards (README "Failures and restarts": ``/readyz`` is not ready before that).
 
-A fresh interpreter starts a worker as the service does (``_Worker.start``: what precedes its
+A fresh interpreter starts a worker as the service does (``worker.startup.start``: what precedes its
 ``ready``), then runs every request kind through the worker's own handler: graphs of each weight
 dtype (forests min and max, what-if exclusions, components, clusters, dendrogram, weight updates)
 and point sets of both coordinate dtypes, 1 to 64 dimensions (the spatial index's and brute
@@ -54,7 +54,10 @@ if backend == "gpu":
     compiler._NVRTCProgram.compile = counting_program
 
 from numba.core.dispatcher import Dispatcher
-from service.runtime.worker import LOAD, MST, WEIGHTS, WorkerConfig, _Worker
+from service.runtime.worker.ops import handle
+from service.runtime.worker.protocol import LOAD, MST, WEIGHTS, WorkerConfig
+from service.runtime.worker.startup import start
+from service.runtime.worker.state import Worker
 
 def overloads():
     return {f"{name}.{key}": len(value.overloads)
@@ -62,9 +65,9 @@ def overloads():
             for key, value in vars(module).items() if isinstance(value, Dispatcher)}
 
 tmp = Path(tempfile.mkdtemp())
-worker = _Worker(WorkerConfig(0, backend, None, str(tmp), 10**8, 0.5))
+worker = Worker(WorkerConfig(0, backend, None, str(tmp), 10**8, 0.5))
 where = "start"
-ready = worker.start()
+ready = start(worker)
 if not requests:
     print(json.dumps({"warm_up": ready["warm_up"]}))
     sys.exit(0)
@@ -73,7 +76,7 @@ compiled.clear()
 nvrtc.clear()
 
 def run(op, *args):
-    ok, payload, after, _ = worker.handle(op, args)
+    ok, payload, after, _ = handle(worker, op, args)
     if not ok:
         raise payload
     if after is not None:

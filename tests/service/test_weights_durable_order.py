@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from service.api.uploads import Upload
 from service.runtime.catalog import Catalog
-from service.storage.store import GraphRecord, Store
+from service.storage.records import GraphRecord
+from service.storage.spool import Upload
+from service.storage.store import Store
 
 
 class _InOrderWorker:

@@ -14,7 +14,8 @@ import pytest
 
 from gpu_core import errors as core
 from service.errors import PayloadTooLargeError, WorkerInternalError
-from service.runtime import worker
+from service.runtime.worker import process
+from service.runtime.worker import protocol as worker
 
 from .live import npz_body
 
@@ -26,7 +27,7 @@ class Worker:
         self.conn, child = CTX.Pipe()
         self.heartbeat = CTX.RawValue("d", 0.0)
         config = worker.WorkerConfig(0, "cpu", None, str(tmp), max_edges, 0.05)
-        self.proc = CTX.Process(target=worker.main, args=(child, self.heartbeat, config), daemon=True)
+        self.proc = CTX.Process(target=process.main, args=(child, self.heartbeat, config), daemon=True)
         self.proc.start()
         child.close()
         self.ids = iter(range(1, 10**6))
@@ -150,7 +151,7 @@ def test_start_failure_is_reported(tmp_path: Path) -> None:
     conn: Connection
     conn, child = CTX.Pipe()
     config = worker.WorkerConfig(0, "gpu-please", None, str(tmp_path), 10, 0.05)
-    proc = CTX.Process(target=worker.main, args=(child, CTX.RawValue("d", 0.0), config), daemon=True)
+    proc = CTX.Process(target=process.main, args=(child, CTX.RawValue("d", 0.0), config), daemon=True)
     proc.start()
     child.close()
     assert conn.poll(60)
@@ -169,9 +170,9 @@ def test_the_next_request_is_taken_whether_it_comes_while_polling_or_asleep(spin
         timer = threading.Timer(delay, theirs.send, args=(("ping", delay),))
         timer.start()
         started = time.monotonic()
-        assert worker._next_request(ours, spin_s) == ("ping", delay)
+        assert process._next_request(ours, spin_s) == ("ping", delay)
         assert time.monotonic() - started >= delay * 0.9
         timer.join()
     theirs.close()
     with pytest.raises(EOFError):
-        worker._next_request(ours, spin_s)  # the other end is gone: the serve loop returns
+        process._next_request(ours, spin_s)  # the other end is gone: the serve loop returns

@@ -48,9 +48,10 @@ def test_metrics_count_requests_jobs_and_resident_graphs(live: LiveServer) -> No
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     after = response.text
     route = "/v1/graphs/{graph_id}/mst"
+    ok = f'route="{route}",status="200"'  # (other tests may have left only 4xx samples of the route)
     assert (
         metric(after, "mst_http_requests_total", route=route, status="200")
-        - (metric(before, "mst_http_requests_total", route=route, status="200") if route in before else 0)
+        - (metric(before, "mst_http_requests_total", route=route, status="200") if ok in before else 0)
         == 3
     )
     assert metric(after, "mst_http_requests_total", route="/v1/graphs/{graph_id}", status="404") >= 1
@@ -63,6 +64,25 @@ def test_metrics_count_requests_jobs_and_resident_graphs(live: LiveServer) -> No
     assert metric(after, "mst_resident_graphs", worker="0") == graphs
     assert metric(after, "mst_device_bytes", worker="0") >= graph["residency"]["device_bytes"] > 0
     assert metric(after, "mst_worker_up", worker="0") == 1
+
+
+def test_job_status_polls_are_counted_under_their_route(live: LiveServer) -> None:
+    graph = live.upload_npz([0, 1, 2, 0], [1, 2, 0, 3], [3, 1, 2, 7], 6)
+    job = live.submit(graph["id"], wait=30).json()
+    assert job["status"] == "succeeded"
+
+    def count() -> float:
+        text = live.client.get("/metrics").text
+        for line in text.splitlines():
+            labels = ('route="/v1/jobs/{job_id}"', 'method="GET"', 'status="200"')
+            if line.startswith("mst_http_requests_total{") and all(x in line for x in labels):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before = count()
+    for _ in range(3):
+        assert live.client.get(f"/v1/jobs/{job['id']}").status_code == 200
+    assert count() == before + 3
 
 
 def test_unknown_route_and_method_are_problems(live: LiveServer) -> None:

@@ -70,6 +70,22 @@ def test_wait_must_be_a_non_negative_number(live: LiveServer) -> None:
         assert body["field"] == "wait"
 
 
+def test_submit_without_wait_answers_202_with_the_queued_job(live: LiveServer) -> None:
+    graph = live.upload_npz([0, 1], [1, 2], [5, 4])
+    response = live.client.post(f"/v1/graphs/{graph['id']}/mst")
+    assert response.status_code in (200, 202)  # 200 only if it finished before the answer was built
+    assert response.json()["status"] in ("queued", "running", "succeeded")
+
+
+@pytest.mark.parametrize("wait", ["-1", "abc", "nan"])
+def test_bad_waits_get_a_422_naming_wait(live: LiveServer, wait: str) -> None:
+    graph = live.upload_npz([0, 1], [1, 2], [5, 4])
+    response = live.client.post(f"/v1/graphs/{graph['id']}/mst", params={"wait": wait})
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["field"] == "wait"
+
+
 def test_cancel_result_409_and_graph_delete_with_queued_jobs(live: LiveServer) -> None:
     graph = live.upload_npz([0, 1, 2, 3], [1, 2, 3, 0], [4.0, 3.0, 2.0, 1.0])
     other = live.upload_npz([0, 1], [1, 2], [1, 2])

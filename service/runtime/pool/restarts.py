@@ -3,24 +3,24 @@
 **Which request was running.** A worker process computes the requests in its pipe one run at a
 time, in pipe order: one request, or several as one run (identical MST jobs coalesced, one-shots
 batched into one union graph). Before a run it writes the first and last request id of the run
-into a :class:`RunStamp` (two integers of shared memory, no message), and clears it once the
-run's replies are sent, before the work behind them (a result file). The supervisor reads the
-stamp once the process is gone: the ids between them that have no reply are the requests that
-were running; with a clear stamp nothing was (the worker was idle, reading the next request,
-or writing a result file). The Ray pool has no shared memory with its actors, but it keeps one
-request in flight: that one counts as running.
+into a :class:`~service.runtime.worker.protocol.RunStamp` (two integers of shared memory, no
+message), and clears it once the run's replies are sent, before the work behind them (a result
+file). Its handle reads the stamp once the process is gone: the ids between them that have no
+reply are the requests that were running; with a clear stamp nothing was (the worker was idle,
+reading the next request, or writing a result file). The Ray pool has no shared memory with its
+actors, but it keeps one request in flight: that one counts as running.
 
 **What becomes of each request** (:func:`triage`), unreplied when the worker died:
 
 * the one request of a run of one: **lost** (:class:`~service.errors.WorkerLostError`,
   ``worker_lost``): it may be what killed the worker, and must not kill the next one;
-* each request of a run of several: the supervisor cannot tell which one killed the worker, so
+* each request of a run of several: the handle cannot tell which one killed the worker, so
   each is kept and re-sent, marked **suspect**: a suspect is written to the pipe alone (nothing
   before it unanswered, nothing after it until it is answered), so it runs alone, and it is lost
   if a worker dies running it (it was running when two workers died in a row);
 * a request that had not started: **kept**, re-sent to the next worker in the order it was
   made, each behind its dataset's reload;
-* the supervisor's own reloads: **dropped** (the next worker reloads every dataset anyway).
+* the handle's own reloads: **dropped** (the next worker reloads every dataset anyway).
 
 **Reloads.** The next worker takes requests as soon as it has warmed up; its datasets come back
 from the spool in the background, one at a time, in the order :func:`next_reload` picks (those
@@ -48,11 +48,11 @@ class Request:
     op: str
     args: tuple[Any, ...]
     future: asyncio.Future[Any]
-    #: the STORED note that follows its reply (see :meth:`WorkerHandle.request_with_note`)
+    #: the STORED note that follows its reply (see :meth:`.handle.WorkerHandle.request_with_note`)
     note: asyncio.Future[None] | None = None
     #: the dataset it computes on (an MST or a weights update): written only after its reload
     dataset: str | None = None
-    #: the supervisor's reload of a dataset: never re-sent
+    #: the handle's reload of a dataset: never re-sent
     reload: bool = False
     #: it ran with others when a worker died: it runs alone from now on
     suspect: bool = False
@@ -64,33 +64,6 @@ class Request:
         return (self.op, self.req_id, *self.args)
 
 
-class RunStamp:
-    """The ids of the run a worker is computing, in shared memory (``multiprocessing.RawArray('q', 2)``).
-
-    Written by the worker (:meth:`begin`, :meth:`end`), read by the supervisor once the worker is
-    gone (:meth:`running`). Without an array (the Ray actor) it does nothing.
-    """
-
-    def __init__(self, array: Any = None) -> None:
-        self._array = array
-
-    def begin(self, first: int, last: int) -> None:
-        if self._array is not None:
-            self._array[1] = last
-            self._array[0] = first
-
-    def end(self) -> None:
-        if self._array is not None:
-            self._array[0] = 0
-
-    def running(self) -> range:
-        """The request ids of the run in progress (empty when none was)."""
-        if self._array is None or self._array[0] <= 0:
-            return range(0)
-        first, last = int(self._array[0]), int(self._array[1])
-        return range(first, max(first, last) + 1)
-
-
 @dataclass
 class Triage:
     """What becomes of a dead worker's unreplied requests (see the module's docstring)."""
@@ -99,7 +72,7 @@ class Triage:
     lost: list[Request]
     #: go to the next worker, in this order
     kept: list[Request]
-    #: the supervisor's reloads, which fail quietly
+    #: the handle's reloads, which fail quietly
     dropped: list[Request]
 
 

@@ -5,7 +5,7 @@ and edges ``eoff[k] .. eoff[k] + m_k - 1`` of one union graph. No edge joins two
 the union's minimum spanning forest is the union of the members' forests; and within a member
 the tie order ``(weight, edge id)`` is the member's own order shifted by ``eoff[k]``, so each
 member gets exactly the forest (edge ids, weights, components, total weight) a run of its own
-gives. The worker (:meth:`service.runtime.worker._Worker.oneshots`) batches one-shot requests
+gives. The worker (:func:`service.runtime.worker.oneshots.batched`) batches one-shot requests
 that wait together in its pipe, of one weight dtype, up to ``MST_ONESHOT_BATCH_EDGES`` edges.
 """
 

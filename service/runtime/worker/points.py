@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidUploadError
+from ...errors import InvalidUploadError
 
 
 def read_points(path: str, fmt: str, max_inflated_bytes: int, max_ratio: float) -> np.ndarray[Any, Any]:

@@ -2,15 +2,17 @@
 
 Imported only with that setting (it imports Ray, the optional extra ``mst-service[ray]``).
 
-* :class:`MSTWorker`, the actor, wraps the worker process's :class:`~.worker._Worker`: the same
-  ops, run by :meth:`~.worker._Worker.handle`, so the two transports share every line of op code.
-  One actor holds one GPU (``num_gpus=1``; Ray sets its ``CUDA_VISIBLE_DEVICES``) or, on the CPU
-  backend, one CPU.
-* :class:`RayWorkerHandle` is the API side of one actor. It is a :class:`~.supervisor.WorkerHandle`
+* :class:`MSTWorker`, the actor, holds a worker's state (:class:`~service.runtime.worker.state.Worker`)
+  and runs each request with :func:`~service.runtime.worker.ops.handle`, as the worker process
+  does, so the two transports share every line of op code. One actor holds one GPU
+  (``num_gpus=1``; Ray sets its ``CUDA_VISIBLE_DEVICES``) or, on the CPU backend, one CPU.
+* :class:`RayWorkerHandle` is the API side of one actor. It is a :class:`~.handle.WorkerHandle`
   whose transport is actor calls instead of a pipe: each request is one ``call`` whose
   ``ObjectRef`` is awaited on the event loop, and its answer is fed to the same message handling
   as a pipe's (replies, STORED notes, ``ready``), so placement, eviction, reloads, the job queue
-  and restarts are the supervisor's, unchanged.
+  and restarts are the same as the local pool's.
+* :class:`RayPool` plans the actors (one per GPU of the cluster) and leaves the cluster at the
+  end: the :class:`~.interface.WorkerPool` of this pool.
 
 Ordering: the pipe delivers requests in order, and a reload must run before the job behind it.
 The actor also answers heartbeats in a concurrency group of its own (a threaded actor, for which
@@ -41,16 +43,19 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
 
-from ..errors import WorkerInternalError
-from ..settings import MiB, Settings
-from .supervisor import GraphSource, WorkerHandle, plan_config
-from .worker import STORED, WorkerConfig, _Worker
+from ...errors import WorkerInternalError
+from ...settings import MiB, Settings
+from ..worker import ops, startup
+from ..worker.protocol import STORED, WorkerConfig
+from ..worker.state import Worker
+from .handle import WorkerHandle
+from .interface import worker_config
+from .residency import Sources
 
 log = logging.getLogger("service.runtime.ray_pool")
 
@@ -62,16 +67,16 @@ LOCAL_OBJECT_STORE_BYTES = 128 * MiB
 
 @ray.remote(concurrency_groups={"health": 1})  # type: ignore[call-overload]
 class MSTWorker:
-    """One worker as a Ray actor: a :class:`~.worker._Worker` and its resident graphs."""
+    """One worker as a Ray actor: a worker's state and its resident graphs."""
 
     def __init__(self, config: WorkerConfig) -> None:
         # Ray chose this actor's GPU: name it as the process transport names its own
         config = dataclasses.replace(config, cuda_device=os.environ.get("CUDA_VISIBLE_DEVICES"))
-        self._worker = _Worker(config)
+        self._worker = Worker(config)
 
     def start(self) -> dict[str, Any]:
         """Warm up and compute the probe graph; the worker's ``ready`` info (on which host)."""
-        info = self._worker.start()
+        info = startup.start(self._worker)
         info["host"] = socket.gethostname()
         info["device"] = f"{info['device']} on {info['host']}"
         return info
@@ -82,10 +87,10 @@ class MSTWorker:
         A reply's ``after`` work (the result file) is done before the answer goes back, so its
         STORED note travels with the reply.
         """
-        ok, payload, after, fatal = self._worker.handle(op, args)
+        ok, payload, after, fatal = ops.handle(self._worker, op, args)
         messages: list[tuple[Any, ...]] = [(req_id, ok, payload)]
         if after is not None:
-            messages.append((STORED, req_id, self._worker._after(after)))
+            messages.append((STORED, req_id, ops.run_after(after)))
         return messages, fatal
 
     @ray.method(concurrency_group="health")
@@ -126,30 +131,6 @@ def _resources() -> dict[str, float]:
     return resources
 
 
-def plan(settings: Settings) -> list[tuple[WorkerConfig, dict[str, Any]]]:
-    """One (worker config, actor options) per actor: one per GPU of the cluster (or
-    ``MST_RAY_WORKERS``), CPU actors with ``MST_BACKEND=cpu`` or where the cluster has no GPU."""
-    from gpu_core.errors import BackendUnavailableError
-
-    connect(settings)
-    gpus = int(_resources().get("GPU", 0))
-    backend = settings.backend if settings.backend != "auto" else ("gpu" if gpus else "cpu")
-    if backend == "gpu" and gpus == 0:
-        raise BackendUnavailableError(
-            "MST_BACKEND=gpu with MST_WORKER_POOL=ray, but the Ray cluster has no GPU resource."
-        )
-    count = settings.ray_workers or (gpus if backend == "gpu" else 1)
-    resources: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if backend == "gpu" else 0}
-    options = {**resources, "max_restarts": 0, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
-    return [(plan_config(settings, index, backend, None), options) for index in range(count)]
-
-
-def shutdown() -> None:
-    """Leave the cluster (and stop it, if this process started it)."""
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 class RayWorkerHandle(WorkerHandle):
     """The API side of one worker actor (see the module's docstring)."""
 
@@ -157,7 +138,7 @@ class RayWorkerHandle(WorkerHandle):
         self,
         config: WorkerConfig,
         settings: Settings,
-        sources: Callable[[str], GraphSource | None],
+        sources: Sources,
         actor_options: dict[str, Any],
     ) -> None:
         super().__init__(config, settings, sources)
@@ -184,8 +165,7 @@ class RayWorkerHandle(WorkerHandle):
         self.state = "starting"
         self._served = False
         self.started_at = self._beat_at = time.monotonic()
-        self._in_flight = 0
-        self._outbox.clear()
+        self.requests.drop_outbox()
         self._background(self._start_actor(actor, self.generation))
         log.info("worker %d: Ray actor created (backend %s)", self.index, self.config.backend)
 
@@ -216,19 +196,17 @@ class RayWorkerHandle(WorkerHandle):
             await asyncio.sleep(self._settings.heartbeat_interval_s)
 
     def _flush(self) -> None:
-        while self._outbox and self._in_flight < 1 and self._actor is not None:
-            request = self._outbox.popleft()
+        while self._actor is not None:
+            request = self.requests.next_to_send(1)
+            if request is None:
+                return
             ref = self._actor.call.remote(*request.message())
-            self._in_flight += 1
             self._calling = request.req_id
             self._background(self._answer(ref, request.req_id, self.generation))
 
-    def _wants_spare(self) -> bool:
-        return False  # no standby actor: Ray places a new actor when one dies
-
     def _running_ids(self) -> range:
         """The request in flight (one at a time): the actor was running it, or about to."""
-        return range(self._calling, self._calling + 1) if self._in_flight else range(0)
+        return range(self._calling, self._calling + 1) if self.requests.in_flight else range(0)
 
     async def _answer(self, ref: Any, req_id: int, generation: int) -> None:
         try:
@@ -261,14 +239,58 @@ class RayWorkerHandle(WorkerHandle):
             self._kill_reason = reason
             self._lost(self.generation, reason)
 
-    async def stop(self, timeout: float = 5.0) -> None:
-        await super().stop(timeout)  # stops dispatching, lets the running task finish
+    async def _stop_worker(self, timeout: float) -> None:
         actor, self._actor = self._actor, None
         if actor is not None:
             ray.kill(actor, no_restart=True)
         self.state = "stopped"
         for task in list(self._tasks_bg):
             task.cancel()
+        self.dispatch.cancel_handed()
+
+
+class RayPool:
+    """Ray actors on the hosts of a cluster (``MST_WORKER_POOL=ray``): a :class:`~.interface.WorkerPool`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def start(self, sources: Sources) -> list[WorkerHandle]:
+        """Join (or start) the cluster, then create and start one actor per planned worker."""
+        workers: list[WorkerHandle] = [
+            RayWorkerHandle(c, self.settings, sources, options) for c, options in plan(self.settings)
+        ]
+        for handle in workers:
+            await handle.start()
+        return workers
+
+    async def stop(self) -> None:
+        """Leave the cluster (and stop it, if this process started it)."""
+        await asyncio.to_thread(shutdown)
+
+
+def plan(settings: Settings) -> list[tuple[WorkerConfig, dict[str, Any]]]:
+    """One (worker config, actor options) per actor: one per GPU of the cluster (or
+    ``MST_RAY_WORKERS``), CPU actors with ``MST_BACKEND=cpu`` or where the cluster has no GPU."""
+    from gpu_core.errors import BackendUnavailableError
+
+    connect(settings)
+    gpus = int(_resources().get("GPU", 0))
+    backend = settings.backend if settings.backend != "auto" else ("gpu" if gpus else "cpu")
+    if backend == "gpu" and gpus == 0:
+        raise BackendUnavailableError(
+            "MST_BACKEND=gpu with MST_WORKER_POOL=ray, but the Ray cluster has no GPU resource."
+        )
+    count = settings.ray_workers or (gpus if backend == "gpu" else 1)
+    resources: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if backend == "gpu" else 0}
+    options = {**resources, "max_restarts": 0, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
+    return [(worker_config(settings, index, backend, None), options) for index in range(count)]
+
+
+def shutdown() -> None:
+    """Leave the cluster (and stop it, if this process started it)."""
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def _first_line(exc: BaseException) -> str:

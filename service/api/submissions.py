@@ -1,0 +1,60 @@
+"""Submitting a job, shared by the graph and point-set routers: its parameters checked, its answer
+(202 with the job, or 200 with the job finished within ``?wait=``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import Response, status
+from pydantic import ValidationError
+
+from ..errors import InvalidParamsError
+from ..models import TASK_PARAMS
+from .deps import Services, checked_graph_id
+from .encoders import job_response
+
+
+def task_params(task: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A task's parameters, validated by its model; the values given, defaults left out."""
+    try:
+        model = TASK_PARAMS[task].model_validate(params)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in ("params", *first.get("loc", ())))
+        raise InvalidParamsError(f"'{where}': {first.get('msg', 'invalid value')}.", field=where) from None
+    chosen = model.model_dump(exclude_defaults=True)
+    if task == "clusters" and (("k" in chosen) == ("threshold" in chosen)):
+        raise InvalidParamsError(
+            "a 'clusters' job takes exactly one of 'params.k' and 'params.threshold'.", field="params"
+        )
+    return chosen
+
+
+async def submit_response(
+    services: Services,
+    graph_id: str,
+    wait: float,
+    owner: str,
+    task: str = "mst",
+    params: dict[str, Any] | None = None,
+    cache: bool = False,
+    checked: Callable[[str], str] = checked_graph_id,
+) -> Response:
+    """Submit a job of ``owner`` and wait up to ``wait`` s for it.
+
+    ``checked``: the id-shape check of the dataset's kind (graphs; point sets pass theirs).
+    """
+    job = services.jobs.submit(
+        checked(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache
+    )
+    if wait > 0:
+        job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
+        if not job.finished:
+            job = services.jobs.publish(job.id)  # its id goes out with this 202
+    code = status.HTTP_200_OK if job.finished else status.HTTP_202_ACCEPTED
+    headers = {"Location": f"/v1/jobs/{job.id}"}
+    reload_ms = services.jobs.reload_waited.pop(job.id, None)
+    if reload_ms is not None:  # it waited for its dataset to come back after a restart
+        headers["Server-Timing"] = f"reload;dur={reload_ms:.3f}"
+    return job_response(job, code, headers)

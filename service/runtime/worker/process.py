@@ -1,0 +1,223 @@
+"""The worker process: its entry point and the loop that answers its pipe.
+
+Started by the local pool (:mod:`service.runtime.pool.processes`) with the ``spawn`` start
+method, so the child is a fresh interpreter: :func:`main` pins its GPU with
+``CUDA_VISIBLE_DEVICES`` and only then imports :mod:`gpu_core` (and through it CuPy), starts
+(:func:`~.startup.start`) and sends ``ready``; then :func:`serve` answers each request in the
+pipe's order (the messages: :mod:`.protocol`; the operations: :mod:`.ops`).
+
+Several requests wait in the pipe at once (the handle pipelines them, ``MST_DISPATCH_DEPTH``):
+identical MST requests queued back to back (same dataset, task, parameters, nothing in between)
+are answered by one computation, each with its own reply, result file (a hard link of the
+first) and STORED note (``MST_COALESCE_JOBS``); one-shot requests waiting together are computed
+as one disjoint-union graph (:mod:`.oneshots`, ``MST_ONESHOT_BATCH_EDGES``). Before each run
+the loop stamps the run's request ids (:class:`~.protocol.RunStamp`), and clears the stamp once
+the run's replies are sent.
+
+Between requests the worker polls its pipe for ``MST_WORKER_SPIN_MS`` before it blocks: a job
+that follows soon (a client's next request) then finds it awake, without the wake-up of a
+sleeping process and with warm caches.
+
+A heartbeat thread stamps ``time.monotonic()`` into shared memory every
+``heartbeat_interval_s``; the handle restarts a worker whose stamp gets old. After a
+:class:`gpu_core.errors.DeviceError` the worker answers and exits, so its replacement starts
+from a fresh CUDA context; out of device memory (:class:`gpu_core.errors.DeviceMemoryError`) is
+the exception: it is answered (507), the pool's cached blocks are freed and the worker carries on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from .ops import handle, run_after, run_oneshots
+from .protocol import MAX_COALESCED, MST, ONESHOT, STOP, STORED, RunStamp, WorkerConfig, framed
+from .startup import start
+from .state import Worker, portable
+
+
+def main(conn: Connection, heartbeat: Any, config: WorkerConfig, running: Any = None) -> None:
+    """Entry point of the worker process. ``running``: the shared ``RawArray('q', 2)`` of its
+    :class:`~.protocol.RunStamp` (which requests it is computing, read by its handle if it dies)."""
+    entered = time.monotonic()  # system-wide on Linux: the supervisor compares it with its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the API, which stops its workers
+    if config.cuda_device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = config.cuda_device
+    beat = threading.Thread(
+        target=_heartbeat, args=(heartbeat, config.heartbeat_interval_s), name="heartbeat", daemon=True
+    )
+    heartbeat.value = time.monotonic()
+    beat.start()
+    try:
+        worker = Worker(config)
+        worker.stamp = RunStamp(running)
+        info = start(worker)
+        info["entered_at"] = entered
+    except BaseException as exc:
+        conn.send(("failed", portable(exc)))
+        conn.close()
+        return
+    gc.freeze()  # the engine and its warm-up state stay: no full collections walking them per job
+    conn.send(("ready", info))
+    serve(worker, conn)
+
+
+def _heartbeat(value: Any, interval: float) -> None:
+    while True:
+        value.value = time.monotonic()
+        time.sleep(interval)
+
+
+def _next_request(conn: Connection, spin_s: float) -> Any:
+    """The next request: polled for up to ``spin_s`` seconds, then waited for asleep."""
+    if spin_s > 0:
+        deadline = time.monotonic() + spin_s
+        while not conn.poll() and time.monotonic() < deadline:
+            pass
+    return conn.recv()
+
+
+def _same_jobs(conn: Connection, backlog: deque[Any], args: list[Any]) -> list[tuple[int, str]]:
+    """Identical MST requests queued right behind one with ``args``: their (req id, result path),
+    taken out of ``backlog`` (which first gets every request already waiting in the pipe).
+
+    Identical: the same dataset, task and parameters, and nothing else in between (a weight
+    update, a reload) — so they compute on the same data and have the same result.
+    """
+    while len(backlog) < MAX_COALESCED and conn.poll():
+        backlog.append(conn.recv())
+    key = (args[0], *args[2:])
+    same: list[tuple[int, str]] = []
+    while backlog and len(same) < MAX_COALESCED:
+        op, rid, *other = backlog[0]
+        if op != MST or (other[0], *other[2:]) != key:
+            break
+        backlog.popleft()
+        same.append((rid, other[1]))
+    return same
+
+
+def _more_of(conn: Connection, backlog: deque[Any], op: str) -> list[tuple[int, list[Any]]]:
+    """Requests of ``op`` queued right behind one of it: their (req id, args), taken out of
+    ``backlog`` (which first gets every request already waiting in the pipe)."""
+    while len(backlog) < MAX_COALESCED and conn.poll():
+        backlog.append(conn.recv())
+    more: list[tuple[int, list[Any]]] = []
+    while backlog and backlog[0][0] == op and len(more) < MAX_COALESCED:
+        _, rid, *args = backlog.popleft()
+        more.append((rid, args))
+    return more
+
+
+def _send_all(conn: Connection, messages: list[tuple[Any, ...]]) -> None:
+    """Send ``messages`` as ``conn.send`` would, one after another, in one write (a batch's
+    replies: one system call, not one each); the API's reader takes them one by one."""
+    data = memoryview(b"".join(framed(m) for m in messages))
+    fd = conn.fileno()
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _linker(source: str, target: str) -> Callable[[], None]:
+    """Give ``target`` the result file at ``source``: a hard link, or a copy where links fail."""
+
+    def link() -> None:
+        try:
+            os.link(source, target)
+        except OSError:  # no hard links on this file system: a copy, in place at once
+            import shutil
+
+            part = f"{target}.{os.getpid()}.part"
+            try:
+                shutil.copyfile(source, part)
+                os.replace(part, target)
+            except BaseException:
+                Path(part).unlink(missing_ok=True)
+                raise
+
+    return link
+
+
+def serve(worker: Worker, conn: Connection) -> None:
+    """Answer the pipe's requests in order, until STOP, the API process's end or a device error."""
+    backlog: deque[Any] = deque()  # requests read ahead from the pipe (see _same_jobs)
+    while True:
+        try:
+            request = backlog.popleft() if backlog else _next_request(conn, worker.config.spin_s)
+        except (EOFError, OSError):
+            return  # the API process is gone
+        op, req_id, *args = request
+        if op == STOP:
+            with contextlib.suppress(OSError, ValueError):
+                conn.send((req_id, True, {}))
+            return
+        if op == ONESHOT and worker.config.oneshot_batch_edges:
+            try:
+                more = _more_of(conn, backlog, ONESHOT)
+            except (EOFError, OSError):
+                return
+            if more:
+                worker.stamp.begin(req_id, more[-1][0])
+                replies, fatal = run_oneshots(worker, [(req_id, args), *more])
+                try:
+                    _send_all(conn, replies)
+                except (OSError, ValueError):
+                    return
+                worker.stamp.end()
+                if fatal:
+                    return
+                continue
+        if op == MST and worker.config.coalesce:
+            try:
+                same = _same_jobs(conn, backlog, args)
+            except (EOFError, OSError):
+                return
+            if same:
+                worker.stamp.begin(req_id, same[-1][0])
+                if not serve_same(worker, conn, req_id, args, same):
+                    return
+                continue
+        worker.stamp.begin(req_id, req_id)
+        ok, payload, after, fatal = handle(worker, op, args)
+        try:
+            conn.send((req_id, ok, payload))
+            worker.stamp.end()  # its result file is written behind the reply: nothing runs then
+            if after is not None:
+                conn.send((STORED, req_id, run_after(after)))
+        except (OSError, ValueError):
+            return  # the API process is gone
+        if fatal:
+            return  # a fresh process gets a fresh CUDA context
+
+
+def serve_same(
+    worker: Worker, conn: Connection, req_id: int, args: list[Any], same: list[tuple[int, str]]
+) -> bool:
+    """Answer an MST request and ``same`` (req id, result path) identical ones queued right behind
+    it with one computation: each gets the summary, then its own result file (a hard link of
+    the first, or a copy). False when the worker must stop (the API process is gone, or the
+    device failed)."""
+    ok, payload, after, fatal = handle(worker, MST, args)
+    first = args[1]
+    try:
+        conn.send((req_id, ok, payload))
+        for rid, _ in same:  # the followers' results say that they shared the computation
+            conn.send((rid, ok, dict(payload, coalesced=True) if ok else payload))
+        worker.stamp.end()
+        if after is not None:
+            stored = run_after(after)
+            conn.send((STORED, req_id, stored))
+            for rid, path in same:
+                conn.send((STORED, rid, stored if stored is not None else run_after(_linker(first, path))))
+    except (OSError, ValueError):
+        return False
+    return not fatal

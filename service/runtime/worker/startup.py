@@ -1,0 +1,156 @@
+"""A worker's start-up, before it says ``ready``: the engine, the device, every task and kernel warmed.
+
+:func:`start` imports CuPy and the engine, opens the device (the CUDA context), runs every task
+once on small datasets (:func:`warm_up_tasks`) and every kernel a request can need
+(``gpu_core._warm_up.warm_start``: the parts of the full sweep a manifest in the kernel cache
+names, or the full sweep where there is none), loads Numba's compiled passes on a thread
+meanwhile, and computes the probe graph; its ``ready`` info says what each step took
+(``startup_ms``) and how the kernels were warmed up (``warm_up``), so no request compiles, loads
+or imports anything afterwards. On an H200 with a warm kernel cache (2026-11-24): 4.9 s from the
+spawn, of which 1.3 s the process, 0.3 s the imports, 0.1 s the context, 3.1 s the warm-up (its
+tasks 1.6 s, 36 of the sweep's 475 parts 1.5 s, 244 CuPy modules loaded in 0.5 s of that); the
+full sweep, once per kernel cache and version, about 21 s (2 minutes with a cold cache: NVRTC).
+Kept together, as one unit: the order of these steps is the worker's start time.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import WorkerInternalError
+from ...timing import Steps
+from .state import Worker
+
+
+def start(worker: Worker) -> dict[str, Any]:
+    """Import the engine, open the device, warm up every task and kernel and compute the probe
+    graph; the ``ready`` info.
+
+    Its ``startup_ms`` says where the time went: ``imports`` (gpu_core, and CuPy for the GPU),
+    ``device`` (the CUDA context), ``warm_up_tasks`` (point sets' tasks and graph dendrograms,
+    :func:`warm_up_tasks`), ``warm_up`` (every kernel: :func:`gpu_core._warm_up.warm_start`, the
+    parts its manifest names, or the full sweep; ``warm_up_full`` where the quick one fell
+    short), ``host_passes`` (the wait for Numba's compiled HDBSCAN* passes, loaded on a thread
+    meanwhile: ``host_passes_thread`` is what that thread took), ``probe``, ``release``; its
+    ``warm_up`` what ``warm_start`` reported (``mode`` quick or full, ``parts``, ``modules``,
+    ``compiled``, ``load_ms``, ``manifest``; a ``note`` is also printed to stderr).
+    """
+    import gpu_core  # first import of the engine (and CuPy) happens here, in the child
+
+    steps = Steps()
+    worker.backend = gpu_core.resolve_backend(worker.config.backend)  # imports CuPy for the GPU
+    steps.lap("imports")
+    if worker.backend == "gpu":
+        import cupy
+
+        cupy.cuda.runtime.memGetInfo()  # the first call that needs it creates the CUDA context
+    steps.lap("device")
+    passes = _OnThread(_warm_up_host_passes, "warm-up-host-passes")
+    from gpu_core._warm_up import warm_start
+
+    # the tasks under warm_up_tasks' own name: warm_start keys its manifest by the caller's tasks
+    tasks = functools.wraps(warm_up_tasks)(lambda: warm_up_tasks(worker))
+    kernels = warm_start(worker.backend, tasks, lap=steps.lap)  # quick where it can
+    if "note" in kernels:
+        print(f"mst-worker: warm-up: {kernels['note']}", file=sys.stderr, flush=True)
+    passes_ms = passes.join()
+    steps.lap("host_passes")
+    probe = probe_ms(worker)
+    steps.lap("probe")
+    worker.release_cached()  # the warm-up's scratch blocks go back to the device
+    steps.lap("release")
+    free, total = worker.memory()
+    return {
+        "pid": os.getpid(),
+        "backend": worker.backend,
+        "device": device_name(worker),
+        "warmup_ms": sum(steps.ms.values()),
+        "startup_ms": {**steps.ms, "host_passes_thread": round(passes_ms, 3)},
+        "warm_up": {k: v for k, v in kernels.items() if k != "ms"},
+        "probe_ms": probe,
+        "free_bytes": free,
+        "total_bytes": total,
+    }
+
+
+def warm_up_tasks(worker: Worker) -> None:
+    """Every task a request can run, once, end to end: a point set's tasks on small sets
+    (:func:`.points.warm_up`) and a graph's dendrogram of each weight dtype. Run by
+    :func:`gpu_core._warm_up.warm_start` before the kernels' parts (what it loads, no part need
+    load again); the CPU backend's whole warm-up with the graphs'."""
+    import numpy as np
+
+    import gpu_core
+
+    from .points import warm_up as warm_up_points
+
+    warm_up_points(worker.backend)
+    src, dst = np.array([0, 1, 2, 0, 3]), np.array([1, 2, 0, 3, 4])
+    for dtype in gpu_core.WEIGHT_DTYPES:
+        weights = np.array([3, 1, 2, 5, 4], dtype=dtype)
+        gpu_core.Graph(src, dst, weights, 5, backend=worker.backend).single_linkage()
+
+
+def probe_ms(worker: Worker) -> float:
+    """Compute a tiny forest and check its answer; the milliseconds it took."""
+    import numpy as np
+
+    import gpu_core
+
+    forest = gpu_core.Graph(
+        np.array([0, 1, 2, 0]), np.array([1, 2, 0, 3]), np.array([1, 2, 3, 4]), 5, backend=worker.backend
+    ).minimum_spanning_forest()
+    if forest.edge_ids.tolist() != [0, 1, 3] or forest.total_weight != 7 or forest.num_components != 2:
+        raise WorkerInternalError(f"the device computed a wrong forest for the probe graph: {forest}")
+    return forest.compute_ms
+
+
+def device_name(worker: Worker) -> str:
+    if worker.backend != "gpu":
+        return "cpu"
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props.get("name", b"cuda")
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    return f"{name} (CUDA_VISIBLE_DEVICES={worker.config.cuda_device})"
+
+
+class _OnThread:
+    """``work()`` on a thread of its own, started now; :meth:`join` waits for it."""
+
+    def __init__(self, work: Callable[[], object], name: str) -> None:
+        self._ms = 0.0
+        self._thread = threading.Thread(target=self._run, args=(work,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, work: Callable[[], object]) -> None:
+        started = time.perf_counter()
+        try:
+            work()
+        finally:
+            self._ms = (time.perf_counter() - started) * 1e3
+
+    def join(self) -> float:
+        """Wait for the work; the milliseconds it took."""
+        self._thread.join()
+        return self._ms
+
+
+def _warm_up_host_passes() -> None:
+    """Compile (or load from Numba's cache) the host passes of HDBSCAN* and single linkage; a
+    failure is logged, not fatal: only the requests that need them would fail."""
+    from gpu_core._clustering.hdbscan import warm_up_compiled
+
+    try:
+        warm_up_compiled()
+    except Exception as exc:
+        import sys
+
+        print(f"mst-worker: the compiled host passes failed to load: {exc!r}", file=sys.stderr)

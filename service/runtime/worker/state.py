@@ -1,0 +1,160 @@
+"""The state of a worker process: its device and what is resident on it, shared by every task.
+
+One :class:`Worker` per process (or Ray actor): the backend it resolved at start-up, the graphs
+and point sets it holds, and what every task needs of them: the memory left
+(:meth:`Worker.memory`, capped by ``MST_WORKER_MEMORY_BYTES``), the admission of a parsed
+upload before it is built (:meth:`Worker.admit`: 413 when it can never fit, 507 when it does
+not fit now, so the handle evicts idle graphs and asks again), result files written whole into
+place. Errors leave the process through :func:`portable`.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ...errors import (
+    GraphExceedsWorkerError,
+    InsufficientMemoryError,
+    ServiceError,
+    WorkerInternalError,
+    storage_error,
+)
+from ...storage import npzio
+from .points import ResidentPoints
+from .protocol import RunStamp, WorkerConfig
+
+if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
+    import gpu_core
+
+
+class Worker:
+    """One worker's device and the datasets resident on it."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.graphs: dict[str, gpu_core.Graph] = {}
+        #: resident point sets (see :mod:`service.runtime.worker.points`)
+        self.points: dict[str, ResidentPoints] = {}
+        self.backend: Literal["gpu", "cpu"] = "cpu"
+        self.tmp_dir = Path(config.tmp_dir)
+        #: which requests it computes now (its handle reads it if this process dies)
+        self.stamp = RunStamp()
+
+    def memory(self) -> tuple[int, int]:
+        """(free, total) bytes of the memory graphs live in: the device's, or the host's; with
+        MST_WORKER_MEMORY_BYTES, no more than that cap less what the resident graphs hold."""
+        if self.backend != "gpu":
+            free, total = host_memory()
+        else:
+            import cupy
+
+            device_free, device_total = cupy.cuda.runtime.memGetInfo()
+            free = int(device_free) + int(cupy.get_default_memory_pool().free_bytes())
+            total = int(device_total)
+        cap = self.config.memory_bytes
+        if cap:
+            held = sum(g.nbytes for g in self.graphs.values()) + sum(p.nbytes for p in self.points.values())
+            free, total = min(free, max(cap - held, 0)), min(cap, total)
+        return free, total
+
+    def admit(self, edges: Any, num_vertices: int | None) -> None:
+        """Refuse a parsed graph that cannot be built here, before anything of its size is allocated:
+        413 when it needs more than the worker has in all, 507 when more than is free now
+        (its handle then evicts idle graphs and asks again)."""
+        import numpy as np
+
+        import gpu_core
+
+        m = int(edges.weight.shape[0]) if edges.weight.shape[:1] else 0
+        n = num_vertices
+        if n is None:
+            ids = [a for a in (edges.src, edges.dst) if a.dtype.kind in "iu" and a.size]
+            n = max((int(a.max()) for a in ids), default=-1) + 1
+        dtype = edges.weight.dtype if edges.weight.dtype in gpu_core.WEIGHT_DTYPES else np.dtype(np.float64)
+        needed = gpu_core.estimate_device_bytes(max(n, 0), m, dtype, backend=self.backend).peak
+        free, total = self.memory()
+        where = "device" if self.backend == "gpu" else "host"
+        if needed > total:
+            raise GraphExceedsWorkerError(
+                f"the graph ({n} vertices, {m} edges, {dtype} weights) needs about {needed} bytes of "
+                f"{where} memory to build, more than worker {self.config.index} has in all ({total} bytes).",
+                needed=needed,
+                capacity=total,
+                field="body",
+            )
+        if needed > free:
+            raise InsufficientMemoryError(
+                f"the graph needs about {needed} bytes of {where} memory to build; worker "
+                f"{self.config.index} has {free} of {total} bytes free.",
+                needed=needed,
+                available=free,
+                capacity=total,
+            )
+
+    def release_cached(self) -> None:
+        """Give the memory pool's cached blocks back to the device (after an out-of-memory error)."""
+        if self.backend == "gpu":
+            import cupy
+
+            gc.collect()
+            cupy.get_default_memory_pool().free_all_blocks()
+
+    def resident_graph(self, graph_id: str) -> gpu_core.Graph:
+        graph = self.graphs.get(graph_id)
+        if graph is None:
+            raise WorkerInternalError(f"graph {graph_id} is not resident on worker {self.config.index}.")
+        return graph
+
+    def graph_summary(self, graph: gpu_core.Graph) -> dict[str, Any]:
+        free, total = self.memory()
+        return {
+            "num_vertices": graph.num_vertices,
+            "num_edges": graph.num_edges,
+            "weight_dtype": str(graph.weight_dtype),
+            "device_bytes": graph.nbytes,
+            "free_bytes": free,
+            "total_bytes": total,
+        }
+
+    def write_result(self, forest: Any, result_path: str, write_out: bool = True) -> None:
+        self.write_arrays({"edge_ids": forest.edge_ids, "weights": forest.weights}, result_path, write_out)
+
+    def write_arrays(self, arrays: dict[str, Any], result_path: str, write_out: bool = True) -> None:
+        """A result file, written out to the disk at once (``write_out``: see
+        :func:`npzio.write_npz_file`); a one-shot's, read once and removed, is not."""
+        tmp = self.tmp_dir / f"{os.path.basename(result_path)}.{os.getpid()}.part"
+        try:
+            npzio.write_npz_file(tmp, arrays, write_out=write_out)
+            os.replace(tmp, result_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+def portable(exc: BaseException) -> BaseException:
+    """The exception itself when it pickles with its fields, else a WorkerInternalError naming it."""
+    from gpu_core.errors import MSTError
+
+    if isinstance(exc, (MSTError, ServiceError)):
+        return exc
+    storage = storage_error(exc)  # the spool's file system full or read-only: 507/503, not a bug
+    if storage is not None:
+        return storage
+    return WorkerInternalError(f"{type(exc).__name__}: {exc}")
+
+
+def host_memory() -> tuple[int, int]:
+    """(available, total) bytes of host memory, from /proc/meminfo where there is one."""
+    try:
+        values = {}
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                values[key] = int(rest.split()[0]) * 1024
+        return values["MemAvailable"], values["MemTotal"]
+    except (OSError, KeyError, ValueError, IndexError):
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return pages, pages
