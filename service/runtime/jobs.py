@@ -28,6 +28,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -55,6 +56,9 @@ from .supervisor import Supervisor
 from .worker.protocol import MST, SERVED, WEIGHTS
 
 log = logging.getLogger("service.runtime.jobs")
+
+#: finished job records kept in memory (a few MB at most), the most recent
+FINISHED_KEPT = 4096
 
 _QUEUED = frozenset({"queued"})
 _RUNNING = frozenset({"running"})
@@ -198,6 +202,9 @@ class Jobs:
         self._waiters: dict[str, set[asyncio.Future[JobRecord | None]]] = {}
         #: records of the jobs whose id is not given out yet (submitted with ?wait=, unfinished)
         self._unpublished: dict[str, JobRecord] = {}
+        #: the last jobs that finished, as stored (a finished record never changes): a client's next
+        #: request is for its result, and its lookup needs no database read
+        self._finished: OrderedDict[str, JobRecord] = OrderedDict()
         #: owner of every stored graph (kept by :class:`service.runtime.catalog.Catalog`): submit checks it
         #: without a database read
         self.graph_owners: dict[str, str] = {}
@@ -215,7 +222,7 @@ class Jobs:
         return job
 
     def _get(self, job_id: str) -> JobRecord:
-        job = self._unpublished.get(job_id) or self._store.get_job(job_id)
+        job = self._unpublished.get(job_id) or self._finished.get(job_id) or self._store.get_job(job_id)
         if job is None:
             raise JobNotFoundError(f"no job has id {job_id!r}.")
         return job
@@ -330,6 +337,7 @@ class Jobs:
         if job is None:
             return None  # its file is gone (or links are not possible here): compute afresh
         self._store.add_job(job)
+        self._remember(job)
         return job
 
     def publish(self, job_id: str) -> JobRecord:
@@ -347,16 +355,26 @@ class Jobs:
         """
         job = self._unpublished.get(job_id)
         if job is None:
-            return self._store.transition(job_id, allowed, **changes)
+            stored = self._store.transition(job_id, allowed, **changes)
+            if stored is not None and stored.finished:
+                self._remember(stored)
+            return stored
         if job.status not in allowed:
             return None
         job = replace(job, **changes)
         if job.finished:
             del self._unpublished[job_id]
             self._store.add_job(job)
+            self._remember(job)
         else:
             self._unpublished[job_id] = job
         return job
+
+    def _remember(self, job: JobRecord) -> None:
+        """Keep a finished job's record, as stored, among the last :data:`FINISHED_KEPT`."""
+        self._finished[job.id] = job
+        if len(self._finished) > FINISHED_KEPT:
+            self._finished.popitem(last=False)
 
     def requeue(self, jobs: list[JobRecord]) -> None:
         """Queue again the jobs a previous run of the service left queued."""
