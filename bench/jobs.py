@@ -167,6 +167,17 @@ class _Tally:
         self.errors = 0
         self.mismatches = 0
         self.samples: list[str] = []
+        #: the answers' Server-Timing parts: [sum of ms, count] by part (``result-`` for the result's)
+        self.timing: dict[str, list[float]] = {}
+
+    def server_timing(self, header: str, prefix: str = "") -> None:
+        """Add an answer's ``Server-Timing`` parts (called under :attr:`lock`)."""
+        for part in header.split(","):
+            name, _, duration = part.strip().partition(";dur=")
+            if duration:
+                entry = self.timing.setdefault(prefix + name, [0.0, 0])
+                entry[0] += float(duration)
+                entry[1] += 1
 
     def error(self, what: str) -> None:
         with self.lock:
@@ -189,6 +200,7 @@ def _job_loop(conn: Conn, graph_id: str, check: _Checker, stop: float, tally: _T
             if job.get("status") != "succeeded":
                 tally.error(f"job {job.get('id')} {job.get('status')}: {job.get('error')}")
                 continue
+            submitted = conn.server_timing
             status, body = conn.call("GET", f"/v1/jobs/{job['id']}/result", headers=accept)
         except Exception as exc:
             tally.error(f"{type(exc).__name__}: {exc}")
@@ -201,6 +213,8 @@ def _job_loop(conn: Conn, graph_id: str, check: _Checker, stop: float, tally: _T
         with tally.lock:
             tally.ms.append(ms)
             tally.mismatches += not good
+            tally.server_timing(submitted)
+            tally.server_timing(conn.server_timing, "result-")
 
 
 def _oneshot_loop(
@@ -254,7 +268,13 @@ def _client_process(
     for c in conns:
         c.close()
     out.put(
-        {"ms": tally.ms, "errors": tally.errors, "mismatches": tally.mismatches, "samples": tally.samples}
+        {
+            "ms": tally.ms,
+            "errors": tally.errors,
+            "mismatches": tally.mismatches,
+            "samples": tally.samples,
+            "timing": tally.timing,
+        }
     )
 
 
@@ -273,6 +293,12 @@ def run_level(
     parts, elapsed, procs = run_client_processes(_client_process, clients, processes, duration_s, args_of)
     ms = [x for p in parts for x in p["ms"]]
     done = len(ms)
+    timing: dict[str, list[float]] = {}
+    for p in parts:
+        for name, (total, count) in p.get("timing", {}).items():
+            entry = timing.setdefault(name, [0.0, 0])
+            entry[0] += total
+            entry[1] += count
     return {
         "clients": clients,
         "client_processes": procs,
@@ -285,6 +311,8 @@ def run_level(
         "errors": sum(p["errors"] for p in parts),
         "mismatches": sum(p["mismatches"] for p in parts),
         "error_samples": [s for p in parts for s in p["samples"]][:5],
+        #: mean ms of each Server-Timing part of the answers (jobs: submit's parts, then result-*)
+        "server_timing_ms": {name: round(total / n, 3) for name, (total, n) in timing.items() if n},
     }
 
 
@@ -330,6 +358,14 @@ def _batch_members(port: int) -> tuple[float, float]:
     return values["count"], values["sum"]
 
 
+def _cpu_ms_per(level: dict[str, Any], before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The server's CPU milliseconds per completed job (or request) of a level, by role (see
+    :func:`server_cpu_s`): a measure of the service's own work that a busy host's clients and
+    neighbours do not blur as they blur the rates."""
+    done = max(level["completed"], 1)
+    return {role: round((after[role] - before.get(role, 0.0)) / done * 1e3, 3) for role in after}
+
+
 def run_jobs_benchmark(
     spec: JobsSpec, backend: str, log_dir: Path | None, log: Callable[[str], None]
 ) -> dict[str, Any]:
@@ -372,13 +408,16 @@ def run_jobs_benchmark(
         del graphs
         conn.close()
         for clients in spec.clients if jobs_part else ():
+            cpu_before = server_cpu_s(proc.pid, worker_pids)
             level = run_level(port, "jobs", clients, spec.processes, spec.duration_s, resident)
+            level["cpu_ms_per_job"] = _cpu_ms_per(level, cpu_before, server_cpu_s(proc.pid, worker_pids))
             level["graphs"] = min(clients, len(resident))
             levels.append(level)
             log(
                 f"[{spec.name}] {clients:>3} clients on {level['graphs']} graphs: {level['per_s']} jobs/s, "
                 f"p50 {level['p50_ms']} ms, p99 {level['p99_ms']} ms, errors {level['errors']}, "
-                f"mismatches {level['mismatches']}"
+                f"mismatches {level['mismatches']}, server CPU ms per job {level['cpu_ms_per_job']}, "
+                f"Server-Timing means (ms) {level['server_timing_ms']}"
             )
         for clients in spec.coalesced_clients if coalesced_part else ():
             level = run_level(port, "jobs", clients, spec.processes, spec.duration_s, resident[:1])
@@ -397,11 +436,7 @@ def run_jobs_benchmark(
             after, cpu_after = _batch_members(port), server_cpu_s(proc.pid, worker_pids)
             runs = after[0] - before[0]
             oneshot["batch_members_mean"] = round((after[1] - before[1]) / runs, 1) if runs else None
-            done = max(oneshot["completed"], 1)
-            oneshot["cpu_ms_per_request"] = {
-                role: round((cpu_after[role] - cpu_before.get(role, 0.0)) / done * 1e3, 3)
-                for role in cpu_after
-            }
+            oneshot["cpu_ms_per_request"] = _cpu_ms_per(oneshot, cpu_before, cpu_after)
             log(
                 f"[{spec.name}] one-shot, {spec.oneshot_clients} clients: {oneshot['per_s']} req/s, "
                 f"p50 {oneshot['p50_ms']} ms, p99 {oneshot['p99_ms']} ms, errors {oneshot['errors']}, "

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request, Response
 
 from ..models import JobOut, ResultOut
+from ..timing import Steps
 from .auth import owner_of
 from .deps import JobsDep, OwnerDep, checked_job_id, services_of
 from .docs import RESULT_CONTENT, RESULT_DESCRIPTION, problems
@@ -28,7 +29,13 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 )
 async def get_job(job_id: str, request: Request) -> Response:
     """Status, timestamps, ``error`` on failure and the result summary (with ``compute_ms``) on success."""
-    return job_response(services_of(request).jobs.get(checked_job_id(job_id), owner_of(request.scope)))
+    steps = Steps()
+    job = services_of(request).jobs.get(checked_job_id(job_id), owner_of(request.scope))
+    steps.lap("lookup")
+    response = job_response(job)
+    steps.lap("encode")
+    response.headers["Server-Timing"] = steps.header()
+    return response
 
 
 @router.get(
@@ -51,14 +58,21 @@ async def get_job_result(
     """The edge ids (ascending) and weights of a succeeded job's forest; 409 while it has not succeeded."""
     services, owner = services_of(request), owner_of(request.scope)
     representation = negotiate(accept)  # 406 before anything is looked up
-    job, path = await services.jobs.result_path(checked_job_id(job_id), owner)
+    steps = Steps()
+    job, path = await services.jobs.result_path(checked_job_id(job_id), owner, steps)
     summary = job_summary(job)
+    response: Response
     if representation == "npz":
         filename = f"{job.id}.npz"
-        return await npz_response(path, summary, filename=filename, byte_range=request.headers.get("range"))
-    if representation == "arrow":
-        return await arrow_result(path, summary, filename=f"{job.id}.arrows")
-    return json_result(path, summary, job_id=job.id, graph_id=job.graph_id)
+        byte_range = request.headers.get("range")
+        response = await npz_response(path, summary, filename=filename, byte_range=byte_range)
+    elif representation == "arrow":
+        response = await arrow_result(path, summary, filename=f"{job.id}.arrows")
+    else:
+        response = json_result(path, summary, job_id=job.id, graph_id=job.graph_id)
+    steps.lap("encode")
+    response.headers["Server-Timing"] = steps.header()
+    return response
 
 
 @router.delete(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 
 from ..errors import InvalidParamsError
 from ..models import TASK_PARAMS
+from ..timing import Steps
 from .deps import Services, checked_graph_id
 from .encoders import job_response
 
@@ -44,17 +46,24 @@ async def submit_response(
     """Submit a job of ``owner`` and wait up to ``wait`` s for it.
 
     ``checked``: the id-shape check of the dataset's kind (graphs; point sets pass theirs).
+    With ``wait``, the answer's ``Server-Timing`` says where the time went
+    (:meth:`~service.runtime.jobs.JobTimes.steps`).
     """
+    started = time.monotonic()
     job = services.jobs.submit(
         checked(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache
     )
-    if wait > 0:
-        job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
-        if not job.finished:
-            job = services.jobs.publish(job.id)  # its id goes out with this 202
+    try:
+        if wait > 0:
+            job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
+            if not job.finished:
+                job = services.jobs.publish(job.id)  # its id goes out with this 202
+    finally:
+        times = services.jobs.times.pop(job.id, None)
     code = status.HTTP_200_OK if job.finished else status.HTTP_202_ACCEPTED
-    headers = {"Location": f"/v1/jobs/{job.id}"}
-    reload_ms = services.jobs.reload_waited.pop(job.id, None)
-    if reload_ms is not None:  # it waited for its dataset to come back after a restart
-        headers["Server-Timing"] = f"reload;dur={reload_ms:.3f}"
-    return job_response(job, code, headers)
+    response = job_response(job, code, {"Location": f"/v1/jobs/{job.id}"})
+    if times is not None:
+        steps = Steps()
+        steps.add(times.steps(started, time.monotonic()), "")
+        response.headers["Server-Timing"] = steps.header()
+    return response

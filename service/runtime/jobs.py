@@ -28,6 +28,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,14 +47,18 @@ from ..errors import (
 from ..metrics import Metrics
 from ..storage.records import JobRecord, new_id
 from ..storage.store import Store
+from ..timing import Steps
 from .admission import Admission
 from .pool.dispatch import QueuedRequest, WorkerCalls, await_queued, new_future
 from .results import Results, task_args
 from .sharding import Abandoned, ShardedRun, check_shards, sharded_run
 from .supervisor import Supervisor
-from .worker.protocol import MST, WEIGHTS
+from .worker.protocol import MST, SERVED, WEIGHTS
 
 log = logging.getLogger("service.runtime.jobs")
+
+#: finished job records kept in memory (a few MB at most), the most recent
+FINISHED_KEPT = 4096
 
 _QUEUED = frozenset({"queued"})
 _RUNNING = frozenset({"running"})
@@ -62,6 +67,62 @@ _RUNNING = frozenset({"running"})
 def _resolve(future: asyncio.Future[JobRecord | None], job: JobRecord | None) -> None:
     if not future.done():
         future.set_result(job)
+
+
+@dataclass
+class JobTimes:
+    """Where the time of a job awaited with ``?wait=`` went, for its answer's ``Server-Timing``.
+
+    Marks are ``time.monotonic()`` (system-wide on Linux, so the worker's start compares with
+    them); None until reached.
+    """
+
+    #: the job queued on its worker (its record made)
+    queued: float
+    #: the dispatcher handed it to the worker (its task started)
+    handed: float | None = None
+    #: its worker's reply read by the API process
+    replied: float | None = None
+    #: when the worker began it and how long it took (its reply's ``SERVED``)
+    served: tuple[float, float] | None = None
+    #: its finished record written (memory or SQLite) and its waiter woken
+    finished: float | None = None
+    #: ms it waited in the queue for its dataset's reload after a restart
+    reload_ms: float | None = None
+
+    def steps(self, started: float, now: float) -> dict[str, float]:
+        """The request's parts in ms, from the route's start to ``now``; they add up to its time.
+
+        ``submit`` (checks, the record made and queued), ``reload`` (a wait for the dataset's
+        reload after a restart), ``queue`` (in the worker's queue), ``dispatch`` (handed to the
+        worker until it began the job: the transition to running, the pipe and the jobs ahead
+        of it there), ``compute`` (the worker's own time: the engine and the forest's copy to
+        the host), ``reply`` (its reply's way back and read), ``store`` (the finished record
+        written), ``response`` (the route woken, the answer encoded). An unfinished job
+        (a 202) has ``wait`` instead of what it did not reach.
+        """
+        ms: dict[str, float] = {"submit": self.queued - started}
+        if self.reload_ms is not None:
+            ms["reload"] = self.reload_ms / 1e3
+        last = self.queued
+        if self.handed is not None:
+            ms["queue"] = max(self.handed - self.queued - (self.reload_ms or 0.0) / 1e3, 0.0)
+            last = self.handed
+        if self.handed is not None and self.replied is not None and self.finished is not None:
+            begun, compute_ms = self.served if self.served is not None else (None, 0.0)
+            compute = compute_ms / 1e3
+            if begun is not None and self.handed <= begun <= self.replied:
+                ms["dispatch"] = begun - self.handed
+                ms["compute"] = compute
+                ms["reply"] = max(self.replied - begun - compute, 0.0)
+            else:  # no comparable clock (another host): the round trip less the worker's time
+                ms["dispatch"] = max(self.replied - self.handed - compute, 0.0)
+                ms["compute"] = compute
+            ms["store"] = self.finished - self.replied
+            ms["response"] = now - self.finished
+        else:
+            ms["wait"] = now - last
+        return {name: max(seconds, 0.0) * 1e3 for name, seconds in ms.items()}
 
 
 @dataclass
@@ -141,15 +202,17 @@ class Jobs:
         self._waiters: dict[str, set[asyncio.Future[JobRecord | None]]] = {}
         #: records of the jobs whose id is not given out yet (submitted with ?wait=, unfinished)
         self._unpublished: dict[str, JobRecord] = {}
+        #: the last jobs that finished, as stored (a finished record never changes): a client's next
+        #: request is for its result, and its lookup needs no database read
+        self._finished: OrderedDict[str, JobRecord] = OrderedDict()
         #: owner of every stored graph (kept by :class:`service.runtime.catalog.Catalog`): submit checks it
         #: without a database read
         self.graph_owners: dict[str, str] = {}
         #: jobs on sharded graphs not finished yet, by job id (see :mod:`service.runtime.sharding`)
         self._sharded_runs: dict[str, ShardedRun] = {}
         self._coordinators: set[asyncio.Future[None]] = set()
-        #: milliseconds a job awaited with ``?wait=`` spent waiting for its dataset's reload after a
-        #: restart, by job id (its answer's ``Server-Timing`` says ``reload``; taken by the answer)
-        self.reload_waited: dict[str, float] = {}
+        #: where the time of the jobs awaited with ``?wait=`` goes, by job id (taken by the answer)
+        self.times: dict[str, JobTimes] = {}
 
     def get(self, job_id: str, owner: str) -> JobRecord:
         """The job's record; 404 when there is none or it is another owner's (the same answer)."""
@@ -159,7 +222,7 @@ class Jobs:
         return job
 
     def _get(self, job_id: str) -> JobRecord:
-        job = self._unpublished.get(job_id) or self._store.get_job(job_id)
+        job = self._unpublished.get(job_id) or self._finished.get(job_id) or self._store.get_job(job_id)
         if job is None:
             raise JobNotFoundError(f"no job has id {job_id!r}.")
         return job
@@ -213,6 +276,7 @@ class Jobs:
             self._store.add_job(job)
         else:
             self._unpublished[job.id] = job
+            self.times[job.id] = JobTimes(time.monotonic())
         if handle is not None:
             handle.enqueue(JobTask(self, job.id, graph_id))
         else:
@@ -273,6 +337,7 @@ class Jobs:
         if job is None:
             return None  # its file is gone (or links are not possible here): compute afresh
         self._store.add_job(job)
+        self._remember(job)
         return job
 
     def publish(self, job_id: str) -> JobRecord:
@@ -290,16 +355,26 @@ class Jobs:
         """
         job = self._unpublished.get(job_id)
         if job is None:
-            return self._store.transition(job_id, allowed, **changes)
+            stored = self._store.transition(job_id, allowed, **changes)
+            if stored is not None and stored.finished:
+                self._remember(stored)
+            return stored
         if job.status not in allowed:
             return None
         job = replace(job, **changes)
         if job.finished:
             del self._unpublished[job_id]
             self._store.add_job(job)
+            self._remember(job)
         else:
             self._unpublished[job_id] = job
         return job
+
+    def _remember(self, job: JobRecord) -> None:
+        """Keep a finished job's record, as stored, among the last :data:`FINISHED_KEPT`."""
+        self._finished[job.id] = job
+        if len(self._finished) > FINISHED_KEPT:
+            self._finished.popitem(last=False)
 
     def requeue(self, jobs: list[JobRecord]) -> None:
         """Queue again the jobs a previous run of the service left queued."""
@@ -366,9 +441,17 @@ class Jobs:
             handle.remove(task.task_id)
             self._finish(task.task_id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
 
-    async def result_path(self, job_id: str, owner: str) -> tuple[JobRecord, Path]:
-        """A succeeded job of ``owner`` and its result file (once the worker has written it)."""
+    async def result_path(
+        self, job_id: str, owner: str, steps: Steps | None = None
+    ) -> tuple[JobRecord, Path]:
+        """A succeeded job of ``owner`` and its result file (once the worker has written it).
+
+        ``steps``: gets ``lookup`` (the record) and ``store`` (the wait for the worker's file, or
+        its computation again when it was lost).
+        """
+        steps = steps or Steps()
         job = self.get(job_id, owner)  # another owner's job: 404 at once, whatever its state
+        steps.lap("lookup")
         if await self.results.written(job_id):
             job = self._get(job_id)
         if job.status != "succeeded":
@@ -376,20 +459,25 @@ class Jobs:
             raise JobNotFinishedError(
                 f"job {job_id} is {job.status}{why}; only succeeded jobs have a result."
             )
-        return job, await self.results.ensure(job)
+        path = await self.results.ensure(job)
+        steps.lap("store")
+        return job, path
 
     async def _run(self, task: JobTask, handle: WorkerCalls) -> None:
+        times = self.times.get(task.task_id)
+        if times is not None:
+            times.handed = time.monotonic()
+            times.reload_ms = handle.reload_waits.get(task.task_id)
         job = self._transition(task.task_id, _QUEUED, status="running", started_at=time.time())
         if job is None:
             return  # cancelled meanwhile
         args = task_args(job, str(self._store.result_path(job.id)))
-        waited = handle.reload_waits.get(task.task_id)
-        if waited is not None and job.id in self._waiters:
-            self.reload_waited[job.id] = waited
         try:
             await handle.ensure_resident(job.graph_id)
             handle.touch(job.graph_id)
             summary, stored = await handle.request_with_note(MST, *args)
+            if times is not None:
+                times.replied, times.served = time.monotonic(), summary.get(SERVED)
         except Exception as exc:
             log.warning("job %s failed: %s: %s", job.id, error_type(exc), exc)
             self._finish(job.id, _RUNNING, "failed", error_type(exc), str(exc))
@@ -434,6 +522,9 @@ class Jobs:
         if job is not None:
             self._job_finished(job)
             self.admission.finished(job.owner)
+        times = self.times.get(job_id)
+        if times is not None:
+            times.finished = time.monotonic()
         for waiter in self._waiters.pop(job_id, ()):
             _resolve(waiter, job)
         return job

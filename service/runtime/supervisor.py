@@ -7,7 +7,8 @@ CPU workers; or Ray actors on the hosts of a cluster), each behind a
 supervisor depends on the pool's interface only (:class:`~.pool.interface.WorkerPool`).
 
 Placement: a new graph goes to the worker with the most free device memory (as the worker last
-reported it, less what is being loaded); a job goes to the worker that holds its graph. A sharded
+reported it, less what is being loaded; CPU workers, which share the host's memory: the one
+holding the fewest bytes, :func:`room`); a job goes to the worker that holds its graph. A sharded
 graph (see :mod:`service.runtime.sharding`) is placed shard by shard on distinct workers, each
 shard held under its own key (:func:`shard_key`) like a graph. At start-up every stored dataset
 is placed again, and each worker reloads its own when it is ready.
@@ -44,6 +45,20 @@ def parse_shard_key(key: str) -> tuple[str, int] | None:
     if not dot or not index.isdigit():
         return None
     return graph_id, int(index)
+
+
+def room(worker: WorkerHandle) -> tuple[int, int, int]:
+    """How a worker ranks for a new dataset, the highest first: the most free memory (as it last
+    reported it, less what is being loaded there); then the shortest queue, the lowest index.
+
+    CPU workers rank by the fewest bytes held instead: they share the host's memory, so their
+    free memory is one figure read at different moments, and placing by it put 9 of 16 graphs
+    on one of 4 workers and none on another (a worker's jobs run one at a time: the others idled).
+    """
+    if worker.info.get("backend", worker.config.backend) == "cpu":
+        held = sum(r.device_bytes for r in worker.graphs.values() if r.status != "evicted")
+        return -(held + worker.reserved_bytes), -worker.queue_depth, -worker.index
+    return worker.free_bytes - worker.reserved_bytes, -worker.queue_depth, -worker.index
 
 
 class Supervisor:
@@ -98,12 +113,12 @@ class Supervisor:
         )
 
     def place(self, estimate: int) -> WorkerHandle:
-        """The worker for a new graph: the most free memory among those running (or starting)."""
+        """The worker for a new graph: the most room (:func:`room`) among those running (or starting)."""
         candidates = [w for w in self.workers if w.state != "stopped"]
         if not candidates:
             raise ServiceUnavailableError("no worker is running; the service is shutting down.")
         running = [w for w in candidates if w.accepting] or candidates
-        return max(running, key=lambda w: (w.free_bytes - w.reserved_bytes, -w.queue_depth, -w.index))
+        return max(running, key=room)
 
     def holder(self, graph_id: str) -> WorkerHandle | None:
         for handle in self.workers:
@@ -116,8 +131,7 @@ class Supervisor:
         first (a worker takes a second shard only when there are more shards than workers)."""
         first = self.place(0)
         others = sorted(
-            (w for w in self.workers if w is not first and w.state != "stopped"),
-            key=lambda w: (-(w.free_bytes - w.reserved_bytes), w.queue_depth, w.index),
+            (w for w in self.workers if w is not first and w.state != "stopped"), key=room, reverse=True
         )
         ordered = [first, *others]
         return [ordered[i % len(ordered)] for i in range(count)]

@@ -54,6 +54,10 @@ def test_jobs_benchmark_runs_and_checks_every_forest() -> None:
     for level in [*levels, coalesced, record["oneshot"]]:
         assert level["completed"] > 0 and level["errors"] == 0 and level["mismatches"] == 0
         assert 0 < level["p50_ms"] <= level["p99_ms"] <= level["max_ms"]
+    for level in levels:  # where the server's time went, from the answers' Server-Timing, and its CPU
+        parts = level["server_timing_ms"]
+        assert {"queue", "dispatch", "compute", "store", "response", "result-store"} <= set(parts), parts
+        assert all(ms >= 0 for ms in parts.values()) and level["cpu_ms_per_job"]["worker"] > 0
     assert record["checks"]["all_checked_equal"] is True
     text = table(record)
     assert "| one-shot | 3 |" in text

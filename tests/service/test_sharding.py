@@ -396,3 +396,18 @@ def test_two_gpus_hold_a_graph_larger_than_one_and_answer_exactly(server_factory
             np.testing.assert_array_equal(arrays["labels"], reference.component_labels(exclude=exclude))
     # the same graph forced unsharded is refused (it does not fit one worker), as before sharding
     assert upload(server, graph, shards=1, expect=413)["code"] == "graph_exceeds_worker_memory"
+
+
+def test_graphs_spread_over_cpu_workers_by_what_each_holds(server_factory: ServerFactory) -> None:
+    """CPU workers share the host's memory, so a new graph goes to the one holding the fewest
+    bytes: graphs of one size uploaded one after another land evenly, each worker busy with its
+    own graphs' jobs (by the workers' free memory they piled up on one or two)."""
+    server = server_factory(MST_CPU_WORKERS="3")
+    placed = []
+    for seed in range(6):
+        graph = random_graph(seed, 500, 4_000, dtype=np.int32)
+        record = server.upload_npz(graph.src, graph.dst, graph.weight, graph.num_vertices)
+        placed.append(record["residency"]["worker"])
+    assert sorted(placed) == [0, 0, 1, 1, 2, 2], placed
+    held = [w["resident_graphs"] for w in server.client.get("/readyz").json()["workers"]]
+    assert held == [2, 2, 2], held

@@ -233,3 +233,23 @@ def test_publish_replacing_keeps_the_replaced_data_for_later_removal(store: Stor
     assert final.read_bytes() == b"new weights" and not second.exists()
     assert replaced is not None and replaced.parent == store.trash_dir
     assert replaced.read_bytes() == b"old weights"  # the old data, still linked, for the caller to remove
+
+
+def test_the_wal_is_checkpointed_by_the_stores_thread_never_by_a_commit(tmp_path: Path) -> None:
+    """A commit must not checkpoint the WAL (it would stall the API's event loop on the database's
+    fsync); the store's own thread does, on its own connection."""
+    database = tmp_path / "mst.sqlite3"
+    store = Store(tmp_path, checkpoint_interval_s=3600)  # its thread will not run during the test
+    size = database.stat().st_size
+    for _ in range(3000):  # past SQLite's automatic checkpoint (1000 pages of WAL) several times
+        now = time.time()
+        store.add_job(JobRecord(new_id("j"), "g_1", "succeeded", now, now, now, None, None, 1, 5, 1, 0.1))
+    assert database.stat().st_size == size  # every page still in the WAL: no commit checkpointed
+    other = Store(tmp_path, checkpoint_interval_s=0.05)  # one whose thread does
+    deadline = time.monotonic() + 10
+    while database.stat().st_size == size:
+        assert time.monotonic() < deadline, "no checkpoint by the store's thread"
+        time.sleep(0.05)
+    other.close()
+    assert len(store.jobs_with_status("succeeded")) == 3000
+    store.close()

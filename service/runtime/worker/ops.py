@@ -8,6 +8,7 @@ Loading and computing go to the graph or the point-set code by the dataset's kin
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ from ...storage import npzio
 from .graphs import load_graph, replace_weights, run_task
 from .oneshots import batched, oneshot
 from .points import ResidentPoints, read_points
-from .protocol import DESCRIBE, DROP, LOAD, MERGE, MST, ONESHOT, PING, WEIGHTS, Reply
+from .protocol import DESCRIBE, DROP, LOAD, MERGE, MST, ONESHOT, PING, SERVED, WEIGHTS, Reply
 from .shards import describe, merge
 from .startup import probe_ms
 from .state import Worker, portable
@@ -66,13 +67,18 @@ def mst(
 
     ``task`` (with ``params``): ``mst`` (objective, exclude), ``components`` (exclude),
     ``clusters`` (k or threshold) or ``dendrogram`` on a graph; ``emst``, ``hdbscan`` or
-    ``single_linkage`` on a point set.
+    ``single_linkage`` on a point set. The summary says when the worker began and how long it
+    took (:data:`~.protocol.SERVED`).
     """
+    started = time.monotonic()
     points = worker.points.get(graph_id)
     if points is not None:
         point_summary, point_arrays = points.run(task, params or {})
-        return Reply(point_summary, lambda: worker.write_arrays(point_arrays, result_path))
-    return run_task(worker, worker.resident_graph(graph_id), task, params or {}, result_path)
+        reply = Reply(point_summary, lambda: worker.write_arrays(point_arrays, result_path))
+    else:
+        reply = run_task(worker, worker.resident_graph(graph_id), task, params or {}, result_path)
+    reply.payload[SERVED] = (started, (time.monotonic() - started) * 1e3)
+    return reply
 
 
 def drop(worker: Worker, graph_id: str) -> dict[str, Any]:

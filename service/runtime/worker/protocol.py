@@ -50,6 +50,10 @@ INLINE = "arrays"
 #: the key of a one-shot reply's count of one-shots its engine run computed (1: alone)
 BATCH_MEMBERS = "batch_members"
 
+#: the key of an MST reply's ``(started, ms)``: when the worker began it (``time.monotonic()``, which
+#: is system-wide on Linux) and how long it took to answer, for the job's ``Server-Timing``
+SERVED = "served"
+
 #: most identical MST requests (or one-shots) answered by one computation
 MAX_COALESCED = 64
 

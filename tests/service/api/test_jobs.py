@@ -16,7 +16,7 @@ from service.settings import Settings
 from tests.utils.graphs import random_graph
 
 from ..conftest import ServerFactory
-from ..live import LiveServer
+from ..live import OCTET, LiveServer
 from ..oracle import check_forest
 from .test_graphs import problem
 
@@ -231,3 +231,58 @@ def test_a_waited_for_job_cancelled_by_its_graph_delete_answers_and_is_recorded(
     job = answer.json()
     assert job["status"] == "cancelled" and job["error"]["type"] == "graph_deleted"
     assert live.client.get(f"/v1/jobs/{job['id']}").json() == job  # recorded when it finished
+
+
+def _server_timing(header: str) -> dict[str, float]:
+    steps = {}
+    for part in header.split(","):
+        name, _, duration = part.strip().partition(";dur=")
+        steps[name] = float(duration)
+    return steps
+
+
+def test_job_routes_say_where_their_time_went(live: LiveServer) -> None:
+    """``Server-Timing`` on a ``?wait=`` submission (the job's way through the service, the
+    worker's own time in it), its status and its result; each part >= 0, together no more than
+    the request took as the client saw it."""
+    graph = random_graph(5, 300, 2_000, dtype="int32", num_weights=40)
+    graph_id = live.upload_npz(graph.src, graph.dst, graph.weight, graph.num_vertices)["id"]
+
+    started = time.perf_counter()
+    response = live.submit(graph_id, wait=30)
+    elapsed_ms = (time.perf_counter() - started) * 1e3
+    assert response.status_code == 200, response.text
+    steps = _server_timing(response.headers["server-timing"])
+    parts = ["submit", "queue", "dispatch", "compute", "reply", "store", "response"]
+    assert list(steps) == parts, steps
+    assert all(ms >= 0 for ms in steps.values()) and sum(steps.values()) <= elapsed_ms
+    # the worker's time holds the engine's (the job's compute_ms) and is not zero
+    assert 0 < response.json()["result"]["compute_ms"] <= steps["compute"]
+    job_id = response.json()["id"]
+
+    for path, headers, expected in (
+        (f"/v1/jobs/{job_id}", {}, ["lookup", "encode"]),
+        (f"/v1/jobs/{job_id}/result", {"accept": OCTET}, ["lookup", "store", "encode"]),
+        (f"/v1/jobs/{job_id}/result", {}, ["lookup", "store", "encode"]),
+    ):
+        started = time.perf_counter()
+        answer = live.client.get(path, headers=headers)
+        elapsed_ms = (time.perf_counter() - started) * 1e3
+        assert answer.status_code == 200, answer.text
+        steps = _server_timing(answer.headers["server-timing"])
+        assert list(steps) == expected, (path, steps)
+        assert all(ms >= 0 for ms in steps.values()) and sum(steps.values()) <= elapsed_ms
+    result = live.client.get(f"/v1/jobs/{job_id}/result").json()
+    forest = (result["edge_ids"], result["weights"], result["total_weight"], result["num_components"])
+    check_forest(*forest, graph)
+
+
+def test_a_202_says_how_long_the_job_waited(live: LiveServer) -> None:
+    graph = live.upload_npz([0, 1], [1, 2], [1, 1])
+    with frozen_worker(live):
+        response = live.submit(graph["id"], wait=0.2)
+    assert response.status_code == 202, response.text
+    steps = _server_timing(response.headers["server-timing"])
+    names = list(steps)
+    assert names[0] == "submit" and names[-1] == "wait" and steps["wait"] >= 150, steps
+    wait_status(live, response.json()["id"], "succeeded")
