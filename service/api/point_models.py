@@ -124,7 +124,7 @@ async def delete_model(points_id: str, model_id: str, services: ServicesDep, own
 
 @router.post(
     "/{model_id}/predict",
-    operation_id="predict",
+    operation_id="predictWithModel",
     summary="Predict new points with a model",
     response_model=None,
     openapi_extra=_PREDICT_BODY,
