@@ -20,7 +20,7 @@ from .api.media_types import PROBLEM_JSON
 from .api.problems import install_handlers
 from .api.request_metrics import MetricsMiddleware
 from .metrics import Metrics
-from .models import GraphUpload, PointsUpload, Problem, WeightsPatch, WeightsUpload
+from .models import GraphUpload, PointsBody, PointsUpload, Problem, WeightsPatch, WeightsUpload
 from .runtime.admission import Admission
 from .runtime.catalog import Catalog
 from .runtime.jobs import Jobs
@@ -106,6 +106,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         WeightsUpload,
         WeightsPatch,
         PointsUpload,
+        PointsBody,
     ):  # bodies the routes read themselves
         components[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
     problem_ref = {"$ref": "#/components/schemas/Problem"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from gpu_core import MAX_DIMENSIONS
 
@@ -340,7 +340,7 @@ class ModelRequest(BaseModel):
     cluster_selection_epsilon: StrictInt | StrictFloat = Field(
         0.0, ge=0, description="Clusters closer than this are merged."
     )
-    allow_single_cluster: bool = Field(False, description="Whether the root may be the one cluster.")
+    allow_single_cluster: StrictBool = Field(False, description="Whether the root may be the one cluster.")
     max_cluster_size: StrictInt | None = Field(None, ge=1, description="Largest size of a cluster (eom).")
 
 

@@ -76,7 +76,7 @@ def _model_out(record: ModelRecord) -> ModelOut:
     status_code=status.HTTP_201_CREATED,
     response_model=ModelOut,
     summary="Fit an HDBSCAN* model on a point set",
-    responses=problems(404, 413, 422, 429, 503, 507),
+    responses=problems(400, 404, 413, 422, 429, 503, 507),
 )
 async def create_model(
     points_id: str, body: ModelRequest, response: Response, services: ServicesDep, owner: OwnerDep
@@ -90,7 +90,13 @@ async def create_model(
     return _model_out(record)
 
 
-@router.get("", operation_id="listModels", response_model=ModelList, summary="List a point set's models")
+@router.get(
+    "",
+    operation_id="listModels",
+    response_model=ModelList,
+    summary="List a point set's models",
+    responses=problems(404),
+)
 async def list_models(points_id: str, services: ServicesDep, owner: OwnerDep) -> ModelList:
     """The point set's models, oldest first."""
     owned = services.models.owned(checked_points_id(points_id), owner)

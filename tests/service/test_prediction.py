@@ -22,8 +22,8 @@ import gpu_core
 
 from .conftest import ServerFactory
 from .live import OCTET, LiveServer
-from .test_restarts import ready_after
 from .test_points_api import blobs, upload
+from .test_restarts import ready_after
 
 ARROW = "application/vnd.apache.arrow.stream"
 PARAMS = {"min_cluster_size": 10, "min_samples": 5}
