@@ -24,6 +24,7 @@ from ..errors import (
     DeviceQuotaExceededError,
     InsufficientMemoryError,
     ModelNotFoundError,
+    PointSetNotFoundError,
     ServiceUnavailableError,
 )
 from ..storage.records import ModelRecord, new_id
@@ -93,7 +94,7 @@ class Models:
         try:
             self._check_device_quota(owner, record.model_bytes)
             if self._store.get_graph(points_id) is None:  # deleted while it was fitted
-                raise ModelNotFoundError(f"point set {points_id} was deleted while the model was fitted.")
+                raise PointSetNotFoundError(f"point set {points_id!r} was deleted during the fit.")
             self._store.add_model(record)
         except BaseException:
             await self._drop(points_id, model_id)
@@ -135,6 +136,11 @@ class Models:
         self._store.delete_model(model_id)
         self._cache.pop(model_id, None)
         await self._drop(points_id, model_id)
+
+    def forget(self, points_id: str) -> None:
+        """Drop the cached records of a deleted point set's models."""
+        for model_id in [m for m, r in self._cache.items() if r.points_id == points_id]:
+            del self._cache[model_id]
 
     async def _drop(self, points_id: str, model_id: str) -> None:
         handle = self._supervisor.holder(points_id)

@@ -298,6 +298,23 @@ def test_model_and_prediction_admission_507_413_with_the_numbers(server_factory:
     assert problem["needed_bytes"] == predict_bytes(200_000, d, 18, model["num_clusters"], True)
 
 
+def test_a_models_bytes_count_against_the_device_quota(server_factory: ServerFactory, tmp_path: Path) -> None:
+    points = blobs()
+    probe = server_factory(tmp_path / "probe")
+    record = upload(probe, points)
+    model_bytes = fit(probe.client, record["id"], PARAMS)["model_bytes"]
+    probe.stop()
+    quota = record["residency"]["device_bytes"] + model_bytes - 1  # the point set fits, its model not
+    server = server_factory(tmp_path / "quota", MST_QUOTA_DEVICE_BYTES=str(quota))
+    record = upload(server, points)
+    response = server.client.post(f"/v1/points/{record['id']}/models", json=PARAMS)
+    assert response.status_code == 413, response.text
+    problem = response.json()
+    assert problem["code"] == "quota_exceeded" and problem["quota"] == "MST_QUOTA_DEVICE_BYTES", problem
+    assert str(model_bytes) in problem["detail"] and problem["limit"] == quota
+    assert server.client.get(f"/v1/points/{record['id']}/models").json()["models"] == []
+
+
 def _npz(points: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, points=points)
