@@ -13,17 +13,18 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from . import __version__
-from .api import graphs, health, jobs, mst, points
+from .api import graphs, health, jobs, mst, point_models, points
 from .api.auth import OPEN_PATHS, AuthMiddleware, KeyRing
 from .api.deps import Services
 from .api.media_types import PROBLEM_JSON
 from .api.problems import install_handlers
 from .api.request_metrics import MetricsMiddleware
 from .metrics import Metrics
-from .models import GraphUpload, PointsUpload, Problem, WeightsPatch, WeightsUpload
+from .models import GraphUpload, PointsBody, PointsUpload, Problem, WeightsPatch, WeightsUpload
 from .runtime.admission import Admission
 from .runtime.catalog import Catalog
 from .runtime.jobs import Jobs
+from .runtime.models import Models
 from .runtime.oneshots import OneShots
 from .runtime.pool.residency import GraphSource
 from .runtime.supervisor import Supervisor
@@ -72,12 +73,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     oneshots = OneShots(store, supervisor, admission, metrics)
     catalog = Catalog(store, supervisor, jobs_)
     catalog_ref.append(catalog)
+    models_ = Models(store, supervisor, catalog, admission)
     try:
         await supervisor.start()
         catalog.restore()
         jobs_.requeue(queued)
         metrics.workers = lambda: [w.gauges() for w in supervisor.workers]
-        app.state.services = Services(settings, store, supervisor, jobs_, oneshots, catalog, metrics)
+        app.state.services = Services(settings, store, supervisor, jobs_, oneshots, catalog, metrics, models_)
         # Everything imported and built so far lives as long as the process: keep it out of the
         # cyclic collector's full passes, which otherwise walk it on requests' paths (p99).
         gc.freeze()
@@ -104,6 +106,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         WeightsUpload,
         WeightsPatch,
         PointsUpload,
+        PointsBody,
     ):  # bodies the routes read themselves
         components[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
     problem_ref = {"$ref": "#/components/schemas/Problem"}
@@ -144,6 +147,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_tags=[
             {"name": "graphs", "description": "Upload graphs that stay resident on a worker's device."},
             {"name": "points", "description": "Point sets: Euclidean MST, HDBSCAN*, single linkage."},
+            {"name": "models", "description": "HDBSCAN* models resident with their point sets; predictions."},
             {"name": "jobs", "description": "MST jobs on resident graphs and their results."},
             {"name": "mst", "description": "One-shot computations."},
             {"name": "health", "description": "Liveness, readiness and metrics."},
@@ -153,7 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics()
     app.state.services = None
     install_handlers(app)
-    for router in (graphs.router, points.router, jobs.router, mst.router, health.router):
+    for router in (graphs.router, points.router, point_models.router, jobs.router, mst.router, health.router):
         app.include_router(router)
     # before the routes: nothing answers a request it refuses, so no route can escape it
     app.add_middleware(AuthMiddleware, keys=KeyRing.from_settings(app.state.settings))

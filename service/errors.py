@@ -13,14 +13,17 @@ Each class fixes its HTTP status, a short machine-readable ``code`` and a title:
     ├── NotFoundError                    404 not_found
     │   ├── GraphNotFoundError           404 graph_not_found
     │   ├── PointSetNotFoundError        404 point_set_not_found
+    │   ├── ModelNotFoundError           404 model_not_found
     │   └── JobNotFoundError             404 job_not_found
     ├── ConflictError                    409 conflict
     │   ├── JobNotFinishedError          409 job_not_finished
     │   ├── JobNotCancellableError       409 job_not_cancellable
-    │   └── ShardedGraphError            409 graph_sharded
+    │   ├── ShardedGraphError            409 graph_sharded
+    │   └── ModelOutdatedError           409 model_outdated
     ├── ResultGoneError                  410 result_gone
     ├── PayloadTooLargeError             413 payload_too_large
     │   └── GraphExceedsWorkerError      413 graph_exceeds_worker_memory
+    │       └── PointSetExceedsWorkerError  413 point_set_exceeds_worker_memory
     ├── InsufficientMemoryError          507 insufficient_memory
     ├── StorageFullError                 507 storage_full
     ├── QuotaExceededError               429 quota_exceeded      (names quota, limit, used; Retry-After)
@@ -171,6 +174,14 @@ class PointSetNotFoundError(NotFoundError):
     title = "Point set not found"
 
 
+class ModelNotFoundError(NotFoundError):
+    """No model of that point set has that id (it never existed, was deleted, or its point set
+    was); fit one with POST /v1/points/{points_id}/models."""
+
+    code = "model_not_found"
+    title = "Model not found"
+
+
 class JobNotFoundError(NotFoundError):
     """No job has that id; submit one with POST /v1/graphs/{id}/mst."""
 
@@ -206,6 +217,14 @@ class ShardedGraphError(ConflictError):
 
     code = "graph_sharded"
     title = "Not supported on a sharded graph"
+
+
+class ModelOutdatedError(ConflictError):
+    """The point set a model was fitted on no longer holds the points it held then (its stored
+    file was replaced), so the model would answer for other data; fit a new model."""
+
+    code = "model_outdated"
+    title = "Model outdated"
 
 
 class PayloadTooLargeError(ServiceError):
@@ -289,6 +308,15 @@ class GraphExceedsWorkerError(_MemoryNumbers, PayloadTooLargeError):
 
     def members(self) -> dict[str, Any]:
         return {**super().members(), **self._members()}
+
+
+class PointSetExceedsWorkerError(GraphExceedsWorkerError):
+    """The point set, a model fitted on it or a prediction needs more memory than a worker has in
+    all (or than MST_WORKER_MEMORY_BYTES allows), so it can never run there; send fewer points,
+    or run the service on a larger device."""
+
+    code = "point_set_exceeds_worker_memory"
+    title = "Larger than a worker"
 
 
 class InsufficientMemoryError(_MemoryNumbers, ServiceError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from gpu_core import MAX_DIMENSIONS
 
@@ -13,6 +13,8 @@ GraphFormat = Literal["npz", "egr", "mtx", "edgelist", "dimacs", "arrow", "parqu
 WeightsFormat = Literal["npy", "npz"]
 TaskName = Literal["mst", "components", "clusters", "dendrogram", "emst", "hdbscan", "single_linkage"]
 PointsFormat = Literal["npz", "npy"]
+#: formats of the points of a prediction's binary body
+PredictFormat = Literal["npz", "npy", "arrow"]
 Objective = Literal["min", "max"]
 WeightDtype = Literal["int32", "int64", "float32", "float64"]
 JobStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
@@ -324,6 +326,60 @@ class ResultOut(JobSummary):
     dst: list[int] | None = Field(None, description="'emst': the larger one.")
     core_distances: list[float] | None = Field(None, description="'emst' with min_samples > 1.")
     probabilities: list[float] | None = Field(None, description="'hdbscan': membership strengths.")
+
+
+class ModelRequest(BaseModel):
+    """An HDBSCAN* model to fit on a point set, as :class:`gpu_core.HDBSCAN` (and the hdbscan
+    library) takes its parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_cluster_size: StrictInt = Field(5, ge=2, description="Smallest size of a cluster.")
+    min_samples: StrictInt | None = Field(None, ge=1, description="Default: min_cluster_size.")
+    cluster_selection_method: Literal["eom", "leaf"] = Field("eom", description="Excess of mass, or leaves.")
+    cluster_selection_epsilon: StrictInt | StrictFloat = Field(
+        0.0, ge=0, description="Clusters closer than this are merged."
+    )
+    allow_single_cluster: StrictBool = Field(False, description="Whether the root may be the one cluster.")
+    max_cluster_size: StrictInt | None = Field(None, ge=1, description="Largest size of a cluster (eom).")
+
+
+class ModelOut(BaseModel):
+    """An HDBSCAN* model kept resident with its point set, for predictions."""
+
+    id: str
+    points_id: str
+    created_at: datetime
+    params: dict[str, Any] = Field(description="Its parameters, defaults included.")
+    num_clusters: int = Field(description="Clusters the fit found (labels 0 .. num_clusters - 1).")
+    num_noise: int = Field(description="Points of the point set labelled noise (-1).")
+    model_bytes: int = Field(description="Bytes the model holds on its worker beside the point set.")
+
+
+class ModelList(BaseModel):
+    models: list[ModelOut]
+
+
+class PointsBody(BaseModel):
+    """Points to predict as JSON rows: ``points[i]`` holds the ``d`` coordinates of point ``i``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    points: list[list[StrictInt | StrictFloat]] = Field(description=_ROWS)
+
+
+class PredictionOut(BaseModel):
+    """The model's answer for each new point, in the order sent (the hdbscan library's
+    approximate_predict and membership_vector)."""
+
+    model_id: str
+    num_points: int
+    labels: list[int] = Field(description="The cluster of each point, -1 for noise.")
+    probabilities: list[float] = Field(description="How strongly each point belongs to its cluster.")
+    membership: list[list[float]] | None = Field(
+        None,
+        description="With ?membership=true: each point's membership in every cluster (rows of num_clusters).",
+    )
 
 
 class Problem(BaseModel):

@@ -152,7 +152,7 @@ def predict_labels(data: PredictionData, index: PointIndex, queries: Array) -> t
     """``approximate_predict``: labels (int64, -1 noise) and probabilities of the query points."""
     xp = _module_of(queries)
     count = int(queries.shape[0])
-    if data.num_clusters == 1:  # the library predicts noise without a condensed cluster
+    if data.num_clusters == 1 or data.num_labels == 0:  # no cluster to join: noise, as the library
         return xp.full(count, -1, dtype=xp.int64), xp.zeros(count)
     nearest, lam = nearest_reachable(data, index, queries)
     cluster = data.point_cluster[nearest]

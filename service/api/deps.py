@@ -13,10 +13,17 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from ..errors import GraphNotFoundError, JobNotFoundError, PointSetNotFoundError, ServiceUnavailableError
+from ..errors import (
+    GraphNotFoundError,
+    JobNotFoundError,
+    ModelNotFoundError,
+    PointSetNotFoundError,
+    ServiceUnavailableError,
+)
 from ..metrics import Metrics
 from ..runtime.catalog import Catalog
 from ..runtime.jobs import Jobs
+from ..runtime.models import Models
 from ..runtime.oneshots import OneShots
 from ..runtime.supervisor import Supervisor
 from ..settings import Settings
@@ -36,6 +43,7 @@ class Services:
     oneshots: OneShots
     catalog: Catalog
     metrics: Metrics
+    models: Models
 
 
 def services_of(request: Request) -> Services:
@@ -66,6 +74,15 @@ def checked_points_id(points_id: str) -> str:
             f"no point set has id {_shown(points_id)}; point-set ids look like p_<32 hex digits>."
         )
     return points_id
+
+
+def checked_model_id(model_id: str) -> str:
+    """``model_id`` when it has the shape of a model id; else 404 before anything is looked up."""
+    if not is_id(model_id, "m"):
+        raise ModelNotFoundError(
+            f"no model has id {_shown(model_id)}; model ids look like m_<32 hex digits>."
+        )
+    return model_id
 
 
 def checked_job_id(job_id: str) -> str:

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 
 from ..models import JobOut, PointSetList, PointSetOut, PointsFormat, PointsJobRequest
 from .auth import owner_of
-from .deps import CatalogDep, OwnerDep, ServicesDep, checked_points_id, services_of
+from .deps import OwnerDep, ServicesDep, checked_points_id, services_of
 from .descriptions import describe_points
 from .docs import BINARY_SCHEMA, CACHE_QUERY, SUBMITTED, WAIT_QUERY, problems
 from .submissions import submit_response, task_params
@@ -91,9 +91,10 @@ async def get_point_set(points_id: str, services: ServicesDep, owner: OwnerDep) 
     summary="Delete a point set",
     responses=problems(404),
 )
-async def delete_point_set(points_id: str, catalog: CatalogDep, owner: OwnerDep) -> Response:
-    """Delete the point set (and the trees kept with it), cancel its queued jobs."""
-    await catalog.delete(checked_points_id(points_id), owner, kind="points")
+async def delete_point_set(points_id: str, services: ServicesDep, owner: OwnerDep) -> Response:
+    """Delete the point set (and the trees and models kept with it), cancel its queued jobs."""
+    await services.catalog.delete(checked_points_id(points_id), owner, kind="points")
+    services.models.forget(points_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

@@ -38,7 +38,7 @@ from ..errors import (
     UnsupportedMediaTypeError,
 )
 from ..limits import check_vertices
-from ..models import GraphUpload, PointsUpload, WeightsPatch, WeightsUpload
+from ..models import GraphUpload, PointsBody, PointsUpload, WeightsPatch, WeightsUpload
 from ..settings import Settings
 from ..storage.spool import SpoolFile, TmpPaths, Upload
 from .media_types import ARROW_STREAM_MEDIA_TYPE, PARQUET_MEDIA_TYPE
@@ -203,15 +203,15 @@ async def _receive_binary(
         return Upload(spool.detach(), fmt, spool.size, source or fmt, synced)
 
 
-async def _read_limited(request: Request, limit: int) -> bytes:
-    _check_declared(request, limit, "JSON")
+async def _read_limited(request: Request, limit: int, what: str = "JSON") -> bytes:
+    _check_declared(request, limit, what)
     parts: list[bytes] = []
     size = 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise _too_large(limit, "JSON")
+                raise _too_large(limit, what)
             parts.append(chunk)
     except ClientDisconnect:
         raise _incomplete(size, request) from None
@@ -457,3 +457,59 @@ async def receive_points(request: Request, store: TmpPaths, settings: Settings, 
         "application/octet-stream body (?format=npz with a 'points' array, or npy).",
         field="content-type",
     )
+
+
+def json_points(body: bytes) -> np.ndarray[Any, Any]:
+    """The ``(q, d)`` float64 array of JSON rows (``{"points": [[x, y, ...], ...]}``) to predict."""
+    try:
+        rows = PointsBody.model_validate_json(body).points
+    except ValidationError as exc:
+        raise _validation_problem(exc) from None
+    if not rows:
+        raise InvalidUploadError("'points' is empty; send at least one point to predict.", field="points")
+    width = len(rows[0])
+    for i, row in enumerate(rows):
+        if len(row) != width:
+            raise InvalidUploadError(
+                f"'points[{i}]' has {len(row)} coordinates, 'points[0]' has {width}; every point needs "
+                "the same number.",
+                field="points",
+                index=i,
+            )
+    with np.errstate(over="ignore"):
+        return np.array(rows, dtype=np.float64).reshape(len(rows), width)
+
+
+async def receive_prediction_points(
+    request: Request, settings: Settings, fmt: str | None
+) -> tuple[np.ndarray[Any, Any] | bytes, str | None]:
+    """The points of a prediction, held in memory (never spooled): JSON rows parsed here (an
+    array, format None), or a binary body's bytes and the format its worker reads them in
+    (``points.npz``, ``points.npy``, ``points.arrow``); capped as uploads are."""
+    check_encoding(request)
+    kind = media_type(request)
+    if kind == "application/json" or kind.endswith("+json"):
+        _refuse_format_with_json(fmt)
+        body = await _read_limited(request, settings.max_json_bytes)
+        return json_points(body), None
+    if kind == ARROW_STREAM_MEDIA_TYPE:
+        if fmt not in (None, "arrow"):
+            raise InvalidRequestError(
+                f"?format={fmt} contradicts Content-Type {kind}; leave ?format= out.", field="format"
+            )
+        fmt = "arrow"
+    elif kind != "application/octet-stream":
+        raise UnsupportedMediaTypeError(
+            f"Content-Type {kind or '(none)'!r} is not accepted for points to predict; send application/json "
+            f"rows, an application/octet-stream body (?format=npz with a 'points' array, npy, or arrow) or "
+            f"{ARROW_STREAM_MEDIA_TYPE}.",
+            field="content-type",
+        )
+    if fmt == "arrow" and not pyarrow_available():
+        raise UnsupportedMediaTypeError(
+            "this server has no pyarrow, so it cannot read Arrow bodies; send npz or npy.", field="format"
+        )
+    body = await _read_limited(request, settings.max_upload_bytes, "binary")
+    if not body:
+        raise InvalidUploadError("the body is empty; send the points to predict.", field="body")
+    return body, f"points.{fmt or 'npz'}"

@@ -1,4 +1,5 @@
-"""The records of the store: a graph (or point set) and a job, and the ids they are known by."""
+"""The records of the store: a graph (or point set), a job, a model of a point set, and the ids
+they are known by."""
 
 from __future__ import annotations
 
@@ -79,3 +80,23 @@ class JobRecord:
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """An HDBSCAN* model of a point set: its parameters (what it is fitted again from) and what
+    its fit found."""
+
+    id: str
+    points_id: str
+    created_at: float
+    #: the estimator's parameters as canonical JSON (sorted keys)
+    params: str
+    num_clusters: int
+    num_noise: int
+    #: bytes the model holds on its worker beside the point set (its prediction data)
+    model_bytes: int
+    #: the point set's size and dimension when the model was fitted (a prediction checks them)
+    num_points: int
+    dims: int
+    owner: str = ""

@@ -42,7 +42,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from .records import GraphRecord, JobRecord, JobStatus
+from .records import GraphRecord, JobRecord, JobStatus, ModelRecord
 from .spool import fsync_dir
 
 _SCHEMA = """
@@ -82,6 +82,19 @@ CREATE TABLE IF NOT EXISTS jobs (
     owner          TEXT NOT NULL DEFAULT '',
     coalesced      INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS models (
+    id            TEXT PRIMARY KEY,
+    points_id     TEXT NOT NULL,
+    created_at    REAL NOT NULL,
+    params        TEXT NOT NULL,
+    num_clusters  INTEGER NOT NULL,
+    num_noise     INTEGER NOT NULL,
+    model_bytes   INTEGER NOT NULL,
+    num_points    INTEGER NOT NULL,
+    dims          INTEGER NOT NULL,
+    owner         TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS models_by_points ON models (points_id, created_at);
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created_at);
 CREATE INDEX IF NOT EXISTS jobs_by_graph ON jobs (graph_id);
 """
@@ -117,6 +130,7 @@ def _migrate(db: sqlite3.Connection) -> None:
 
 _GRAPH_COLUMNS = [f.name for f in fields(GraphRecord)]
 _JOB_COLUMNS = [f.name for f in fields(JobRecord)]
+_MODEL_COLUMNS = [f.name for f in fields(ModelRecord)]
 
 
 _REAL_COLUMNS = ("created_at", "started_at", "finished_at", "compute_ms")
@@ -318,10 +332,13 @@ class Store:
         return None if row is None else _job_from_row(row)
 
     def graph_usage(self, owner: str) -> tuple[int, int]:
-        """How many graphs ``owner`` stores and the device bytes they hold together."""
+        """How many graphs ``owner`` stores and the device bytes they (and their models) hold together."""
         with self._lock:
             row = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(device_bytes), 0) FROM graphs WHERE owner = ?", (owner,)
+                "SELECT COUNT(*), COALESCE(SUM(device_bytes), 0) "
+                "+ (SELECT COALESCE(SUM(model_bytes), 0) FROM models WHERE owner = ?) "
+                "FROM graphs WHERE owner = ?",
+                (owner, owner),
             ).fetchone()
         return int(row[0]), int(row[1])
 
@@ -330,10 +347,38 @@ class Store:
         was one."""
         with self._tx() as db:
             gone = db.execute("DELETE FROM graphs WHERE id = ?", (graph_id,)).rowcount > 0
+            db.execute("DELETE FROM models WHERE points_id = ?", (graph_id,))
         if gone and remove_payload:
             self.graph_path(graph_id).unlink(missing_ok=True)
             self.weights_path(graph_id).unlink(missing_ok=True)
         return gone
+
+    # -- models of point sets -----------------------------------------------------------------
+
+    def add_model(self, model: ModelRecord) -> None:
+        marks = ", ".join("?" * len(_MODEL_COLUMNS))
+        with self._tx() as db:
+            db.execute(
+                f"INSERT INTO models ({', '.join(_MODEL_COLUMNS)}) VALUES ({marks})",
+                [getattr(model, c) for c in _MODEL_COLUMNS],
+            )
+
+    def get_model(self, model_id: str) -> ModelRecord | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM models WHERE id = ?", (model_id,)).fetchone()
+        return None if row is None else ModelRecord(**dict(row))
+
+    def list_models(self, points_id: str) -> list[ModelRecord]:
+        """The models of a point set, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM models WHERE points_id = ? ORDER BY created_at, id", (points_id,)
+            ).fetchall()
+        return [ModelRecord(**dict(r)) for r in rows]
+
+    def delete_model(self, model_id: str) -> bool:
+        with self._tx() as db:
+            return db.execute("DELETE FROM models WHERE id = ?", (model_id,)).rowcount > 0
 
     # -- jobs ---------------------------------------------------------------------------------
 

@@ -12,11 +12,31 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpu_core import MAX_DIMENSIONS
+from gpu_core.errors import DeviceMemoryError
+
+from ...errors import ModelOutdatedError, dataset_not_found
 from ...storage import npzio
+from ...timing import Steps
 from .graphs import load_graph, replace_weights, run_task
 from .oneshots import batched, oneshot
-from .points import ResidentPoints, read_points
-from .protocol import DESCRIBE, DROP, LOAD, MERGE, MST, ONESHOT, PING, SERVED, WEIGHTS, Reply
+from .points import ResidentPoints, parse_points, read_points
+from .protocol import (
+    DESCRIBE,
+    DROP,
+    DROP_MODEL,
+    FIT,
+    INLINE,
+    LOAD,
+    MERGE,
+    MST,
+    ONESHOT,
+    PING,
+    PREDICT,
+    SERVED,
+    WEIGHTS,
+    Reply,
+)
 from .shards import describe, merge
 from .startup import probe_ms
 from .state import Worker, portable
@@ -39,11 +59,17 @@ def load(
 
 
 def load_points(worker: Worker, points_id: str, path: str, fmt: str, canonical: str | None) -> dict[str, Any]:
-    """Make a point set resident from a spool file (``points.npy``, or ``points.npz`` with ``points``)."""
+    """Make a point set resident from a spool file (``points.npy``, or ``points.npz`` with
+    ``points``), once the worker's memory admits it (:meth:`~.state.Worker.admit_points`). Its
+    models are not fitted here: a prediction fits a model its point set does not hold (after a
+    restart or an eviction) from the parameters it carries."""
     import numpy as np
 
     config = worker.config
     raw = read_points(path, fmt, config.max_inflated_bytes or 2**63, config.max_compression_ratio or 1e18)
+    shape: tuple[int, ...] = raw.shape
+    if len(shape) == 2 and shape[0] >= 1 and 1 <= shape[1] <= MAX_DIMENSIONS:  # else validation says why
+        worker.admit_points(int(shape[0]), int(shape[1]))
     resident = ResidentPoints(raw, worker.backend)
     if canonical is not None:
         npzio.write_npz_file(canonical, {"points": np.ascontiguousarray(raw)}, sync=True)
@@ -53,11 +79,105 @@ def load_points(worker: Worker, points_id: str, path: str, fmt: str, canonical: 
     return {
         "num_vertices": resident.num_points,
         "num_edges": resident.dims,
-        "weight_dtype": resident.dtype,
+        "weight_dtype": str(resident.dtype),
         "device_bytes": resident.nbytes,
         "free_bytes": free,
         "total_bytes": total,
     }
+
+
+def fit(worker: Worker, points_id: str, model_id: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Fit an HDBSCAN* model on a resident point set, once memory admits it
+    (:meth:`~.state.Worker.admit_fit`), and keep it with the point set as ``model_id``."""
+    points = _resident_points(worker, points_id)
+    worker.admit_fit(points, params)
+    try:
+        model = points.fit(model_id, params)
+    except DeviceMemoryError:
+        worker.release_cached()
+        raise
+    free, total = worker.memory()
+    return {
+        "num_clusters": model.num_clusters,
+        "num_noise": model.num_noise,
+        "num_points": points.num_points,
+        "dims": points.dims,
+        "model_bytes": model.nbytes,
+        "device_bytes": points.nbytes,
+        "compute_ms": model.fit_ms,
+        "free_bytes": free,
+        "total_bytes": total,
+    }
+
+
+def predict(
+    worker: Worker,
+    points_id: str,
+    model_id: str,
+    params: dict[str, Any],
+    shape: tuple[int, int],
+    queries: Any,
+    fmt: str | None,
+    membership: bool,
+) -> dict[str, Any]:
+    """Labels and probabilities (and with ``membership`` the membership vectors) of new points by
+    a model of a resident point set, in the reply (:data:`~.protocol.INLINE`): nothing touches a
+    disk. ``queries``: the points as an array (parsed from JSON by the API), or the body's bytes
+    in ``fmt`` (``points.npz``, ``points.npy``, ``points.arrow``), read as an upload is.
+
+    ``shape``: the point set's ``(n, d)`` when the model was fitted; a point set that differs now
+    is refused (409, :class:`ModelOutdatedError`). A model the point set does not hold (dropped by
+    a restart or an eviction) is fitted again first from ``params``: fitting is deterministic, so
+    it is the same model. ``timings_ms``: ``read``, ``fit`` (such a fit), ``predict``."""
+    steps = Steps()
+    points = _resident_points(worker, points_id)
+    if (points.num_points, points.dims) != tuple(shape):
+        raise ModelOutdatedError(
+            f"model {model_id} was fitted on {shape[0]} points of {shape[1]} coordinates; point set "
+            f"{points_id} now holds {points.num_points} of {points.dims}. Fit a new model.",
+            field="model_id",
+        )
+    if fmt is not None:
+        config = worker.config
+        queries = parse_points(
+            queries, fmt, config.max_inflated_bytes or 2**63, config.max_compression_ratio or 1e18
+        )
+        steps.lap("read")
+    model = points.models.get(model_id)
+    if model is None:
+        worker.admit_fit(points, params)
+        model = points.fit(model_id, params)
+        steps.lap("fit")
+    worker.admit_prediction(model, queries, membership)
+    try:
+        arrays = model.predict(queries, membership)
+    except DeviceMemoryError:
+        worker.release_cached()
+        raise
+    steps.lap("predict")
+    return {
+        "num_points": int(arrays["labels"].shape[0]),
+        "num_clusters": model.num_clusters,
+        "device_bytes": points.nbytes,
+        INLINE: arrays,
+        "timings_ms": steps.ms,
+    }
+
+
+def drop_model(worker: Worker, points_id: str, model_id: str) -> dict[str, Any]:
+    """Drop a model (if held); the point set's bytes now."""
+    points = worker.points.get(points_id)
+    if points is not None:
+        points.models.pop(model_id, None)
+    free, total = worker.memory()
+    return {"device_bytes": 0 if points is None else points.nbytes, "free_bytes": free, "total_bytes": total}
+
+
+def _resident_points(worker: Worker, points_id: str) -> ResidentPoints:
+    points = worker.points.get(points_id)
+    if points is None:  # deleted meanwhile (the API loads a placed point set before it asks)
+        raise dataset_not_found(points_id)
+    return points
 
 
 def mst(
@@ -102,6 +222,9 @@ HANDLERS: dict[str, Callable[..., dict[str, Any] | Reply]] = {
     PING: ping,
     DESCRIBE: describe,
     MERGE: merge,
+    FIT: fit,
+    PREDICT: predict,
+    DROP_MODEL: drop_model,
 }
 
 

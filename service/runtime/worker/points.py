@@ -20,20 +20,36 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidUploadError
+from .prediction import ResidentModel, on_host
 
 
 def read_points(path: str, fmt: str, max_inflated_bytes: int, max_ratio: float) -> np.ndarray[Any, Any]:
-    """The ``(n, d)`` coordinates of a spool file: ``points.npy``, or ``points.npz`` with a ``points``
-    array (read with the upload caps, never unpickled)."""
+    """The ``(n, d)`` coordinates of a spool file: ``points.npy`` (mapped, not read), or any format
+    :func:`parse_points` reads."""
+    if fmt == "points.npy":
+        try:
+            array: np.ndarray[Any, Any] = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise InvalidUploadError(f"the body cannot be read as npy: {exc}", field="body") from None
+        return array
+    return parse_points(Path(path).read_bytes(), fmt, max_inflated_bytes, max_ratio)
+
+
+def parse_points(data: bytes, fmt: str, max_inflated_bytes: int, max_ratio: float) -> np.ndarray[Any, Any]:
+    """The ``(n, d)`` coordinates of a body: ``points.npy``, ``points.npz`` with a ``points`` array
+    (read with the upload caps, never unpickled), or ``points.arrow`` (:func:`arrow_points`).
+    Uploads and the points of a prediction are read here alike."""
+    import io
+
     from gpu_core.formats import npz_arrays
 
     try:
         if fmt == "points.npy":
-            array: np.ndarray[Any, Any] = np.load(path, mmap_mode="r", allow_pickle=False)
+            array: np.ndarray[Any, Any] = np.load(io.BytesIO(data), allow_pickle=False)
             return array
-        arrays = npz_arrays(
-            Path(path).read_bytes(), max_inflated_bytes=max_inflated_bytes, max_ratio=max_ratio
-        )
+        if fmt == "points.arrow":
+            return arrow_points(data)
+        arrays = npz_arrays(data, max_inflated_bytes=max_inflated_bytes, max_ratio=max_ratio)
     except (ValueError, OSError, EOFError) as exc:  # gpu_core's validation errors are ValueErrors
         raise InvalidUploadError(
             f"the body cannot be read as {fmt.split('.')[1]}: {exc}", field="body"
@@ -46,13 +62,54 @@ def read_points(path: str, fmt: str, max_inflated_bytes: int, max_ratio: float) 
     return arrays["points"]
 
 
-def _on_host(array: Any) -> Any:
-    """A result array in host memory (a device array comes through pinned memory)."""
-    if isinstance(array, np.ndarray):
-        return array
-    from gpu_core._backend.staging import to_pinned
+def arrow_points(data: bytes) -> np.ndarray[Any, Any]:
+    """The points of an Arrow IPC stream (or file): one column of fixed-size lists (a point each,
+    e.g. ``pa.FixedSizeListArray.from_arrays(flat, d)``), or one numeric column per coordinate,
+    in order. Float32 columns stay float32; any other numbers become float64. Nulls are refused."""
+    import pyarrow as pa
+    import pyarrow.ipc
 
-    return to_pinned(array)
+    try:
+        source = pa.py_buffer(data)
+        reader = pyarrow.ipc.open_file if data[:6] == b"ARROW1" else pyarrow.ipc.open_stream
+        table = reader(source).read_all()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
+        raise InvalidUploadError(f"the body cannot be read as arrow: {exc}", field="body") from None
+    if table.num_columns == 0:
+        raise InvalidUploadError("the Arrow table has no column; send one per coordinate.", field="points")
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if column.null_count:
+            first = next(i for i, v in enumerate(column.is_null().to_pylist()) if v)
+            raise InvalidUploadError(
+                f"column {name!r} has null values (the first at row {first}); every coordinate is a number.",
+                field="points",
+                index=first,
+            )
+    first = table.column(0)
+    if table.num_columns == 1 and pa.types.is_fixed_size_list(first.type):
+        width = first.type.list_size
+        values = first.combine_chunks().flatten()
+        if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+            raise InvalidUploadError(
+                f"column {table.column_names[0]!r} holds lists of {values.type}; coordinates are numbers.",
+                field="points",
+            )
+        if values.null_count:
+            raise InvalidUploadError("the points' lists hold null values; every coordinate is a number.",
+                                     field="points")  # fmt: skip
+        flat: np.ndarray[Any, Any] = values.to_numpy(zero_copy_only=False)
+        return flat.reshape(len(first), width) if width else flat.reshape(len(first), 0)
+    columns = []
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+            raise InvalidUploadError(
+                f"column {name!r} has type {column.type}; each column is one coordinate (numbers), or "
+                "one column of fixed-size lists holds the points.",
+                field="points",
+            )
+        columns.append(column.to_numpy())
+    dtype = np.float32 if all(c.dtype == np.float32 for c in columns) else np.float64
+    return np.column_stack([c.astype(dtype, copy=False) for c in columns])
 
 
 class ResidentPoints:
@@ -72,6 +129,8 @@ class ResidentPoints:
         self._trees: dict[int, Any] = {}
         self._linkages: dict[int, np.ndarray[Any, Any]] = {}
         self._index: Any = None  # gpu_core.PointIndex, built on first need
+        #: HDBSCAN* models fitted on it, by model id (see :mod:`.prediction`)
+        self.models: dict[str, ResidentModel] = {}
 
     @property
     def num_points(self) -> int:
@@ -85,7 +144,13 @@ class ResidentPoints:
     def nbytes(self) -> int:
         trees = sum(t.src.nbytes + t.dst.nbytes + t.weights.nbytes for t in self._trees.values())
         index = 0 if self._index is None else int(self._index.nbytes)
-        return int(self.coords.nbytes + trees + sum(z.nbytes for z in self._linkages.values()) + index)
+        models = sum(m.nbytes for m in self.models.values())
+        linkages = sum(z.nbytes for z in self._linkages.values())
+        return int(self.coords.nbytes + trees + linkages + index + models)
+
+    @property
+    def index_built(self) -> bool:
+        return self._index is not None
 
     def index(self) -> tuple[Any, bool]:
         """The spatial index (built now if no job has needed it yet), and whether it was built before."""
@@ -100,6 +165,13 @@ class ResidentPoints:
             coords = cupy.asarray(coords)
         self._index = gpu_core.build_point_index(coords, backend=self.backend)  # type: ignore[arg-type]
         return self._index, False
+
+    def fit(self, model_id: str, params: dict[str, Any]) -> ResidentModel:
+        """Fit an HDBSCAN* model of ``params`` on this point set's index and keep it as ``model_id``."""
+        index, _ = self.index()
+        model = ResidentModel(index, params)
+        self.models[model_id] = model
+        return model
 
     def tree(self, min_samples: int) -> tuple[Any, bool, bool]:
         """The (mutual-reachability) tree of ``min_samples``; whether it was computed before; whether
@@ -169,7 +241,7 @@ class ResidentPoints:
             summary = {"num_edges": n - 1, "total_weight": None, "num_components": clusters}
         else:
             raise InvalidUploadError(f"point sets have no task {task!r}.", field="task")
-        arrays = {name: _on_host(a) for name, a in arrays.items()}
+        arrays = {name: on_host(a) for name, a in arrays.items()}
         if task == "emst":
             # NumPy's sum of the host copy, as the CPU backend sums: a device sum may differ by an ulp
             summary["total_weight"] = float(arrays["weights"].sum())
@@ -187,6 +259,14 @@ WARM_UP_POINTS = 40
 WARM_UP_DIMENSIONS = (3, 5, 40)
 #: ``min_samples`` of :func:`warm_up`: none (1: a Euclidean tree), a few, more than the lists hold
 WARM_UP_MIN_SAMPLES = (1, 5, 40)
+#: parameters of the models :func:`warm_up` fits: the selection on the device (the defaults) and
+#: on the host (an epsilon, a single cluster allowed, a largest size), by excess of mass and leaves
+WARM_UP_MODELS: tuple[dict[str, Any], ...] = (
+    {"min_cluster_size": 5},
+    {"min_cluster_size": 5, "min_samples": 3, "cluster_selection_method": "leaf"},
+    {"min_cluster_size": 5, "cluster_selection_epsilon": 0.5, "allow_single_cluster": True},
+    {"min_cluster_size": 4, "max_cluster_size": 10},
+)
 
 
 def warm_up(backend: str) -> None:
@@ -199,7 +279,14 @@ def warm_up(backend: str) -> None:
     host passes (Numba) are the worker's to load (``gpu_core._clustering.hdbscan.warm_up_compiled``)."""
     rng = np.random.default_rng(0)
     for dims in WARM_UP_DIMENSIONS:
-        points = ResidentPoints(rng.random((WARM_UP_POINTS, dims)).astype(np.float32), backend)
+        coords = rng.random((WARM_UP_POINTS, dims))
+        coords[: WARM_UP_POINTS // 2] += 3.0  # two blobs: models with clusters to predict into
+        points = ResidentPoints(coords.astype(np.float32), backend)
+        for i, params in enumerate(WARM_UP_MODELS):  # fits, predictions, membership vectors
+            model = points.fit(f"warm-up-{i}", params)
+            for queries in (coords[:7], coords[:1].astype(np.float32), coords[:3] + 100.0):
+                model.predict(queries, membership=True)
+            model.predict(coords[:2], membership=False)
         for k in WARM_UP_MIN_SAMPLES:
             points.run("emst", {"min_samples": k})
         points.run("single_linkage", {})
@@ -207,3 +294,4 @@ def warm_up(backend: str) -> None:
             params = {"min_cluster_size": 5, "cluster_selection_method": method,
                       "cluster_selection_epsilon": epsilon}  # fmt: skip
             points.run("hdbscan", params)
+

@@ -42,6 +42,10 @@ PING = "ping"
 DESCRIBE = "describe"
 #: the forest (or query) of a sharded graph from its shards' forests (see ``shards.merge``)
 MERGE = "merge"
+#: fit an HDBSCAN* model on a resident point set, predict with one, drop one (see ``ops``)
+FIT = "fit"
+PREDICT = "predict"
+DROP_MODEL = "drop_model"
 STOP = "stop"
 #: head of the note that follows a :class:`Reply`'s reply once its ``after`` work is done
 STORED = "stored"

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from ...errors import (
     GraphExceedsWorkerError,
     InsufficientMemoryError,
+    PointSetExceedsWorkerError,
     ServiceError,
     WorkerInternalError,
     storage_error,
 )
 from ...storage import npzio
 from .points import ResidentPoints
+from .prediction import ResidentModel
 from .protocol import RunStamp, WorkerConfig
 
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
@@ -75,24 +77,72 @@ class Worker:
             n = max((int(a.max()) for a in ids), default=-1) + 1
         dtype = edges.weight.dtype if edges.weight.dtype in gpu_core.WEIGHT_DTYPES else np.dtype(np.float64)
         needed = gpu_core.estimate_device_bytes(max(n, 0), m, dtype, backend=self.backend).peak
+        self.check_room(needed, f"the graph ({n} vertices, {m} edges, {dtype} weights)", "to build")
+
+    def check_room(self, needed: int, what: str, purpose: str, *, point_set: bool = False) -> None:
+        """Refuse ``needed`` bytes: 413 when the worker never has that much
+        (:class:`GraphExceedsWorkerError`, or :class:`PointSetExceedsWorkerError` with
+        ``point_set``), 507 when it has not now (:class:`InsufficientMemoryError`); the problem
+        names ``what`` needs them ``purpose``, and the numbers."""
         free, total = self.memory()
         where = "device" if self.backend == "gpu" else "host"
         if needed > total:
-            raise GraphExceedsWorkerError(
-                f"the graph ({n} vertices, {m} edges, {dtype} weights) needs about {needed} bytes of "
-                f"{where} memory to build, more than worker {self.config.index} has in all ({total} bytes).",
+            too_large = PointSetExceedsWorkerError if point_set else GraphExceedsWorkerError
+            raise too_large(
+                f"{what} needs about {needed} bytes of {where} memory {purpose}, more than worker "
+                f"{self.config.index} has in all ({total} bytes).",
                 needed=needed,
                 capacity=total,
                 field="body",
             )
         if needed > free:
             raise InsufficientMemoryError(
-                f"the graph needs about {needed} bytes of {where} memory to build; worker "
+                f"{what} needs about {needed} bytes of {where} memory {purpose}; worker "
                 f"{self.config.index} has {free} of {total} bytes free.",
                 needed=needed,
                 available=free,
                 capacity=total,
             )
+
+    def admit_points(self, num_points: int, dims: int) -> None:
+        """Refuse a point set that cannot be held here, before its coordinates are copied: the
+        worker's float64 copy and the spatial index its first job builds
+        (:func:`gpu_core.estimate_point_set_bytes`' ``resident``); 413 or 507 as :meth:`admit`."""
+        import gpu_core
+
+        index = gpu_core.estimate_point_set_bytes(num_points, dims, backend=self.backend).resident
+        self.check_room(
+            8 * num_points * dims + index,
+            f"the point set ({num_points} points of {dims} coordinates)",
+            "to be held with its spatial index",
+            point_set=True,
+        )
+
+    def admit_fit(self, points: ResidentPoints, params: dict[str, Any]) -> None:
+        """Refuse a model fit that does not fit in memory (see :func:`.prediction.fit_bytes`)."""
+        from .prediction import fit_bytes
+
+        n, d = points.num_points, points.dims
+        samples = params.get("min_samples")
+        k = int(params.get("min_cluster_size", 5) if samples is None else samples)
+        if not 1 <= k <= n:  # the engine refuses it with its own words
+            return
+        needed = fit_bytes(n, d, k, self.backend, points.index_built)
+        what = f"an HDBSCAN* model of min_samples={k} on {n} points of {d} coordinates"
+        self.check_room(needed, what, "to be fitted", point_set=True)
+
+    def admit_prediction(self, model: ResidentModel, queries: Any, membership: bool) -> None:
+        """Refuse a prediction of ``queries`` points that does not fit in memory (see
+        :func:`.prediction.predict_bytes`); malformed points pass, for the engine to refuse."""
+        from .prediction import predict_bytes
+
+        shape: tuple[int, ...] = getattr(queries, "shape", ())
+        if len(shape) != 2:
+            return
+        q, d = int(shape[0]), int(shape[1])
+        needed = predict_bytes(q, d, model.neighbours, model.num_clusters, membership)
+        what = f"a prediction of {q} points" + (" with membership vectors" if membership else "")
+        self.check_room(needed, what, "to be computed", point_set=True)
 
     def release_cached(self) -> None:
         """Give the memory pool's cached blocks back to the device (after an out-of-memory error)."""

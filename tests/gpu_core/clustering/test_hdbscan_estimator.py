@@ -138,6 +138,24 @@ def test_prediction_matches_the_hdbscan_library(case: dict[str, Any], seed: int)
         assert np.allclose(got.sum(axis=1), want.sum(axis=1), atol=0.5)  # every row a distribution (or less)
 
 
+def test_a_model_without_a_selected_cluster_predicts_noise() -> None:
+    """Condensed clusters but none selected (here max_cluster_size forbids them all): every new
+    point is noise, as the hdbscan library predicts it, with membership vectors of no column
+    (the selected clusters were indexed as if there were some: an IndexError)."""
+    rng = np.random.default_rng(0)
+    x = rng.random((40, 5))
+    x[:20] += 3.0
+    ours = gpu_core.HDBSCAN(min_cluster_size=4, max_cluster_size=10, backend="cpu").fit(x)
+    assert ours.labels_.max() == -1 and ours.prediction_data_.num_clusters > 1
+    labels, probs = gpu_core.approximate_predict(ours, x[:7])
+    assert labels.tolist() == [-1] * 7 and probs.tolist() == [0.0] * 7
+    assert gpu_core.membership_vector(ours, x[:7]).shape == (7, 0)
+    lib = hdbscan.HDBSCAN(min_samples=3, min_cluster_size=4, max_cluster_size=10,  # ours less one
+                          approx_min_span_tree=False, prediction_data=True).fit(x)  # fmt: skip
+    assert lib.labels_.max() == -1
+    assert hdbscan.approximate_predict(lib, x[:7])[0].tolist() == [-1] * 7
+
+
 def _unique_argmax_rows(model: gpu_core.HDBSCAN, new: np.ndarray | None) -> np.ndarray:
     from gpu_core._clustering.prediction import _heights, nearest_reachable
 
