@@ -1,10 +1,9 @@
 """``python -m service`` / ``mst-service``: run the API with uvicorn (settings from ``MST_*`` variables).
 
-This module imports only the standard library at its top: the worker processes are spawned, and
-a spawned child imports its parent's main module again (as ``__mp_main__``), so what is imported
-here, every worker and probe would import too. :func:`main` reads the settings, spawns worker 0
-and the GPU probe (:func:`service.runtime.pool.head_start.begin`), and only then imports and
-builds the app, while the worker starts.
+This module imports only the standard library at its top, so that worker 0 can start before the
+web framework is imported: :func:`main` reads the settings, spawns worker 0 and the GPU probe
+(:func:`service.runtime.pool.head_start.begin`), and only then imports and builds the app, while
+the worker starts.
 """
 
 from __future__ import annotations

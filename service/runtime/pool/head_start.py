@@ -12,8 +12,9 @@ otherwise (:func:`first_config`) it starts on the first GPU the plan can name, i
 ``auto`` or ``gpu``, and the pool keeps it if the plan's worker 0 is that one.
 
 Every spawn of a worker process goes through :func:`spawn_worker`, whose target is the worker's
-light entry point (:func:`service.runtime.worker.entry.main`): the child then imports the engine
-once, itself, and not the API's modules.
+light entry point (:func:`service.runtime.worker.entry.main`): the API process need not import the
+engine to start one, and the child imports it once its GPU is pinned. The probe's entry point is
+as light (:func:`service.runtime.worker.entry.probe`): the probe imports gpu_core and CuPy only.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from ...settings import Settings
 from ..worker.entry import main as worker_entry
+from ..worker.entry import probe as probe_entry
 from ..worker.protocol import WorkerConfig
 
 MP = multiprocessing.get_context("spawn")
@@ -121,23 +123,6 @@ def keeps(planned: WorkerConfig, started: WorkerConfig) -> bool:
     return planned.backend == "cpu" or planned.cuda_device == started.cuda_device
 
 
-def _probe_child(conn: Connection, backend: str) -> None:
-    """In a spawned child: resolve ``backend`` and count the CUDA devices."""
-    try:
-        import gpu_core
-
-        chosen = gpu_core.resolve_backend(backend)
-        count = 0
-        if chosen == "gpu":
-            import cupy
-
-            count = int(cupy.cuda.runtime.getDeviceCount())
-        conn.send((chosen, count, None))
-    except Exception as exc:
-        conn.send(("cpu", 0, f"{type(exc).__name__}: {exc}"))
-    conn.close()
-
-
 class Probe:
     """The throw-away child that says which backend ``MST_BACKEND`` resolves to here and how many
     GPUs are visible: spawned at once, its answer read by :meth:`result`."""
@@ -145,7 +130,7 @@ class Probe:
     def __init__(self, backend: str) -> None:
         self.backend = backend
         self._conn, child = MP.Pipe(duplex=False)
-        self._process = MP.Process(target=_probe_child, args=(child, backend), name="mst-probe", daemon=True)
+        self._process = MP.Process(target=probe_entry, args=(child, backend), name="mst-probe", daemon=True)
         self._process.start()
         child.close()
 
