@@ -30,7 +30,9 @@ class LocalPool:
     async def start(self, sources: Sources) -> list[WorkerHandle]:
         """Plan the local workers and start them (worker 0 and the probe from the head start)."""
         settings = self.settings
-        head = self._head_start if self._head_start is not None else begin(settings)
+        head = self._head_start
+        if head is None:
+            head = await asyncio.to_thread(begin, settings)
         self._head_start = None
         spawned, probe = head.take_worker(), head.take_probe()
         started = time.perf_counter()
