@@ -8,9 +8,8 @@ Documented behaviour (service/runtime/pool/head_start.py, service/__main__.py):
   that becomes ready, no second one is started;
 * ``/readyz`` is 503 until that worker has warmed up (its tasks and kernels), then 200, and the
   worker reports the backend ``MST_BACKEND`` asks for;
-* the service's main module and the worker's entry point import nothing heavy (no web framework,
-  no NumPy, no engine): worker 0 is spawned before the app is imported, and spawning a worker (or
-  the probe) does not make the API process import the engine.
+* what the API process imports before it spawns worker 0 (the main module, the settings, the head
+  start) and a worker's entry point import nothing heavy (no web framework, no NumPy, no engine).
 
 A worker is held in its warm-up by a test-only hook (``gate_hook/sitecustomize.py``).
 """
@@ -29,20 +28,24 @@ from .live import REPO, LiveServer
 
 GATE_HOOK = str(Path(__file__).resolve().parent / "gate_hook")
 
-HEAVY = ("fastapi", "starlette", "uvicorn", "pydantic", "numpy", "gpu_core", "cupy", "numba")
+HEAVY = ("fastapi", "starlette", "uvicorn", "numpy", "gpu_core", "cupy", "numba")
 
 
-def test_the_main_module_and_the_worker_entry_point_import_nothing_heavy() -> None:
-    """What the API process imports before it spawns worker 0, and a spawned child before its code runs."""
-    code = (
-        "import json, sys; import service.__main__, service.runtime.worker.entry; "
-        "print(json.dumps(sorted(sys.modules)))"
-    )
+def _imported(*modules: str) -> list[str]:
+    code = f"import json, sys; import {', '.join(modules)}; print(json.dumps(sorted(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    modules = json.loads(done.stdout)
-    heavy = [m for m in modules if m.split(".")[0] in HEAVY]
-    assert heavy == [], heavy
+    imported: list[str] = json.loads(done.stdout)
+    return imported
+
+
+def test_worker_0_is_spawned_before_anything_heavy_is_imported() -> None:
+    """What the API process imports before it spawns worker 0 (its settings, the head start), and
+    a spawned worker before its entry point runs: no web framework, no NumPy, no engine."""
+    before_spawn = _imported("service.__main__", "service.settings", "service.runtime.pool.head_start")
+    assert [m for m in before_spawn if m.split(".")[0] in HEAVY] == []
+    entry = _imported("service.runtime.worker.entry")
+    assert [m for m in entry if m.split(".")[0] in (*HEAVY, "pydantic")] == []
 
 
 def test_readyz_waits_for_the_warm_up_of_worker_0_started_before_the_api(tmp_path: Path) -> None:

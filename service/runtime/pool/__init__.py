@@ -18,10 +18,14 @@ probe spawned before the API was built, :mod:`.head_start`) sits below ``process
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...settings import Settings
-from .head_start import HeadStart
-from .interface import WorkerPool
-from .local_pool import LocalPool
+
+if TYPE_CHECKING:  # the pools are imported when one is made: python -m service imports this
+    # package to spawn worker 0 (.head_start) before anything heavy (the handle imports the engine)
+    from .head_start import HeadStart
+    from .interface import WorkerPool
 
 
 def worker_pool(settings: Settings, head_start: HeadStart | None = None) -> WorkerPool:
@@ -32,4 +36,6 @@ def worker_pool(settings: Settings, head_start: HeadStart | None = None) -> Work
         if head_start is not None:  # (python -m service begins one for the local pool only)
             head_start.abandon()
         return RayPool(settings)
+    from .local_pool import LocalPool
+
     return LocalPool(settings, head_start)
