@@ -12,8 +12,10 @@ repeated ``--repeats`` times; medians are printed, every run is kept in the JSON
    staying as the environment sets them, and the worker's warm-up manifest where there is none,
    by the full sweep): process start to ``/healthz`` answering (the API is up) and to ``/readyz``
    200 (a worker is warm), with the worker's own split from ``/readyz`` (``startup_ms``:
-   ``process`` = spawn to its entry point, the interpreter and the worker module's imports;
-   ``imports`` = gpu_core and CuPy; ``device`` = the CUDA context; ``warm_up_tasks`` = the
+   ``process`` = spawn to its entry point, the interpreter and what ``spawn`` imports (worker 0
+   is spawned as soon as the service has read its settings, before the API is built);
+   ``modules`` = the worker's modules and the engine's (gpu_core, NumPy and what they import);
+   ``imports`` = CuPy, where the backend is resolved; ``device`` = the CUDA context; ``warm_up_tasks`` = the
    worker's tasks on small datasets; ``warm_up`` = the kernels, by the manifest's parts or the full
    sweep; ``host_passes`` = the wait for Numba's passes, loaded on a thread meanwhile; ``probe``;
    ``release``) and its ``warm_up`` (``mode`` quick or full, ``parts``, ``modules``, ``compiled``,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ def warm_start(
     tasks: Callable[[], object] = lambda: None,
     *,
     lap: Callable[[str], object] = lambda name: None,
+    beside: bool = False,
 ) -> dict[str, Any]:
     """Warm up every kernel a request can need before a service's worker says it is ready: the
     caller's ``tasks`` (its own warm-up: its tasks end to end on small datasets), then the graphs',
@@ -89,6 +91,13 @@ def warm_start(
       runs too, before ready as ever, and writes the manifest again (``mode="full after quick"``,
       ``missing``; ``note`` says so for the log).
 
+    With ``beside``, the quick sweep's parts run on a thread of their own while the caller's tasks
+    run on this one (``warm_up_tasks`` is then the tasks' time, ``warm_up`` the wait for the parts
+    after them): together they load what they load one after the other (a module is loaded by the
+    first launch that needs it, whichever thread that is), and whatever either spends outside the
+    interpreter (the device's synchronizations, module loads, file reads) the other can use. The
+    full sweep always runs alone, in order: it notes which part loaded a module first.
+
     Either way no request builds or loads a module the full sweep would have. The CPU backend
     compiles nothing: its warm-up is the graphs' parts (``mode="cpu"``).
     """
@@ -118,18 +127,28 @@ def warm_start(
     sweep = _full_sweep()
     report: dict[str, Any] = {"manifest": str(path)}
     with kernel_census() as census:
-        tasks()  # first: what it loads, no part needs to
-        step("warm_up_tasks")
         if manifest is None:
+            tasks()  # first: what it loads, no part needs to
+            step("warm_up_tasks")
             cover = _run(sweep, census.modules)
             step("warm_up")
             report.update(mode="full", parts=f"{len(sweep)} of {len(sweep)}")
         else:
             listed = set(manifest.parts)
             quick = [(name, part) for name, part in sweep if name in listed]
-            cover = _run(quick, census.modules)
+            if beside:
+                parts = _Beside(quick, census.modules)
+                try:
+                    tasks()
+                finally:
+                    step("warm_up_tasks")
+                    cover = parts.join()
+            else:
+                tasks()
+                step("warm_up_tasks")
+                cover = _run(quick, census.modules)
             step("warm_up")
-            report.update(mode="quick", parts=f"{len(quick)} of {len(sweep)}")
+            report.update(mode="quick", parts=f"{len(quick)} of {len(sweep)}", beside=beside)
             missing = manifest.modules - census.modules.keys()
             if missing:  # the parts that loaded a module in either run: a cover again
                 more = set(cover) | set(_run(sweep, census.modules))
@@ -180,6 +199,30 @@ def _run(parts: list[Part], modules: dict[str, float]) -> list[str]:
         if len(modules) > count:
             loaded.append(name)
     return loaded
+
+
+class _Beside:
+    """:func:`_run` of some parts on a thread of its own, started now; :meth:`join` waits for it and
+    returns what it returned (or raises what it raised)."""
+
+    def __init__(self, parts: list[Part], modules: dict[str, float]) -> None:
+        self._loaded: list[str] = []
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, args=(parts, modules), name="warm-up-parts")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def _work(self, parts: list[Part], modules: dict[str, float]) -> None:
+        try:
+            self._loaded = _run(parts, modules)
+        except BaseException as exc:  # raised again on the caller's thread
+            self._error = exc
+
+    def join(self) -> list[str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._loaded
 
 
 def _sources_digest() -> str:

@@ -1,4 +1,10 @@
-"""``python -m service`` / ``mst-service``: run the API with uvicorn (settings from ``MST_*`` variables)."""
+"""``python -m service`` / ``mst-service``: run the API with uvicorn (settings from ``MST_*`` variables).
+
+This module imports only the standard library at its top, so that worker 0 can start before the
+web framework is imported: :func:`main` reads the settings, spawns worker 0 and the GPU probe
+(:func:`service.runtime.pool.head_start.begin`), and only then imports and builds the app, while
+the worker starts.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +12,16 @@ import logging
 import os
 import sys
 
-import uvicorn
-from pydantic import ValidationError
-
-from .app import create_app
-from .settings import Settings, retired_settings
-
 
 def main(argv: list[str] | None = None) -> int:
     """Start the service; returns the process exit code."""
+    from pydantic import ValidationError
+
+    from .settings import Settings, retired_settings
+
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in ("-h", "--help"):
-        print(__doc__)
+        print(__doc__.splitlines()[0])
         for name, field in Settings.model_fields.items():
             print(f"  MST_{name.upper():<26} {field.description} (default {field.default!r})")
         return 0
@@ -36,7 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     for warning in retired_settings(os.environ):
         logging.getLogger("service").warning(warning)
-    app = create_app(settings)
+    head_start = None
+    if settings.worker_pool == "local":
+        from .runtime.pool.head_start import begin
+
+        head_start = begin(settings)  # worker 0 starts while the app is imported and built
+    import uvicorn
+
+    from .app import create_app
+
+    app = create_app(settings, head_start)
     uvicorn.run(
         app,
         host=settings.host,

@@ -26,6 +26,7 @@ from .runtime.catalog import Catalog
 from .runtime.jobs import Jobs
 from .runtime.models import Models
 from .runtime.oneshots import OneShots
+from .runtime.pool.head_start import HeadStart
 from .runtime.pool.residency import GraphSource
 from .runtime.supervisor import Supervisor
 from .settings import Settings
@@ -58,7 +59,14 @@ BEARER_SCHEME = {
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     metrics: Metrics = app.state.metrics
-    store = Store(settings.data_dir)
+    head_start: HeadStart | None = app.state.head_start
+    app.state.head_start = None  # taken once: a second lifespan (tests) starts its own
+    try:
+        store = Store(settings.data_dir)
+    except BaseException:
+        if head_start is not None:
+            head_start.abandon()
+        raise
     queued, failed = store.recover("The service stopped while the job was running.")
     if failed:
         log.warning("%d job(s) were running when the service stopped; marked failed (worker_lost)", failed)
@@ -67,7 +75,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     def source(graph_id: str) -> GraphSource | None:
         return catalog_ref[0].source(graph_id)
 
-    supervisor = Supervisor(settings, source)
+    supervisor = Supervisor(settings, source, head_start=head_start)
     admission = Admission(supervisor)
     jobs_ = Jobs(store, supervisor, metrics, settings.max_result_bytes, admission)
     oneshots = OneShots(store, supervisor, admission, metrics)
@@ -137,8 +145,11 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return schema
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The service's app; workers start when its lifespan starts (uvicorn, or ``TestClient`` as a context)."""
+def create_app(settings: Settings | None = None, head_start: HeadStart | None = None) -> FastAPI:
+    """The service's app; workers start when its lifespan starts (uvicorn, or ``TestClient`` as a
+    context). ``head_start``: worker 0 and the GPU probe, spawned before the app was built
+    (``python -m service``: :func:`service.runtime.pool.head_start.begin`); its first lifespan
+    takes them."""
     app = FastAPI(
         title="MST service",
         version=__version__,
@@ -156,6 +167,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings if settings is not None else Settings()
     app.state.metrics = Metrics()
     app.state.services = None
+    app.state.head_start = head_start
     install_handlers(app)
     for router in (graphs.router, points.router, point_models.router, jobs.router, mst.router, health.router):
         app.include_router(router)

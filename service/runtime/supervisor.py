@@ -30,6 +30,7 @@ from ..errors import ServiceUnavailableError
 from ..settings import Settings
 from .pool import worker_pool
 from .pool.handle import WorkerHandle
+from .pool.head_start import HeadStart
 from .pool.interface import WorkerPool
 from .pool.residency import Sources
 
@@ -64,11 +65,18 @@ def room(worker: WorkerHandle) -> tuple[int, int, int]:
 class Supervisor:
     """All workers of the service, their placement and their health."""
 
-    def __init__(self, settings: Settings, sources: Sources, pool: WorkerPool | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        sources: Sources,
+        pool: WorkerPool | None = None,
+        head_start: HeadStart | None = None,
+    ) -> None:
         self.settings = settings
         self._sources = sources
-        #: where the workers run (``MST_WORKER_POOL``: this host's processes, or Ray actors)
-        self._pool = pool if pool is not None else worker_pool(settings)
+        #: where the workers run (``MST_WORKER_POOL``: this host's processes, or Ray actors);
+        #: ``head_start``: worker 0 and the GPU probe already spawned (``python -m service``)
+        self._pool = pool if pool is not None else worker_pool(settings, head_start)
         self.workers: list[WorkerHandle] = []
         self._monitor: asyncio.Task[None] | None = None
         #: sharded graphs and their shard counts; shard i is placed as :func:`shard_key` ``(id, i)``

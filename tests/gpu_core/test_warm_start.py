@@ -16,6 +16,7 @@ import pytest
 from gpu_core._warm_up import (
     MANIFEST_PREFIX,
     Manifest,
+    _Beside,
     _run,
     manifest_path,
     read_manifest,
@@ -92,6 +93,36 @@ def test_a_sweep_names_the_parts_that_loaded_a_module_first() -> None:
     parts = [("a", loads("x")), ("b", loads()), ("c", loads("x")), ("d", loads("y", "z")), ("e", loads("z"))]
     assert _run(parts, modules) == ["a", "d"]  # c and e load nothing the parts before them had not
     assert set(modules) == {"x", "y", "z"}
+
+
+def test_parts_beside_the_tasks_run_on_their_own_thread_and_their_failure_is_raised_at_the_join() -> None:
+    """The quick sweep's parts ``beside`` the caller's tasks (``warm_start(..., beside=True)``)."""
+    import threading
+
+    modules: dict[str, float] = {}
+    threads: set[str] = set()
+    release = threading.Event()
+
+    def part(*names: str) -> Callable[[], object]:
+        def run() -> None:
+            threads.add(threading.current_thread().name)
+            release.wait(10)  # the tasks run meanwhile on the caller's thread
+            modules.update(dict.fromkeys(names, 1.0))
+
+        return run
+
+    beside = _Beside([("a", part("x")), ("b", part("x")), ("c", part("y"))], modules)
+    modules["t"] = 1.0  # the caller's tasks, while the parts wait
+    release.set()
+    assert beside.join() == ["a", "c"] and set(modules) == {"t", "x", "y"}
+    assert threads == {"warm-up-parts"}
+
+    def fails() -> None:
+        raise RuntimeError("a part failed")
+
+    failing = _Beside([("a", fails)], modules)
+    with pytest.raises(RuntimeError, match="a part failed"):
+        failing.join()
 
 
 def test_the_cpu_backend_runs_the_callers_tasks_then_the_graph_warm_up() -> None:

@@ -71,7 +71,8 @@ class LiveServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> LiveServer:
+    def start(self, timeout: float = 60.0, wait: bool = True) -> LiveServer:
+        """Start the server; with ``wait``, return once ``/readyz`` answers 200."""
         self.port = free_port()
         env = {**os.environ, **self.env, "MST_PORT": str(self.port), "MST_DATA_DIR": str(self.data_dir)}
         with open(self.log_path, "ab") as log:
@@ -79,7 +80,8 @@ class LiveServer:
                 [sys.executable, "-m", "service"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
             )
         self.client = httpx.Client(base_url=self.url, timeout=60.0)
-        self.wait_ready(timeout)
+        if wait:
+            self.wait_ready(timeout)
         return self
 
     def log(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from service.runtime.pool.local_pool import plan_workers
@@ -39,3 +41,35 @@ def test_auto_without_cupy_is_cpu_without_a_probe(tmp_path, monkeypatch: pytest.
     monkeypatch.setattr(importlib.util, "find_spec", fake)
     [config] = plan_workers(Settings(backend="auto", data_dir=tmp_path))
     assert config.backend == "cpu"
+
+
+def test_worker_0_starts_before_the_plan_as_the_plan_will_have_it(tmp_path, monkeypatch) -> None:
+    """The head start spawns worker 0 before the probe answers: its config is the plan's where the
+    plan needs no probe, else ``auto``/``gpu`` on the first GPU the plan can name, kept only where
+    the plan's worker 0 is that one (service/runtime/pool/head_start.py)."""
+    from service.runtime.pool.head_start import first_config, keeps, needs_probe
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cpu = Settings(backend="cpu", cpu_workers=2, data_dir=tmp_path)
+    assert not needs_probe(cpu) and first_config(cpu) == plan_workers(cpu)[0]
+    listed = Settings(backend="gpu", gpus=[2, 0], data_dir=tmp_path)
+    assert not needs_probe(listed) and first_config(listed) == plan_workers(listed)[0]
+    assert (first_config(listed).backend, first_config(listed).cuda_device) == ("gpu", "2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaa,GPU-bbb")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(  # CuPy "is installed" (auto probes only then; gpu always does)
+        importlib.util, "find_spec", lambda name, *a: object() if name == "cupy" else real(name, *a)
+    )
+    for backend in ("auto", "gpu"):
+        probed = Settings(backend=backend, data_dir=tmp_path)
+        early = first_config(probed)
+        assert (early.index, early.backend, early.cuda_device) == (0, backend, "GPU-aaa")
+    auto = first_config(Settings(backend="auto", data_dir=tmp_path))
+    on = lambda device: replace(auto, backend="gpu", cuda_device=device)  # noqa: E731
+    assert keeps(on("GPU-aaa"), auto) and not keeps(on("GPU-bbb"), auto)
+    assert keeps(replace(auto, backend="cpu", cuda_device=None), auto)  # auto resolves to the CPU too
+    gpu = first_config(Settings(backend="gpu", data_dir=tmp_path))
+    assert keeps(replace(gpu), gpu) and not keeps(replace(gpu, cuda_device="GPU-bbb"), gpu)
+    assert not keeps(replace(gpu, backend="cpu", cuda_device=None), gpu)

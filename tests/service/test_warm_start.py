@@ -67,7 +67,7 @@ def overloads():
 tmp = Path(tempfile.mkdtemp())
 worker = Worker(WorkerConfig(0, backend, None, str(tmp), 10**8, 0.5))
 where = "start"
-ready = start(worker)
+ready = start(worker, beside=sys.argv[3] == "beside")
 if not requests:
     print(json.dumps({"warm_up": ready["warm_up"]}))
     sys.exit(0)
@@ -133,11 +133,12 @@ print(json.dumps({
 """
 
 
-def _first_time(backend: str, requests: bool = True) -> dict[str, Any]:
+def _first_time(backend: str, requests: bool = True, way: str = "beside") -> dict[str, Any]:
     """What a fresh worker process's start reports and, with ``requests``, what every request
-    made it do for the first time after that."""
+    made it do for the first time after that. ``way``: the quick warm-up's parts ``beside`` the
+    worker's tasks (on a thread of their own, the worker's default) or ``after`` them."""
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, backend, "requests" if requests else "start"],
+        [sys.executable, "-c", SCRIPT, backend, "requests" if requests else "start", way],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -158,12 +159,16 @@ def test_no_request_imports_or_compiles_once_a_cpu_worker_is_ready() -> None:
 
 
 @pytest.mark.gpu
-def test_no_request_compiles_or_loads_a_kernel_once_a_gpu_worker_is_ready_after_a_quick_start() -> None:
+@pytest.mark.parametrize("way", ["beside", "after"])
+def test_no_request_compiles_or_loads_a_kernel_once_a_gpu_worker_is_ready_after_a_quick_start(
+    way: str,
+) -> None:
     before = _first_time("gpu", requests=False)["warm_up"]  # a manifest from now on
     assert before["mode"] in ("full", "quick"), before
-    first = _first_time("gpu")
+    first = _first_time("gpu", way=way)
     warm_up = first.pop("warm_up")
     print({"before": before, "after": warm_up})
     assert warm_up["mode"] == "quick", warm_up  # "full after quick": the quick sweep missed a module
+    assert warm_up["beside"] is (way == "beside"), warm_up
     assert warm_up["compiled"] == 0, warm_up  # the first process filled the kernel cache
     assert first == NOTHING, first

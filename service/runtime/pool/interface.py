@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ...settings import Settings
-from ..worker.protocol import WorkerConfig
 from .handle import WorkerHandle
+from .head_start import worker_config
 from .residency import Sources
 
 
@@ -28,21 +27,4 @@ class WorkerPool(Protocol):
         ...
 
 
-def worker_config(settings: Settings, index: int, backend: str, device: str | None) -> WorkerConfig:
-    """The config of worker ``index`` (on ``backend``, CUDA_VISIBLE_DEVICES ``device``)."""
-    return WorkerConfig(
-        index=index,
-        backend=backend,
-        cuda_device=device,
-        tmp_dir=str(settings.spool_dir / "tmp"),
-        max_edges=settings.max_edges,
-        memory_bytes=settings.worker_memory_bytes,
-        heartbeat_interval_s=settings.heartbeat_interval_s,
-        spin_s=settings.worker_spin_ms / 1e3,
-        max_vertices=settings.max_vertices,
-        max_inflated_bytes=settings.max_inflated_bytes,
-        max_compression_ratio=settings.max_compression_ratio,
-        coalesce=settings.coalesce_jobs,
-        oneshot_batch_edges=settings.oneshot_batch_edges,
-        oneshot_inline_bytes=settings.oneshot_inline_bytes,
-    )
+__all__ = ["WorkerPool", "worker_config"]

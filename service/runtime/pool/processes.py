@@ -1,10 +1,11 @@
 """A worker that is a process of this host: its start, its pipe, its death, its standby.
 
 A :class:`ProcessHandle` is a :class:`~.handle.WorkerHandle` whose transport is one duplex
-pipe to a process started with ``spawn`` (the worker's entry point:
-:func:`service.runtime.worker.process.main`). The API's event loop reads the pipe's replies as
-soon as they arrive (``add_reader``: no thread, no hop) and writes requests without blocking
-(the rest of a large one waits until the pipe drains, ``add_writer``). Up to
+pipe to a process started with ``spawn`` (:func:`~.head_start.spawn_worker`; worker 0's may
+have been spawned before the API was built, :mod:`.head_start`, and is adopted). The API's event
+loop reads the pipe's replies as soon as they arrive (``add_reader``: no thread, no hop) and
+writes requests without blocking (the rest of a large one waits until the pipe drains,
+``add_writer``). Up to
 :data:`MAX_IN_FLIGHT` requests are in the pipe at once; more wait in the outbox. Which requests
 the process is computing is read, once it is gone, from the run stamp it shares
 (:class:`~service.runtime.worker.protocol.RunStamp`); its heartbeat is a shared stamp too.
@@ -22,7 +23,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import multiprocessing
 import os
 import time
 from dataclasses import dataclass
@@ -31,9 +31,9 @@ from typing import Any
 
 from ...errors import WorkerLostError
 from ...settings import Settings
-from ..worker.process import main as worker_main
 from ..worker.protocol import MAX_COALESCED, STOP, RunStamp, WorkerConfig, framed, unframed
 from .handle import WorkerHandle
+from .head_start import Spawned, spawn_worker
 from .residency import Sources
 
 log = logging.getLogger("service.runtime.supervisor")
@@ -46,7 +46,6 @@ SPARE_ATTEMPTS = 3
 SPARE_PAUSE_S = 1.0
 #: bytes read from a worker's pipe at once
 _READ_SIZE = 1 << 20
-MP = multiprocessing.get_context("spawn")
 
 
 @dataclass
@@ -83,6 +82,8 @@ class ProcessHandle(WorkerHandle):
         self._spare: Spare | None = None
         self._spare_starting = False
         self._spare_failures = 0
+        #: a process spawned for this worker before it started (worker 0's head start)
+        self._adopted: Spawned | None = None
 
     @property
     def pid(self) -> int | None:
@@ -93,25 +94,18 @@ class ProcessHandle(WorkerHandle):
 
     # -- the process --------------------------------------------------------------------------
 
-    def _spawn_blocking(self) -> tuple[Any, Connection, Any, Any]:
-        parent, child = MP.Pipe(duplex=True)
-        heartbeat = MP.RawValue("d", time.monotonic())
-        running = MP.RawArray("q", 2)
-        process = MP.Process(
-            target=worker_main,
-            args=(child, heartbeat, self.config, running),
-            name=f"mst-worker-{self.index}",
-            daemon=True,
-        )
-        process.start()
-        child.close()
-        return process, parent, heartbeat, running
+    def adopt(self, spawned: Spawned) -> None:
+        """Make ``spawned`` (a process spawned for this worker's config before the handle started,
+        :mod:`.head_start`) the process its start takes, instead of spawning one."""
+        self._adopted = spawned
 
     async def _spawn(self) -> None:
-        spawned_at = time.monotonic()
-        process, conn, heartbeat, running = await asyncio.to_thread(self._spawn_blocking)
+        spawned, self._adopted = self._adopted, None
+        if spawned is None:
+            spawned = await asyncio.to_thread(spawn_worker, self.config)
+        process, conn = spawned.process, spawned.conn
         generation = next(self._generations)
-        self._take(process, conn, heartbeat, running, generation, spawned_at)
+        self._take(process, conn, spawned.heartbeat, spawned.running, generation, spawned.spawned_at)
         assert self._loop is not None
         self._loop.add_reader(conn.fileno(), self._readable, conn, process, generation, bytearray())
         log.info("worker %d started (pid %d, backend %s)", self.index, process.pid, self.config.backend)
@@ -266,11 +260,12 @@ class ProcessHandle(WorkerHandle):
     async def _spawn_spare(self) -> None:
         self._spare_starting = True
         try:
-            spawned_at = time.monotonic()
-            process, conn, heartbeat, running = await asyncio.to_thread(self._spawn_blocking)
+            spawned = await asyncio.to_thread(spawn_worker, self.config)
         finally:
             self._spare_starting = False
-        spare = Spare(process, conn, heartbeat, running, next(self._generations), spawned_at)
+        process, conn = spawned.process, spawned.conn
+        generation = next(self._generations)
+        spare = Spare(process, conn, spawned.heartbeat, spawned.running, generation, spawned.spawned_at)
         self._spare = spare
         assert self._loop is not None
         self._loop.add_reader(conn.fileno(), self._readable, conn, process, spare.generation, bytearray())

@@ -2,7 +2,9 @@
 
 Its parts, top to bottom (each imports only those below it; ``lint-imports`` checks it):
 
-* ``process``: the entry point of the spawned process and the loop that answers its pipe
+* ``entry``: the spawned process's entry point, light to import (the API imports it to name the
+  target; it imports the rest once it runs);
+* ``process``: the worker process's start and the loop that answers its pipe
   (coalesced jobs, batched one-shots, the run stamp, the heartbeat);
 * ``ops``: each request to its handler, and the one way a request is run (shared with the Ray
   actor);
@@ -14,5 +16,5 @@ Its parts, top to bottom (each imports only those below it; ``lint-imports`` che
 * ``protocol``: the messages and the config, the one thing the API process imports from here.
 
 Runs in the child process (it imports :mod:`gpu_core`, and through it CuPy, there); the API
-process imports ``protocol`` for its messages and ``process`` only to name the entry point.
+process imports ``protocol`` for its messages and ``entry`` only to name the entry point.
 """

@@ -1,8 +1,9 @@
 """The worker process: its entry point and the loop that answers its pipe.
 
 Started by the local pool (:mod:`service.runtime.pool.processes`) with the ``spawn`` start
-method, so the child is a fresh interpreter: :func:`main` pins its GPU with
-``CUDA_VISIBLE_DEVICES`` and only then imports :mod:`gpu_core` (and through it CuPy), starts
+method, so the child is a fresh interpreter: its entry point (:func:`.entry.main`, which imports
+nothing of the engine) pins its GPU with ``CUDA_VISIBLE_DEVICES`` and only then imports this
+module and through it :mod:`gpu_core` (and CuPy); :func:`main` starts
 (:func:`~.startup.start`) and sends ``ready``; then :func:`serve` answers each request in the
 pipe's order (the messages: :mod:`.protocol`; the operations: :mod:`.ops`).
 
@@ -55,10 +56,15 @@ from .state import Worker, portable
 WRITES_BEHIND = 64
 
 
-def main(conn: Connection, heartbeat: Any, config: WorkerConfig, running: Any = None) -> None:
-    """Entry point of the worker process. ``running``: the shared ``RawArray('q', 2)`` of its
-    :class:`~.protocol.RunStamp` (which requests it is computing, read by its handle if it dies)."""
-    entered = time.monotonic()  # system-wide on Linux: the supervisor compares it with its own
+def main(
+    conn: Connection, heartbeat: Any, config: WorkerConfig, running: Any = None, entered: float | None = None
+) -> None:
+    """Run the worker process (started through :func:`.entry.main`). ``running``: the shared
+    ``RawArray('q', 2)`` of its :class:`~.protocol.RunStamp` (which requests it is computing, read
+    by its handle if it dies); ``entered``: ``time.monotonic()`` when the process reached its entry
+    point (its ``ready`` info's ``entered_at``; the imports since then are its ``modules`` step)."""
+    modules_ms = 0.0 if entered is None else (time.monotonic() - entered) * 1e3
+    entered = time.monotonic() if entered is None else entered
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the API, which stops its workers
     if config.cuda_device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = config.cuda_device
@@ -72,6 +78,7 @@ def main(conn: Connection, heartbeat: Any, config: WorkerConfig, running: Any = 
         worker.stamp = RunStamp(running)
         info = start(worker)
         info["entered_at"] = entered
+        info["startup_ms"] = {"modules": round(modules_ms, 3), **info["startup_ms"]}
     except BaseException as exc:
         conn.send(("failed", portable(exc)))
         conn.close()

@@ -6,10 +6,12 @@ once on small datasets (:func:`warm_up_tasks`) and every kernel a request can ne
 names, or the full sweep where there is none), loads Numba's compiled passes on a thread
 meanwhile, and computes the probe graph; its ``ready`` info says what each step took
 (``startup_ms``) and how the kernels were warmed up (``warm_up``), so no request compiles, loads
-or imports anything afterwards. On an H200 with a warm kernel cache (2026-11-24): 4.9 s from the
-spawn, of which 1.3 s the process, 0.3 s the imports, 0.1 s the context, 3.1 s the warm-up (its
-tasks 1.6 s, 36 of the sweep's 475 parts 1.5 s, 244 CuPy modules loaded in 0.5 s of that); the
-full sweep, once per kernel cache and version, about 21 s (2 minutes with a cold cache: NVRTC).
+or imports anything afterwards. On an H200 with a warm kernel cache (2026-11-24, before the light
+entry point, :mod:`.entry`, and the parts beside the tasks): 4.9 s from the spawn, of which 1.3 s
+the process (most of it the API's modules, imported again as the spawned child's main module),
+0.3 s the imports, 0.1 s the context, 3.1 s the warm-up (its tasks 1.6 s, then 36 of the sweep's
+475 parts 1.5 s, 244 CuPy modules loaded in 0.5 s of that); the full sweep, once per kernel cache
+and version, about 21 s (2 minutes with a cold cache: NVRTC).
 Kept together, as one unit: the order of these steps is the worker's start time.
 """
 
@@ -28,9 +30,11 @@ from ...timing import Steps
 from .state import Worker
 
 
-def start(worker: Worker) -> dict[str, Any]:
+def start(worker: Worker, beside: bool = True) -> dict[str, Any]:
     """Import the engine, open the device, warm up every task and kernel and compute the probe
-    graph; the ``ready`` info.
+    graph; the ``ready`` info. ``beside``: on the GPU, a quick warm-up runs the kernels' parts on a
+    thread of their own while the tasks run on this one (``gpu_core._warm_up.warm_start``;
+    ``python -m bench.warm_start`` measures both ways).
 
     Its ``startup_ms`` says where the time went: ``imports`` (gpu_core, and CuPy for the GPU),
     ``device`` (the CUDA context), ``warm_up_tasks`` (point sets' tasks and graph dendrograms,
@@ -56,7 +60,7 @@ def start(worker: Worker) -> dict[str, Any]:
 
     # the tasks under warm_up_tasks' own name: warm_start keys its manifest by the caller's tasks
     tasks = functools.wraps(warm_up_tasks)(lambda: warm_up_tasks(worker))
-    kernels = warm_start(worker.backend, tasks, lap=steps.lap)  # quick where it can
+    kernels = warm_start(worker.backend, tasks, lap=steps.lap, beside=beside)  # quick where it can
     if "note" in kernels:
         print(f"mst-worker: warm-up: {kernels['note']}", file=sys.stderr, flush=True)
     passes_ms = passes.join()
