@@ -247,7 +247,8 @@ class DeviceEngine:
                 )  # fmt: skip
                 if not int(overflow.get()[0]):
                     break
-            del tile
+            # both names hold the tile: the next tile's products must not meet this one in the pool
+            del tile, common
         return list_ids, list_keys
 
 
