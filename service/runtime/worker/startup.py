@@ -30,12 +30,11 @@ from ...timing import Steps
 from .state import Worker
 
 
-def start(worker: Worker, beside: bool = False) -> dict[str, Any]:
+def start(worker: Worker, beside: bool = True) -> dict[str, Any]:
     """Import the engine, open the device, warm up every task and kernel and compute the probe
     graph; the ``ready`` info. ``beside``: on the GPU, a quick warm-up runs the kernels' parts on a
     thread of their own while the tasks run on this one (``gpu_core._warm_up.warm_start``;
-    ``python -m bench.warm_start`` measures both ways: on an H200, 2026-11-25, medians of 3, beside
-    3.21 s and after 3.14 s from interpreter to ready, so the default is after, the simpler).
+    ``python -m bench.warm_start`` measures both ways).
 
     Its ``startup_ms`` says where the time went: ``imports`` (gpu_core, and CuPy for the GPU),
     ``device`` (the CUDA context), ``warm_up_tasks`` (point sets' tasks and graph dendrograms,
@@ -49,9 +48,6 @@ def start(worker: Worker, beside: bool = False) -> dict[str, Any]:
     import gpu_core  # first import of the engine (and CuPy) happens here, in the child
 
     steps = Steps()
-    # Numba's passes load (about 0.8 s on an H200 host) while CuPy imports and the context opens:
-    # the first HDBSCAN* task of the warm-up waits for them, so the sooner they start the better
-    passes = _OnThread(_warm_up_host_passes, "warm-up-host-passes")
     worker.backend = gpu_core.resolve_backend(worker.config.backend)  # imports CuPy for the GPU
     steps.lap("imports")
     if worker.backend == "gpu":
@@ -59,6 +55,7 @@ def start(worker: Worker, beside: bool = False) -> dict[str, Any]:
 
         cupy.cuda.runtime.memGetInfo()  # the first call that needs it creates the CUDA context
     steps.lap("device")
+    passes = _OnThread(_warm_up_host_passes, "warm-up-host-passes")
     from gpu_core._warm_up import warm_start
 
     # the tasks under warm_up_tasks' own name: warm_start keys its manifest by the caller's tasks
