@@ -1,7 +1,7 @@
 """A worker's death fails one job at most; its graphs come back in the background (issue 22).
 
 Live servers (real ``python -m service``, real worker processes, real SIGKILLs), CPU backend.
-Documented behaviour (README "Failures and restarts", service/runtime/pool/restarts.py):
+Documented behaviour (docs/operations.md "Failures and restarts", service/runtime/pool/restarts.py):
 
 * only the request a worker was running when it died fails (``worker_lost``); every request
   handed to it and not started goes to the next worker, in order, and succeeds;

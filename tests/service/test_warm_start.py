@@ -1,5 +1,5 @@
 """A ready worker has warmed up every task: no request compiles a kernel, loads a compiled pass or
-imports a module afterwards (README "Failures and restarts": ``/readyz`` is not ready before that).
+imports a module afterwards (docs/operations.md "Failures and restarts": ``/readyz`` is not ready before that).
 
 A fresh interpreter starts a worker as the service does (``worker.startup.start``: what precedes its
 ``ready``), then runs every request kind through the worker's own handler: graphs of each weight
