@@ -50,30 +50,37 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MST_", frozen=True, extra="ignore")
 
-    host: str = Field(default="127.0.0.1", description="Address uvicorn binds to.")
+    host: str = Field(default="127.0.0.1", description="Address uvicorn binds to (`0.0.0.0` in the image).")
     port: int = Field(default=8000, ge=1, le=65535, description="TCP port uvicorn listens on.")
     data_dir: Path = Field(
         default=Path(".data"),
-        description="Folder for the SQLite database and the spool of graphs and results.",
+        description="Folder for the SQLite database and the spool of graphs and results (`/data` in the "
+        "image).",
     )
     backend: Literal["auto", "gpu", "cpu"] = Field(
-        default="auto", description="'gpu' needs CuPy and a CUDA device; 'auto' uses them when present."
+        default="auto",
+        description="`gpu` needs CuPy and a CUDA device (without them the service does not start); `auto` "
+        "uses them when present, else the CPU; `cpu` never touches CUDA.",
     )
     gpus: Annotated[list[int] | None, NoDecode] = Field(
-        default=None, description="GPU ordinals to run one worker each on (e.g. '0,1'); default: all visible."
+        default=None,
+        description="GPU ordinals to run one worker each on, e.g. `0,1`; unset, empty or `all` for every "
+        "visible GPU. Local pool only: with `MST_WORKER_POOL=ray`, Ray gives each actor its GPU "
+        "(setting both is refused).",
     )
     cpu_workers: int = Field(
         default=1,
         ge=1,
         le=64,
-        description="Worker processes on the CPU backend (each holds its own graphs; a sharded graph "
-        "spreads over them as over GPUs).",
+        description="Worker processes on the CPU backend (1 to 64); each holds its own graphs, and a sharded "
+        "graph spreads over them as over GPUs. Local pool only (with `MST_WORKER_POOL=ray`, "
+        "refused: `MST_RAY_WORKERS` counts the actors).",
     )
     shard_edges_above: int = Field(
         default=0,
         ge=0,
-        description="Shard every uploaded graph of more edges than this across all workers (when there "
-        "are two or more); 0: shard only graphs that do not fit one worker.",
+        description="Shard every uploaded graph of more edges than this across all workers (when there are "
+        "two or more); `0`: shard only graphs that do not fit one worker.",
     )
     max_upload_bytes: int = Field(
         default=4 * GiB, gt=0, description="Largest binary upload body (413 above)."
@@ -86,136 +93,178 @@ class Settings(BaseSettings):
     max_text_bytes: int = Field(
         default=256 * MiB,
         gt=0,
-        description="Largest text upload (edgelist, mtx, dimacs; 413 above): parsing text takes tens of "
-        "times its size in memory; npz and egr uploads have no such cost.",
+        description="Largest text upload (`edgelist`, `mtx`, `dimacs`; 413 above): parsing text takes tens "
+        "of times its size in memory (about 60x for an edge list), so a large text body could "
+        "exhaust the worker's memory; `npz` and `egr` have no such cost.",
     )
     max_edges: int = Field(
         default=(1 << 32) - 1,
         gt=0,
-        description="Most edges one graph may have (413 above); the GPU engine's limit is 2^32 - 1.",
+        description="Most edges one graph may have (413 above).",
     )
     worker_memory_bytes: int = Field(
         default=0,
         ge=0,
-        description="Memory each worker may fill with graphs (bytes); 0: its device's (host memory on the "
-        "CPU backend). Uploads are admitted against it; idle graphs are evicted to make room.",
+        description="Memory each worker may fill with graphs; `0`: its GPU's memory (host memory on the CPU "
+        "backend). Uploads are admitted against it and idle graphs evicted to make room (docs/operations.md, "
+        "'Failures and restarts').",
     )
     max_vertices: int = Field(
         default=(1 << 31) - 1,
         gt=0,
-        description="Most vertices one graph may have (413 above), checked before anything of that size "
-        "is allocated; the default is the GPU backend's 32-bit limit.",
+        description="Most vertices one graph may have (413 above), declared (`num_vertices`, a file's "
+        "header) or implied by the largest id; checked before anything of that size is allocated. The "
+        "default is the GPU backend's 32-bit limit.",
     )
     max_inflated_bytes: int = Field(
         default=16 * GiB,
         gt=0,
-        description="Most bytes an .npz (or Parquet) upload may inflate to, together (413 above).",
+        description="Most bytes an `.npz` upload's members may inflate to, together, or a Parquet upload's "
+        "columns may decode to (413 above). Checked on the declared sizes (the zip's central "
+        "directory; Parquet's row count) before anything is inflated, and for npz also on the "
+        "bytes actually inflated while reading.",
     )
     max_compression_ratio: float = Field(
         default=100.0,
         ge=1,
-        description="Most an .npz or Parquet upload may inflate relative to its size (413 above); files that "
-        "inflate to at most 16 MiB are not held to it.",
+        description="Most an `.npz` or Parquet upload may inflate relative to its size (413 above), so a "
+        "small zip bomb is refused at once; archives that inflate to at most 16 MiB are not held "
+        "to it.",
     )
-    max_wait_s: float = Field(default=300.0, ge=0, description="Cap on ?wait=SECONDS of job submissions.")
+    max_wait_s: float = Field(default=300.0, ge=0, description="Cap on `?wait=SECONDS` of job submissions.")
     heartbeat_interval_s: float = Field(default=0.5, gt=0, description="How often a worker beats.")
     heartbeat_timeout_s: float = Field(
-        default=15.0, gt=0, description="A worker whose heartbeat is older than this is killed and restarted."
+        default=15.0,
+        gt=0,
+        description="A worker whose heartbeat is older than this is killed and restarted; must exceed twice "
+        "the interval.",
     )
     worker_start_timeout_s: float = Field(
-        default=300.0, gt=0, description="How long a new worker may take to import, warm up and answer."
+        default=300.0,
+        gt=0,
+        description="How long a new worker may take to import, warm up and answer; also how long the "
+        "requests a dead worker had not started wait for the next one before they fail `worker_lost`.",
     )
     standby_worker: Literal["auto", "on", "off"] = Field(
         default="auto",
-        description="Keep a warmed-up spare process beside each local worker, which takes over at once "
-        "when the worker dies (its graphs reload in the background); it costs a CUDA context (a few "
-        "hundred MiB of device memory) and a process's host memory. 'auto': for GPU workers only.",
+        description="`on`: beside each local worker a warmed-up spare process waits and takes over at once "
+        "when the worker dies (its graphs reload in the background), then another spare starts "
+        "once the worker is ready again. It costs what an idle worker process costs: a CUDA "
+        "context on the GPU (a few hundred MiB of device memory, shown as used to the worker's "
+        "admission; `python -m bench.restart` reports both processes' device memory) and the "
+        "process's host memory (about 200 MB on the CPU backend, more with CuPy and a CUDA "
+        "context). `auto`: on for GPU workers, off for CPU workers (a CPU worker starts in about "
+        "1 s). `off`: none. Not with `MST_WORKER_POOL=ray`. A GPU in exclusive-process compute "
+        "mode takes one context only: set `off` there (three spares in a row that die before they "
+        "are warm switch it off anyway). See docs/operations.md, 'Failures and restarts'.",
     )
     worker_pool: Literal["local", "ray"] = Field(
         default="local",
-        description="'local': worker processes on this host (one per GPU). 'ray': each worker is a Ray "
-        "actor (one GPU each) of the cluster at MST_RAY_ADDRESS, on any of its hosts; needs the "
-        "extra mst-service[ray] and MST_DATA_DIR on storage every host mounts at the same path.",
+        description="`local`: worker processes on this host, one per GPU. `ray`: each worker is a Ray actor "
+        "(one GPU each) of a Ray cluster that may span hosts; needs the `ray` extra (without it "
+        "the service refuses to start and names the extra) and `MST_DATA_DIR` on storage every "
+        "host mounts at the same path. See docs/operations.md, 'Many hosts: Ray'.",
     )
     ray_address: str | None = Field(
         default=None,
-        description="With MST_WORKER_POOL=ray: the cluster to join ('auto': the one started on this host "
-        "with `ray start`; 'ray://...' is not supported); unset: start a local Ray cluster.",
+        description="With `MST_WORKER_POOL=ray`: the cluster to join, `auto` (the one `ray start` runs on "
+        "this host) or `host:port` of its head; unset: the service starts a local Ray cluster of "
+        "its own (stopped with it). Ray Client addresses (`ray://`) are not supported. Set "
+        "without `MST_WORKER_POOL=ray`, refused.",
     )
     ray_workers: int = Field(
         default=0,
         ge=0,
-        description="With MST_WORKER_POOL=ray: how many worker actors; 0: one per GPU of the cluster "
-        "(MST_BACKEND=cpu, or none: one CPU actor).",
+        description="With `MST_WORKER_POOL=ray`: how many worker actors; `0`: one per GPU the cluster has at "
+        "start-up (with `MST_BACKEND=cpu`, or no GPU: one CPU actor). Set without "
+        "`MST_WORKER_POOL=ray`, refused.",
     )
     dispatch_depth: int = Field(
         default=16,
         ge=1,
         le=32,
-        description="Jobs handed to a worker at once (in its pipe or running): the worker computes the "
-        "next without waiting for the API between jobs. A handed job can no longer be cancelled. "
-        "1: one job at a time.",
+        description="Jobs handed to a worker at once (in its pipe or running), 1 to 32 (one-shot "
+        "computations: up to 128, see `MST_ONESHOT_BATCH_EDGES`): the worker goes from one to the "
+        "next without waiting for the API process. A handed job is `running` and can no longer be "
+        "cancelled; if its worker dies while running it, it ends `failed` with `worker_lost`, and "
+        "if it had not started it runs on the next worker (docs/operations.md, "
+        "'Failures and restarts'). `1`: one at a time. See docs/operations.md, 'Many small jobs at once'.",
     )
     coalesce_jobs: bool = Field(
         default=True,
-        description="A worker answers identical jobs (same dataset, task, parameters and weights) that "
-        "wait back to back in its pipe with one computation; each job still gets its own result file.",
+        description="Identical jobs (same dataset, task, parameters, weights) waiting back to back in a "
+        "worker's pipe are answered by one computation; each still gets its own result file (a "
+        "hard link of the first's), and the later ones' results say `'coalesced': true`.",
     )
     max_result_bytes: int = Field(
         default=32 << 30,
         ge=0,
-        description="Bytes the spool's result files may take together; past it the least recently used "
-        "are removed, and a request for one of them computes it again from the stored graph (410 if "
-        "the graph was deleted or its weights changed since). 0: no cap.",
+        description="Bytes the spool's result files may take together; past it the least recently used are "
+        "removed, and a request for one of them computes it again from the stored graph (410 if "
+        "the graph was deleted or its weights changed since). `0`: no cap.",
     )
     oneshot_batch_edges: int = Field(
         default=1 << 20,
         ge=0,
         le=1 << 30,
-        description="One-shot computations (POST /v1/mst) waiting together in a worker's pipe are "
-        "computed as one disjoint-union graph of up to this many edges (the forest of a disjoint union "
-        "is the union of the forests: the answers are exact); 0: each on its own.",
+        description="One-shot computations (`POST /v1/mst`) waiting together in a worker's pipe are computed "
+        "as one disjoint-union graph of up to this many edges, each answered with exactly its own "
+        "forest; `0`: each on its own. One-shots are handed to a worker up to 128 at once "
+        "whatever `MST_DISPATCH_DEPTH`, so the next batch waits in the pipe while one computes; "
+        "`mst_oneshot_batch_members` (in `/metrics`) counts, per one-shot, the one-shots its run "
+        "computed.",
     )
     oneshot_inline_bytes: int = Field(
         default=1 << 20,
         ge=0,
         le=16 << 20,
-        description="A one-shot forest (POST /v1/mst) of at most this many bytes (edge ids and weights) "
-        "comes back from the worker in its reply, without a result file; larger ones go through a file "
-        "in the spool. 0: always a file.",
+        description="A one-shot forest of at most this many bytes (edge ids and weights) comes back from the "
+        "worker in its reply and is encoded from memory; a larger one goes through a result file "
+        "in the spool, as job results do. 0 to 16 MiB; `0`: always a file. Same answers either "
+        "way.",
     )
     worker_spin_ms: float = Field(
         default=2.0,
         ge=0,
         le=1000,
-        description="After each request a worker polls for the next one this long before it sleeps "
-        "(0: sleeps at once): no wake-up on the hot path, a busy core meanwhile.",
+        description="After each request a worker polls for the next one this long before it sleeps: the next "
+        "request of a busy client finds it awake (0.1-0.3 ms less per job on the H200 host) at "
+        "the cost of a busy CPU core meanwhile; `0` sleeps at once.",
     )
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default=[],
-        description="API keys (comma-separated, at least 16 characters each); with these or "
-        "MST_API_KEYS_FILE every route but /healthz and /readyz needs 'Authorization: Bearer <key>'. "
-        "Unset (and no file): no authentication.",
+        description="API keys, comma-separated, at least 16 visible ASCII characters each. With keys (here "
+        "or in the file below) every route but `/healthz` and `/readyz` needs `Authorization: Bearer "
+        "<key>`; unset, with no file: no authentication (docs/operations.md, 'API keys and quotas').",
     )
     api_keys_file: Path | None = Field(
         default=None,
-        description="File of API keys as SHA-256 hashes: one '<sha256-hex> [owner]' per line, '#' comments.",
+        description="File of keys as SHA-256 hashes, one `<sha256-hex> [owner]` per line, `#` comments; read "
+        "at start-up.",
     )
-    quota_graphs: int = Field(default=0, ge=0, description="Most graphs one API key may store (0: no limit).")
+    quota_graphs: int = Field(
+        default=0, ge=0, description="Most graphs one key may store (429 `quota_exceeded` above)."
+    )
     quota_device_bytes: int = Field(
-        default=0, ge=0, description="Most device bytes one API key's graphs may hold together (0: no limit)."
+        default=0,
+        ge=0,
+        description="Most device bytes one key's graphs may hold together (413 `quota_exceeded` above).",
     )
     quota_queued_jobs: int = Field(
-        default=0, ge=0, description="Most queued or running jobs one API key may have (0: no limit)."
+        default=0,
+        ge=0,
+        description="Most queued or running jobs (one-shot computations included) one key may have (429 "
+        "`quota_exceeded` above).",
     )
     max_queued_jobs: int = Field(
         default=10_000,
         gt=0,
-        description="Most jobs (one-shot computations included) queued on all workers together, not "
-        "counting those handed to a worker (MST_DISPATCH_DEPTH each); 503 with Retry-After above.",
+        description="Most jobs and one-shot computations waiting on all workers together (not counting those "
+        "already handed to a worker, up to `MST_DISPATCH_DEPTH` each); above, 503 `queue_full` "
+        "with `Retry-After: 1`.",
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
-        default="info", description="Log level of uvicorn and the service."
+        default="info", description="`critical`, `error`, `warning`, `info` or `debug`."
     )
 
     @field_validator("gpus", mode="before")

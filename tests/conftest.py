@@ -31,7 +31,17 @@ def _gpu_unavailable_reason() -> str | None:
     return "needs a CUDA device: gpu_core.gpu_available() is False"
 
 
+def _slow_modules_first(items: list[pytest.Item]) -> None:
+    """The modules that hold a test marked ``slow`` run first, each kept whole (its module-scoped
+    fixtures are set up once): the parallel test processes (``-n auto``, pyproject's
+    ``--dist=worksteal``) then start on the long tests and share out the short ones at the end, where
+    run in collection order one long test could begin last and leave a process idle meanwhile."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the order within each group stays
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _slow_modules_first(items)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return

@@ -32,6 +32,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     return main(argv), out
 
 
+@pytest.mark.slow
 def test_exit_code_and_files(quick_run: tuple[int, Path]) -> None:
     rc, out = quick_run
     results = json.loads((out / "results.json").read_text())

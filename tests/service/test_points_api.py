@@ -266,6 +266,7 @@ def test_cli_point_verbs(live: LiveServer, tmp_path: Path, capsys: pytest.Captur
     assert json.loads(capsys.readouterr().out)["linkage"] == [79, 4]
 
 
+@pytest.mark.slow
 def test_another_min_samples_reuses_the_index(server_factory: ServerFactory, tmp_path: Path) -> None:
     """The first tree of a point set builds its spatial index; a tree of another min_samples, or an
     emst after an hdbscan, is computed on it (``reused_index``); a restart builds it again. The

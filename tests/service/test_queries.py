@@ -158,6 +158,7 @@ def test_a_job_that_cannot_be_answered_fails_with_a_reason(live: LiveServer) -> 
     assert response.json()["status"] == "failed" and "[2, 4]" in response.json()["error"]["message"]
 
 
+@pytest.mark.slow
 def test_new_weights_race_and_restart(server_factory: ServerFactory, tmp_path: Any) -> None:
     data = tmp_path / "data"
     server = server_factory(data)

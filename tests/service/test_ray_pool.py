@@ -272,6 +272,7 @@ def test_a_stuck_actor_is_killed_for_its_heartbeat_and_replaced(ray_server: Live
         check_emst(ray_server, points_id)
 
 
+@pytest.mark.slow
 def test_a_restart_keeps_every_graph_and_leaves_no_actor_behind(ray_server: LiveServer) -> None:
     pids = [w["pid"] for w in workers(ray_server)]
     assert ray_server.stop() in CLEAN_EXIT, ray_server.log()

@@ -55,6 +55,7 @@ KEY = "schemathesis-" + "0123456789abcdef" * 2  # a test key (the service wants 
 EXAMPLES = os.environ.get("MST_SCHEMATHESIS_EXAMPLES", "50")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300 + 3 * int(EXAMPLES))  # the longer QA runs take their time
 def test_schemathesis_finds_nothing(server_factory: ServerFactory, tmp_path: Path) -> None:
     examples = EXAMPLES

@@ -1,5 +1,6 @@
 """A ready worker has warmed up every task: no request compiles a kernel, loads a compiled pass or
-imports a module afterwards (README "Failures and restarts": ``/readyz`` is not ready before that).
+imports a module afterwards (docs/operations.md, "Failures and restarts": ``/readyz`` is not ready
+before that).
 
 A fresh interpreter starts a worker as the service does (``worker.startup.start``: what precedes its
 ``ready``), then runs every request kind through the worker's own handler: graphs of each weight
@@ -152,6 +153,7 @@ def _first_time(backend: str, requests: bool = True, way: str = "beside") -> dic
 NOTHING: dict[str, Any] = {"modules": [], "overloads": {}, "compiled": [], "nvrtc": []}
 
 
+@pytest.mark.slow
 def test_no_request_imports_or_compiles_once_a_cpu_worker_is_ready() -> None:
     first = _first_time("cpu")
     assert first.pop("warm_up") == {"mode": "cpu"}

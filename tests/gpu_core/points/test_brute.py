@@ -157,6 +157,7 @@ def test_tiles_and_blocks_that_do_not_divide_n(n: int, tile: int, block: int) ->
         assert_oracle(tree, ps.points, k, f"{ps.name} {tile}/{block}")
 
 
+@pytest.mark.slow
 def test_default_tiles_past_one_tile_equal_the_k_d_tree() -> None:
     ps = blobs(12, 2 * 2048 + 3, 17, centers=9, spread=0.3)
     coords = np.ascontiguousarray(ps.points)
