@@ -125,12 +125,13 @@ def _level(levels: Iterable[dict[str, Any]], clients: int) -> dict[str, Any]:
 
 
 #: runs of 64 clients, each on its own resident graph, with the service's one path (FastAPI routes,
-#: one API process: the configuration of every request since the second lanes were deleted)
+#: one API process), after the job path's work of issue 25 (Server-Timing, result files written
+#: behind, checkpoints off the event loop); before it: jobs-h200/before-jobs-nofastlane.json and
+#: lanes-h200/nofast{1,2,3}.json, median 678 jobs/s, p99 126 ms
 DISTINCT_RUNS = (
-    "jobs-h200/before-jobs-nofastlane.json",
-    "lanes-h200/nofast1.json",
-    "lanes-h200/nofast2.json",
-    "lanes-h200/nofast3.json",
+    "jobs-h200/after-distinct-1.json",
+    "jobs-h200/after-distinct-2.json",
+    "jobs-h200/after-distinct-3.json",
 )
 #: 64 clients on one graph (identical jobs coalesced), and one-shots batched, with the defaults
 SAME_GRAPH_RUN = "jobs-h200/before-jobs-default.json"
