@@ -403,6 +403,11 @@ def test_graphs_spread_over_cpu_workers_by_what_each_holds(server_factory: Serve
     bytes: graphs of one size uploaded one after another land evenly, each worker busy with its
     own graphs' jobs (by the workers' free memory they piled up on one or two)."""
     server = server_factory(MST_CPU_WORKERS="3")
+    # ready is one worker taking requests (worker 0 starts first); graphs go to workers taking them
+    deadline = time.monotonic() + 60
+    while not all(w["state"] == "ready" for w in server.client.get("/readyz").json()["workers"]):
+        assert time.monotonic() < deadline, server.client.get("/readyz").json()
+        time.sleep(0.05)
     placed = []
     for seed in range(6):
         graph = random_graph(seed, 500, 4_000, dtype=np.int32)
