@@ -73,7 +73,9 @@ class Settings(BaseSettings):
         ge=1,
         le=64,
         description="Worker processes on the CPU backend (1 to 64); each holds its own graphs, and a sharded "
-        "graph spreads over them as over GPUs. Local pool only (with `MST_WORKER_POOL=ray`, "
+        "graph spreads over them as over GPUs; a new graph goes to the worker holding the fewest bytes. "
+        "A worker runs one job at a time: on a many-core host, several (e.g. 4 on 16 cores) serve "
+        "jobs on distinct graphs at once. Local pool only (with `MST_WORKER_POOL=ray`, "
         "refused: `MST_RAY_WORKERS` counts the actors).",
     )
     shard_edges_above: int = Field(
