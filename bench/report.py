@@ -1,4 +1,8 @@
-"""What a run writes: the environment, ``results.json``, ``results.md`` and ``throughput.png``."""
+"""What a run writes: the environment, ``results.json``, ``results.md`` and ``throughput.png``.
+
+Past 500 lines on purpose: one writer per benchmark's section of ``results.md``, all reading the
+same ``results.json``; apart, a benchmark's table would live away from the others it sits beside.
+"""
 
 from __future__ import annotations
 

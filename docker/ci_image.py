@@ -32,6 +32,9 @@ CI's image check (``.ci/run``), also run by hand, as root, from the repository's
 
 Logs (the build's, each container's) are kept under the work folder and printed when a check
 fails; the folder, its images and containers are removed at the end unless ``--keep``.
+
+One script past 500 lines on purpose: CI runs it as one step, its checks in order (base, build,
+serve, tour, restart, the GPU variant), each needing the ones before it.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ the weights are converted to it (integers in range for int32/int64; float32
 rounds to nearest). Without it: int64 when every weight is a JSON integer,
 else float64, and then an integer weight beyond 2**53 in magnitude is
 refused, since float64 cannot hold it exactly.
+
+One module past 500 lines on purpose: the stages of one upload (body into the spool, format and
+compression checks, parsing, admission, the worker's load, the commit) run in this order, each
+undoing the ones before it on a refusal; read top to bottom, they are the route.
 """
 
 from __future__ import annotations

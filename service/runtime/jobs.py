@@ -20,6 +20,11 @@ workers (:mod:`.sharding`). New weights for a graph are a task in its worker's
 queue too, so the jobs queued before them compute on the old weights and those
 queued after them on the new ones. How many jobs an owner may have queued, and
 the queues in all: :mod:`.admission`.
+
+One module past 500 lines on purpose: every state change of a job (queued, coalesced,
+running, succeeded, failed, re-sent after its worker's death) and the timings its answer reports
+(``JobTimes``) act on one ledger of jobs in flight; split, the transitions would live apart from
+the state they keep consistent.
 """
 
 from __future__ import annotations

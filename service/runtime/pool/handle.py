@@ -24,6 +24,9 @@ dies running it again. Rules and reasons: :mod:`.restarts`.
 
 A new process takes requests as soon as it has warmed up; the datasets placed on its worker
 come back in the background (:mod:`.datasets`).
+
+About 500 lines on purpose: one worker's handle keeps its pipe, its requests ledger and its
+restart rules together, since a death is judged against what the ledger says was in flight.
 """
 
 from __future__ import annotations
