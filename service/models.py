@@ -328,18 +328,10 @@ class ResultOut(JobSummary):
     probabilities: list[float] | None = Field(None, description="'hdbscan': membership strengths.")
 
 
-class ModelRequest(BaseModel):
+class ModelRequest(HdbscanParams):
     """An HDBSCAN* model to fit on a point set, as :class:`gpu_core.HDBSCAN` (and the hdbscan
     library) takes its parameters."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    min_cluster_size: StrictInt = Field(5, ge=2, description="Smallest size of a cluster.")
-    min_samples: StrictInt | None = Field(None, ge=1, description="Default: min_cluster_size.")
-    cluster_selection_method: Literal["eom", "leaf"] = Field("eom", description="Excess of mass, or leaves.")
-    cluster_selection_epsilon: StrictInt | StrictFloat = Field(
-        0.0, ge=0, description="Clusters closer than this are merged."
-    )
     allow_single_cluster: StrictBool = Field(False, description="Whether the root may be the one cluster.")
     max_cluster_size: StrictInt | None = Field(None, ge=1, description="Largest size of a cluster (eom).")
 
