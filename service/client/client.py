@@ -319,6 +319,42 @@ class Client:
         linkage: np.ndarray[Any, Any] = self._points_result(points_id, "single_linkage", {}, wait)["linkage"]
         return linkage
 
+    def fit_model(self, points_id: str, **params: Any) -> dict[str, Any]:
+        """Fit an HDBSCAN* model that stays resident with the point set (``params`` as
+        ``gpu_core.HDBSCAN`` takes them: ``min_cluster_size``, ``min_samples``,
+        ``cluster_selection_method``, ``cluster_selection_epsilon``, ``allow_single_cluster``,
+        ``max_cluster_size``); its record, ``id`` among it."""
+        response = self._http.post(f"/v1/points/{points_id}/models", json=params)
+        result: dict[str, Any] = self._check(response).json()
+        return result
+
+    def models(self, points_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._check(self._http.get(f"/v1/points/{points_id}/models")).json()[
+            "models"
+        ]
+        return result
+
+    def delete_model(self, points_id: str, model_id: str) -> None:
+        self._check(self._http.delete(f"/v1/points/{points_id}/models/{model_id}"))
+
+    def predict(
+        self, points_id: str, model_id: str, points: Any, *, membership: bool = False
+    ) -> dict[str, np.ndarray[Any, Any]]:
+        """Labels (-1: noise) and probabilities of new points (an ``(q, d)`` array) by the model, as
+        the hdbscan library's ``approximate_predict``; with ``membership``, also ``membership``
+        (``membership_vector``: a row per point, a value per cluster). Sent and answered as npz."""
+        buffer = io.BytesIO()
+        np.savez(buffer, points=np.asarray(points))
+        body = buffer.getvalue()
+        response = self._http.post(
+            f"/v1/points/{points_id}/models/{model_id}/predict",
+            content=body,
+            params={"format": "npz", "membership": "true" if membership else "false"},
+            headers=binary_headers(body, accept=OCTET),
+        )
+        with np.load(io.BytesIO(self._check(response).content), allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+
     def result_arrays(self, job_id: str) -> dict[str, np.ndarray[Any, Any]]:
         """The arrays of any succeeded job's result (``edge_ids``/``weights``, ``labels``, ``linkage``)."""
         response, body = read_response(

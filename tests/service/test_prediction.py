@@ -334,3 +334,25 @@ def test_gpu_predictions_equal_the_librarys(server_factory: ServerFactory) -> No
         assert response.status_code == 200, response.text
         check_equal(response.json(), library(points, new, params, backend="gpu"))
 
+
+
+def test_the_bundled_clients_models_and_predictions(live: LiveServer) -> None:
+    """``service.client.Client``: fit, list, predict (npz both ways), delete; the same arrays as
+    the library's, and a refused prediction raises with the problem."""
+    from service.client import Client, ClientError
+
+    points = blobs()
+    with Client(live.url) as mst:
+        points_id = mst.upload_points(points)["id"]
+        model = mst.fit_model(points_id, **PARAMS)
+        assert [m["id"] for m in mst.models(points_id)] == [model["id"]]
+        expected = library(points, queries(), PARAMS)
+        answer = mst.predict(points_id, model["id"], queries(), membership=True)
+        assert answer["labels"].dtype == np.int64
+        check_equal(answer, expected)
+        assert set(mst.predict(points_id, model["id"], queries())) == {"labels", "probabilities"}
+        with pytest.raises(ClientError) as info:
+            mst.predict(points_id, model["id"], queries(d=3))
+        assert info.value.status == 422 and "3 coordinates" in str(info.value)
+        mst.delete_model(points_id, model["id"])
+        assert mst.models(points_id) == []
