@@ -28,14 +28,14 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 import gpu_core
+
+from .timing import median_ms, on_backend
 
 MIN_CLUSTER_SIZE = 50
 MIN_SAMPLES = 5  # ours; the library's 4
@@ -48,34 +48,6 @@ def blobs(n: int, d: int, seed: int) -> np.ndarray[Any, Any]:
     which = rng.integers(0, 64, n - noise)
     points = centres[which] + rng.normal(0, 0.02, (n - noise, d))
     return np.concatenate([points, rng.random((noise, d))])
-
-
-def _sync(backend: str) -> None:
-    if backend == "gpu":
-        import cupy
-
-        cupy.cuda.Device().synchronize()
-
-
-def timed(run: Callable[[], Any], repeats: int, backend: str) -> float:
-    """Median milliseconds of ``repeats`` calls after one warm-up call."""
-    run()
-    _sync(backend)
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        _sync(backend)
-        times.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(times)
-
-
-def _on(backend: str, array: np.ndarray[Any, Any]) -> Any:
-    if backend == "gpu":
-        import cupy
-
-        return cupy.asarray(array)
-    return array
 
 
 def library_model(points: np.ndarray[Any, Any]) -> Any:
@@ -91,13 +63,13 @@ def fit(points: np.ndarray[Any, Any], backend: Any) -> gpu_core.HDBSCAN:
     model = gpu_core.HDBSCAN(
         min_cluster_size=MIN_CLUSTER_SIZE, min_samples=MIN_SAMPLES, prediction_data=True, backend=backend
     )
-    return model.fit(_on(backend, points))
+    return model.fit(on_backend(backend, points))
 
 
 def _predict_ms(fit_n: int, queries: int, dims: int, backend: str, repeats: int) -> tuple[float, int]:
     model = fit(blobs(fit_n, dims, 0), backend)
-    new = _on(backend, blobs(queries, dims, 1))
-    ms = timed(lambda: gpu_core.approximate_predict(model, new), repeats, backend)
+    new = on_backend(backend, blobs(queries, dims, 1))
+    ms = median_ms(lambda: gpu_core.approximate_predict(model, new), repeats, backend)
     return ms, model.prediction_data_.num_labels
 
 
@@ -137,15 +109,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     peer_n, peer_q = int(args.peer_fit_n), int(args.peer_queries)
     points, new_host = blobs(peer_n, args.dims, 0), blobs(peer_q, args.dims, 1)
     model = fit(points, backend)
-    new = _on(backend, new_host)
-    ours = timed(lambda: gpu_core.approximate_predict(model, new), args.repeats, backend)
+    new = on_backend(backend, new_host)
+    ours = median_ms(lambda: gpu_core.approximate_predict(model, new), args.repeats, backend)
     # (the model and queries stay referenced by the closure until the next part replaces them)
     part: dict[str, Any] = {"fit_n": peer_n, "queries": peer_q, "ours_ms": ours}
     if not args.no_peer:
         import hdbscan
 
         lib = library_model(points)
-        theirs = timed(lambda: hdbscan.approximate_predict(lib, new_host), max(1, args.repeats // 2), "cpu")
+        peer_repeats = max(1, args.repeats // 2)
+        theirs = median_ms(lambda: hdbscan.approximate_predict(lib, new_host), peer_repeats, "cpu")
         part.update(library_ms=theirs, speedup=theirs / ours)
         print(f"approximate_predict vs the library ({peer_q} vs {peer_n}): {ours:.1f} ms, "
               f"library {theirs:.0f} ms, {theirs / ours:.0f}x")  # fmt: skip
@@ -153,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     mem_n, peer_mem_n = int(args.membership_n), int(args.peer_membership_n)
     soft = fit(blobs(mem_n, 2, 0), backend)
-    ours = timed(lambda: gpu_core.all_points_membership_vectors(soft), args.repeats, backend)
+    ours = median_ms(lambda: gpu_core.all_points_membership_vectors(soft), args.repeats, backend)
     part = {"n": mem_n, "ours_ms": ours, "labels": soft.prediction_data_.num_labels}
     if not args.no_peer:
         import hdbscan

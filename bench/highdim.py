@@ -37,8 +37,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +45,8 @@ import numpy as np
 import gpu_core
 from gpu_core._points.brute import BruteIndex
 from gpu_core._points.index import build_index, validated
+
+from .timing import median_ms, on_backend
 
 MIN_CLUSTER_SIZE = 100
 
@@ -64,35 +64,6 @@ def embeddings(n: int, d: int, seed: int = 0) -> np.ndarray[Any, Any]:
     return np.concatenate([points, scattered]).astype(np.float32)
 
 
-def _sync(backend: str) -> None:
-    if backend == "gpu":
-        import cupy
-
-        cupy.cuda.Device().synchronize()
-
-
-def timed(run: Callable[[], Any], repeats: int, backend: str, warm_up: bool = True) -> float:
-    """Median milliseconds of ``repeats`` calls (after one warm-up call)."""
-    if warm_up:
-        run()
-        _sync(backend)
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        _sync(backend)
-        times.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(times)
-
-
-def _on(backend: str, array: np.ndarray[Any, Any]) -> Any:
-    if backend == "gpu":
-        import cupy
-
-        return cupy.asarray(array)
-    return array
-
-
 def brute_index(points: Any, backend: str, search: str = "brute", **engine: Any) -> gpu_core.PointIndex:
     coords, chosen, from_cupy = validated(points, backend)  # type: ignore[arg-type]
     return build_index(points, coords, chosen, from_cupy, search, **engine)  # type: ignore[arg-type]
@@ -100,16 +71,16 @@ def brute_index(points: Any, backend: str, search: str = "brute", **engine: Any)
 
 def floor_and_hdbscan(args: argparse.Namespace, backend: str, engine: dict[str, Any]) -> dict[str, Any]:
     n, d = int(args.n), args.dims
-    points = _on(backend, embeddings(n, d))
+    points = on_backend(backend, embeddings(n, d))
 
     def knn() -> Any:
         state: Any = brute_index(points, backend, **engine)._state
         assert isinstance(state, BruteIndex)
         return state.nearest(args.k)
 
-    floor_ms = timed(knn, args.repeats, backend)
+    floor_ms = median_ms(knn, args.repeats, backend)
     index = brute_index(points, backend, **engine)
-    gemm_ms = timed(lambda: index._state.engine.products_only(), 1, backend)  # type: ignore[attr-defined]
+    gemm_ms = median_ms(lambda: index._state.engine.products_only(), 1, backend)  # type: ignore[attr-defined]
     runs: list[Any] = []
 
     def cluster() -> None:
@@ -120,7 +91,7 @@ def floor_and_hdbscan(args: argparse.Namespace, backend: str, engine: dict[str, 
             )
         )  # fmt: skip
 
-    hdbscan_ms = timed(cluster, args.repeats, backend)
+    hdbscan_ms = median_ms(cluster, args.repeats, backend)
     tree_timings = runs[-1].timings_ms
     ratio = hdbscan_ms / floor_ms
     print(f"{n} x {d}, min_samples={args.min_samples}, {backend}: hdbscan {hdbscan_ms:.0f} ms, exact "
@@ -139,7 +110,7 @@ def peers(args: argparse.Namespace, backend: str, engine: dict[str, Any]) -> dic
 
     n, d = int(args.peer_n), args.peer_dims
     host = embeddings(n, d, seed=2)
-    points = _on(backend, host)
+    points = on_backend(backend, host)
     results: list[Any] = []
 
     def ours() -> None:
@@ -150,7 +121,7 @@ def peers(args: argparse.Namespace, backend: str, engine: dict[str, Any]) -> dic
             )
         )  # fmt: skip
 
-    ours_ms = timed(ours, args.repeats, backend)
+    ours_ms = median_ms(ours, args.repeats, backend)
     labels = results[-1].labels
     part: dict[str, Any] = {"n": n, "dims": d, "ours_ms": ours_ms, "clusters": results[-1].num_clusters}
     print(f"peers at {n} x {d}: ours {ours_ms:.0f} ms ({results[-1].num_clusters} clusters)")
@@ -184,7 +155,7 @@ def peers(args: argparse.Namespace, backend: str, engine: dict[str, Any]) -> dic
             fitted.append(make().fit(host))
 
         # one run each (fast_hdbscan after a warm-up call: Numba compiles on its first)
-        theirs = timed(fit, 1, "cpu", warm_up=name == "fast_hdbscan")
+        theirs = median_ms(fit, 1, "cpu", warm_up=name == "fast_hdbscan")
         agreement = float(adjusted_rand_score(labels, fitted[-1].labels_))
         part[name] = {"ms": theirs, "speedup": theirs / ours_ms, "adjusted_rand": agreement}
         print(f"  {name}: {theirs:.0f} ms, {theirs / ours_ms:.0f}x; adjusted Rand index {agreement:.4f}")
@@ -195,7 +166,7 @@ def crossover(args: argparse.Namespace, backend: str, engine: dict[str, Any]) ->
     n = int(args.crossover_n)
     rows = []
     for d in (int(x) for x in args.crossover_dims.split(",")):
-        points = _on(backend, embeddings(n, d, seed=3))
+        points = on_backend(backend, embeddings(n, d, seed=3))
         row: dict[str, Any] = {"dims": d}
         for search in ("spatial", "brute"):
             if backend == "gpu" and search == "spatial" and d > 32:
@@ -207,7 +178,7 @@ def crossover(args: argparse.Namespace, backend: str, engine: dict[str, Any]) ->
                     index = brute_index(pts, backend, search, **options)
                     return gpu_core.euclidean_mst(index, min_samples=k)
 
-                row[f"{search}_k{k}_ms"] = timed(tree, args.repeats, backend)
+                row[f"{search}_k{k}_ms"] = median_ms(tree, args.repeats, backend)
         rows.append(row)
         print("  crossover " + ", ".join(f"{key} {value:.0f}" for key, value in row.items()))
     wins = [r["dims"] for r in rows if "spatial_k1_ms" in r and r["brute_k1_ms"] <= r["spatial_k1_ms"]

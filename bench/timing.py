@@ -73,3 +73,35 @@ def fmt_ms(ms: float | None) -> str:
     if ms >= 1:
         return f"{ms:.2f}"
     return f"{ms:.3f}"
+
+
+def device_sync(backend: str) -> None:
+    """Wait for the GPU's queued work (nothing on the CPU backend): a clock read after it is honest."""
+    if backend == "gpu":
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+
+
+def median_ms(run: Callable[[], Any], repeats: int, backend: str, warm_up: bool = True) -> float:
+    """Median milliseconds of ``repeats`` calls of ``run``, each ended by :func:`device_sync`
+    (after one warm-up call unless ``warm_up`` is false)."""
+    if warm_up:
+        run()
+        device_sync(backend)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        device_sync(backend)
+        times.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times)
+
+
+def on_backend(backend: str, array: Any) -> Any:
+    """``array`` on the backend's device: a CuPy copy for the GPU, as it is for the CPU."""
+    if backend == "gpu":
+        import cupy
+
+        return cupy.asarray(array)
+    return array
