@@ -396,17 +396,18 @@ def glosh_scores(model: Model) -> Array:
     return xp.where((top == 0.0) | xp.isinf(lam), 0.0, score)
 
 
-def exemplar_points(model: Model) -> tuple[Array, Array]:
+def exemplar_points(model: Model, cluster_label: Array | None = None) -> tuple[Array, Array]:
     """Each selected cluster's exemplars, as the hdbscan library's prediction data picks them:
     the points of the leaf clusters below it that leave at their leaf's largest lambda. Point
-    indices and their labels, ordered by (label, point)."""
+    indices and their labels, ordered by (label, point). ``cluster_label``: each cluster's label
+    (the model's own where None)."""
     xp = model.xp
     c = model.clusters
     count = int(c.parent.shape[0])
     leaf = xp.ones(count, dtype=xp.bool_)
     leaf[c.parent[1:]] = False
     pc = c.point_cluster
-    label = model.cluster_label[pc]
+    label = (model.cluster_label if cluster_label is None else cluster_label)[pc]
     keep = leaf[pc] & (c.point_lam == model.deaths[pc]) & (label >= 0)
     points = xp.flatnonzero(keep).astype(xp.int64)
     order = xp.argsort(label[points], kind="stable") if xp is np else xp.argsort(label[points])

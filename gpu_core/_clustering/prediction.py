@@ -109,8 +109,9 @@ def prediction_data(model: Model) -> PredictionData:
     tables = model.tables()
     m = model.options.min_samples - 1
     core = kth_distances(model.index, m)
-    points, labels = exemplar_points(model)
-    count = model.num_labels
+    selected, cluster_label = label_selection(model, tables)
+    points, labels = exemplar_points(model, cluster_label)
+    count = int(selected.shape[0])
     if model.n > 1:
         exemplars = index_coordinates(model.index)[points]
     else:  # one point: no cluster, no exemplar (and a GPU index of one point keeps no coordinates)
@@ -124,11 +125,40 @@ def prediction_data(model: Model) -> PredictionData:
     return PredictionData(
         min_samples=model.options.min_samples, dimensions=model.index.dimensions,
         point_cluster=c.point_cluster, point_lam=c.point_lam, core_distances=core,
-        cluster_label=model.cluster_label, deaths=model.deaths,
-        selected=model.selected_clusters(), tin=tables.tin, tout=tables.tout, birth_min=tables.birth_min,
+        cluster_label=cluster_label, deaths=model.deaths,
+        selected=selected, tin=tables.tin, tout=tables.tout, birth_min=tables.birth_min,
         log2=tables.log2, exemplar_index=points, exemplar_label=labels, exemplars=exemplars,
         pad=pad.astype(xp.int64),
     )  # fmt: skip
+
+
+def label_selection(model: Model, tables: Any) -> tuple[Array, Array]:
+    """The selected clusters as the library's prediction data reads them
+    (``CondensedTree._select_clusters``, hdbscan 0.8.44): for each label, the smallest condensed
+    cluster its points leave from (the selected cluster itself unless none of its points leaves it
+    directly), ``(L,)``; and each cluster's label through them, ``(C,)`` (-1 outside every one).
+    No label, no cluster: a root chosen by ``allow_single_cluster`` whose points are all noise
+    predicts noise, as the library does."""
+    xp = model.xp
+    count = model.num_labels
+    clusters = int(model.clusters.parent.shape[0])
+    if count == 0:
+        return xp.zeros(0, dtype=xp.int64), xp.full(clusters, -1, dtype=xp.int64)
+    labels = xp.asarray(model.labels)
+    labelled = labels >= 0
+    selected = xp.full(count, clusters, dtype=xp.int64)
+    if xp is np:
+        np.minimum.at(selected, labels[labelled], model.clusters.point_cluster[labelled])
+    else:
+        import cupyx
+
+        cupyx.scatter_min(selected, labels[labelled], model.clusters.point_cluster[labelled])
+    # the selected clusters' subtrees are disjoint ranges of the preorder: label + 1 inside, 0 outside
+    marks = xp.zeros(clusters + 1, dtype=xp.int64)
+    value = xp.arange(1, count + 1, dtype=xp.int64)
+    marks[tables.tin[selected]] += value
+    marks[tables.tout[selected]] -= value
+    return selected, xp.cumsum(marks[:-1])[tables.tin] - 1
 
 
 def nearest_reachable(data: PredictionData, index: PointIndex, queries: Array) -> tuple[Array, Array]:

@@ -156,6 +156,27 @@ def test_a_model_without_a_selected_cluster_predicts_noise() -> None:
     assert hdbscan.approximate_predict(lib, x[:7])[0].tolist() == [-1] * 7
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_single_cluster_of_noise_predicts_noise(backend: Any) -> None:
+    """allow_single_cluster chose the root, but an epsilon left every point noise: the library's
+    prediction data holds no cluster (it reads the selection from the labels), so every new point
+    is noise; membership vectors have no column (the root was taken as a label with no exemplar:
+    a ValueError, and over HTTP a 500)."""
+    rng = np.random.default_rng(3)
+    x, new = rng.random((200, 20)), rng.random((9, 20))
+    params = dict(min_cluster_size=5, cluster_selection_epsilon=0.5, allow_single_cluster=True)
+    ours = gpu_core.HDBSCAN(prediction_data=True, backend=backend, **params).fit(x)
+    lib = hdbscan.HDBSCAN(min_samples=4, approx_min_span_tree=False, prediction_data=True, **params).fit(x)
+    assert ours.labels_.max() == -1 and lib.labels_.max() == -1
+    assert lib.prediction_data_.exemplars == [] and ours.exemplars_ == []
+    labels, probs = gpu_core.approximate_predict(ours, new)
+    with pytest.warns(UserWarning, match="does not have any defined clusters"):
+        lib_labels, lib_probs = hdbscan.approximate_predict(lib, new)
+    assert np.array_equal(labels, lib_labels) and np.array_equal(probs, lib_probs)
+    assert gpu_core.membership_vector(ours, new).shape == (9, 0)
+    assert gpu_core.all_points_membership_vectors(ours).shape == (200, 0)
+
+
 def _unique_argmax_rows(model: gpu_core.HDBSCAN, new: np.ndarray | None) -> np.ndarray:
     from gpu_core._clustering.prediction import _heights, nearest_reachable
 
