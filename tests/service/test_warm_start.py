@@ -8,9 +8,10 @@ dtype (forests min and max, what-if exclusions, components, clusters, dendrogram
 and point sets of both coordinate dtypes, 1 to 64 dimensions (the spatial index's and brute
 force's), below and above the size where
 HDBSCAN*'s compiled passes take over (EMST of several ``min_samples``, HDBSCAN* by excess of mass
-and by leaves with an epsilon, single linkage). It counts what those requests made the process do
-for the first time: modules imported, overloads added to Numba's dispatchers (a compilation or a
-load from Numba's cache), and on the GPU modules CuPy had to build or load
+and by leaves with an epsilon, single linkage, and the predict route's models: fits of each kind
+of selection, predictions with and without membership vectors). It counts what those requests
+made the process do for the first time: modules imported, overloads added to Numba's dispatchers
+(a compilation or a load from Numba's cache), and on the GPU modules CuPy had to build or load
 (``cupy.cuda.compiler._compile_module_with_cache``, as tests/gpu_core/graphs/test_warm_up.py counts:
 a load from the kernel cache counts as much as a compilation) and NVRTC programs it compiled (a
 kernel's source, or the empty probe CuPy compiles once per set of options). Each count must be zero.
@@ -56,7 +57,7 @@ if backend == "gpu":
 
 from numba.core.dispatcher import Dispatcher
 from service.runtime.worker.ops import handle
-from service.runtime.worker.protocol import LOAD, MST, WEIGHTS, WorkerConfig
+from service.runtime.worker.protocol import FIT, LOAD, MST, PREDICT, WEIGHTS, WorkerConfig
 from service.runtime.worker.startup import start
 from service.runtime.worker.state import Worker
 
@@ -121,6 +122,17 @@ for dtype in (np.float32, np.float64):
                                               "cluster_selection_epsilon": 0.1})):
                 where = f"points {np.dtype(dtype).name} d={dims} n={n} {task} {params}"
                 run(MST, pid, str(tmp / "r.npz"), task, params)
+            models = ({"min_cluster_size": 5},
+                      {"min_cluster_size": 5, "min_samples": 3, "cluster_selection_method": "leaf"},
+                      {"min_cluster_size": 5, "cluster_selection_epsilon": 0.5, "allow_single_cluster": True},
+                      {"min_cluster_size": 4, "max_cluster_size": 10})
+            for i, params in enumerate(models):  # the predict route's models: fit, then predict
+                where = f"points {np.dtype(dtype).name} d={dims} n={n} fit {params}"
+                run(FIT, pid, f"m{i}", params)
+                for membership in (False, True):
+                    where = f"points {np.dtype(dtype).name} d={dims} n={n} predict {params} {membership}"
+                    queries = rng.random((9, dims))
+                    run(PREDICT, pid, f"m{i}", params, (n, dims), queries, None, membership)
 
 after_overloads = overloads()
 print(json.dumps({
