@@ -110,6 +110,7 @@ def query_neighbours(index: PointIndex, queries: Array, k: int) -> tuple[Array, 
         _, ids = state.kdtree.query(queries, k=k)
         ids = np.asarray(ids, dtype=np.int64).reshape(queries.shape[0], k)
         w2 = _squared(queries, state.coords, ids, np)
+        _settle_near_ties(state, queries, ids, w2)
     else:
         from .gpu import QUERY_LIST_SIZES
 
@@ -133,6 +134,21 @@ def query_neighbours(index: PointIndex, queries: Array, k: int) -> tuple[Array, 
     w2 = xp.take_along_axis(w2, by_id, axis=1)
     by_w2 = _argsort_rows(w2, xp)
     return xp.take_along_axis(ids, by_w2, axis=1), xp.take_along_axis(w2, by_w2, axis=1)
+
+
+def _settle_near_ties(state: Any, queries: Array, ids: Array, w2: Array) -> None:
+    """SciPy's k-d tree ranks points by distances of its own rounding, so where the k-th nearest
+    is within a rounding of the next it may list either: any point it left out lies within a hair
+    of the list's largest exact distance. Rows with more points than ``k`` that close are ranked
+    again by the exact distances and ids, in place (a few rows, if any: ties at the boundary)."""
+    k = int(ids.shape[1])
+    radius = np.sqrt(w2.max(axis=1)) * (1.0 + 1e-9) + 1e-300
+    counts = np.asarray(state.kdtree.query_ball_point(queries, radius, return_length=True))
+    for row in np.flatnonzero(counts > k):
+        near = np.asarray(state.kdtree.query_ball_point(queries[row], radius[row]), dtype=np.int64)
+        exact = _squared(queries[row : row + 1], state.coords, near[None, :], np)[0]
+        best = np.lexsort((near, exact))[:k]
+        ids[row], w2[row] = near[best], exact[best]
 
 
 def _argsort_rows(keys: Array, xp: Any) -> Array:
