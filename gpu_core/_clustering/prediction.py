@@ -147,12 +147,7 @@ def label_selection(model: Model, tables: Any) -> tuple[Array, Array]:
     labels = xp.asarray(model.labels)
     labelled = labels >= 0
     selected = xp.full(count, clusters, dtype=xp.int64)
-    if xp is np:
-        np.minimum.at(selected, labels[labelled], model.clusters.point_cluster[labelled])
-    else:
-        import cupyx
-
-        cupyx.scatter_min(selected, labels[labelled], model.clusters.point_cluster[labelled])
+    xp.minimum.at(selected, labels[labelled], model.clusters.point_cluster[labelled])
     # the selected clusters' subtrees are disjoint ranges of the preorder: label + 1 inside, 0 outside
     marks = xp.zeros(clusters + 1, dtype=xp.int64)
     value = xp.arange(1, count + 1, dtype=xp.int64)

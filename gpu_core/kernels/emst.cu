@@ -111,23 +111,29 @@ __device__ __forceinline__ void outward(const double* x, float* xd, float* xu) {
 
 // --- index -----------------------------------------------------------------------------------
 
-// Morton code of each point from coordinates scaled to [0, 1] per dimension.
+// The Morton code of one point from its coordinates scaled to [0, 1] per dimension (clamped).
+__device__ __forceinline__ unsigned long long morton_code(const double* __restrict__ x, int d,
+                                                          const double* __restrict__ lo,
+                                                          const double* __restrict__ scale, int bits) {
+    unsigned long long code = 0;
+    const unsigned long long top = (1ULL << bits) - 1ULL;
+    unsigned long long q[kMaxDims];
+    for (int k = 0; k < d; ++k) {
+        double t = (x[k] - lo[k]) * scale[k];
+        t = t < 0.0 ? 0.0 : (t > 1.0 ? 1.0 : t);
+        q[k] = static_cast<unsigned long long>(t * static_cast<double>(top));
+    }
+    for (int b = bits - 1; b >= 0; --b)
+        for (int k = 0; k < d; ++k) code = (code << 1) | ((q[k] >> b) & 1ULL);
+    return code;
+}
+
+// Morton code of each point (the index's order; also query points', to sort them the same way).
 extern "C" __global__ void morton_codes(const double* __restrict__ coords, int n, int d,
                                         const double* __restrict__ lo, const double* __restrict__ scale,
                                         int bits, unsigned long long* __restrict__ codes) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        unsigned long long code = 0;
-        const unsigned long long top = (1ULL << bits) - 1ULL;
-        unsigned long long q[kMaxDims];
-        for (int k = 0; k < d; ++k) {
-            double t = (coords[static_cast<long long>(i) * d + k] - lo[k]) * scale[k];
-            t = t < 0.0 ? 0.0 : (t > 1.0 ? 1.0 : t);
-            q[k] = static_cast<unsigned long long>(t * static_cast<double>(top));
-        }
-        for (int b = bits - 1; b >= 0; --b)
-            for (int k = 0; k < d; ++k) code = (code << 1) | ((q[k] >> b) & 1ULL);
-        codes[i] = code;
-    }
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        codes[i] = morton_code(coords + static_cast<long long>(i) * d, d, lo, scale, bits);
 }
 
 // Leaf boxes (empty leaves get lo = +inf, hi = -inf) and the leaves' smallest squared core distance.
@@ -222,14 +228,18 @@ extern "C" __global__ void level_components(int level, int* __restrict__ node_co
 // distances, ascending; -1 and +inf past the set's size; core2 unused, may be null), which the
 // rounds read (neighbour_edges) and which holds every core distance up to KMAX.
 // queries (with IDS): the lists of num_queries other points (row-major, d coordinates each: HDBSCAN*'s
-// prediction of new points), not of the index's own; null for the index's own points. A query has
-// no Morton neighbours, so its search starts without the first bound.
+// prediction of new points), not of the index's own; null for the index's own points. With
+// code_lo/code_scale/bits (the index's Morton frame; null/0: none), a query's first bound is that of
+// the points around where its Morton code falls in the index's order (a binary search over the
+// codes of the sorted points, computed as the index computed them); without, it starts with none.
 template <int D, int KMAX, bool IDS>
 __global__ void core_distances(const double* __restrict__ pts, int n, int dims, int num_leaves,
                                const double* __restrict__ lo, const double* __restrict__ hi,
                                const PackedNode* __restrict__ packed, int k, double* __restrict__ core2,
                                int* __restrict__ list_pos, double* __restrict__ list_w2,
-                               const double* __restrict__ queries, int num_queries) {
+                               const double* __restrict__ queries, int num_queries,
+                               const double* __restrict__ code_lo, const double* __restrict__ code_scale,
+                               int bits) {
     const int d = D > 0 ? D : dims;
     constexpr bool kPacked = D >= 1 && D <= 3;
     const double* __restrict__ source = queries ? queries : pts;
@@ -282,9 +292,22 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
         // order, i itself included. They are real points, so it is at least the true k-th distance
         // T; a box is then searched while its bound is at most min(list's k-th, this bound) (`<=`:
         // every point at distance <= T is still visited, so the list ends at T exactly).
-        if (!queries) {
+        if (!queries || code_lo) {
+            int at = i;  // the query's place among the index's points in Morton order
+            if (queries) {
+                const unsigned long long code = morton_code(x, d, code_lo, code_scale, bits);
+                int first = 0, last = n;
+                while (first < last) {
+                    const int mid = first + (last - first) / 2;
+                    if (morton_code(pts + static_cast<long long>(mid) * d, d, code_lo, code_scale, bits) < code)
+                        first = mid + 1;
+                    else
+                        last = mid;
+                }
+                at = first;
+            }
             const int span = min(n, 2 * k + 1);
-            const int first_near = max(0, min(i - k, n - span));
+            const int first_near = max(0, min(at - k, n - span));
             for (int p = first_near; p < first_near + span; ++p) insert(sq_dist(x, pts + static_cast<long long>(p) * d, d), p);
         }
         const double near_bound = kth;  // +inf for a query
@@ -616,7 +639,8 @@ extern "C" __global__ void compress(int n, int* parent, int* __restrict__ comp, 
 #define EMST_INSTANTIATE_CORE(D, K, IDS)                                                                 \
     template __global__ void core_distances<D, K, IDS>(const double*, int, int, int, const double*,      \
                                                        const double*, const PackedNode*, int, double*,  \
-                                                       int*, double*, const double*, int);
+                                                       int*, double*, const double*, int, const double*, \
+                                                       const double*, int);
 #define EMST_INSTANTIATE(D)                                                                              \
     template __global__ void nearest_outside<D, false>(                                                  \
         const double*, const double*, int, int, int, const double*, const double*, const double*,       \

@@ -28,8 +28,9 @@ import numpy as np
 #: device and the host (32), the prediction data's core distances (8) and its tables, with room
 FIT_BYTES_PER_POINT = 128
 #: bytes per query point and neighbour of a prediction: indices, squared distances, distances,
-#: reachabilities, and the sorts' keys and permutations
-PREDICT_BYTES_PER_NEIGHBOUR = 64
+#: reachabilities, the sorts' keys and permutations, and the device's lists in Morton order and
+#: back (lists up to twice as long as the neighbours read)
+PREDICT_BYTES_PER_NEIGHBOUR = 96
 #: bytes per query point and cluster of membership vectors: the distance, outlier, height and
 #: score arrays (``(q, L)`` float64 each) alive at once
 MEMBERSHIP_BYTES_PER_CLUSTER = 64
@@ -51,7 +52,8 @@ def fit_bytes(num_points: int, dims: int, min_samples: int, backend: str, index_
 
 def predict_bytes(queries: int, dims: int, neighbours: int, labels: int, membership: bool) -> int:
     """Upper bound of the bytes a prediction of ``queries`` points allocates."""
-    needed = queries * (8 * dims + 16 + PREDICT_BYTES_PER_NEIGHBOUR * neighbours)
+    # the points, and on the device their copy in Morton order, codes and order
+    needed = queries * (16 * dims + 32 + PREDICT_BYTES_PER_NEIGHBOUR * neighbours)
     if membership:
         needed += queries * labels * MEMBERSHIP_BYTES_PER_CLUSTER + MEMBERSHIP_CHUNK_BYTES
     return int(needed)
