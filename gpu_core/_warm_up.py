@@ -6,6 +6,7 @@ Composed here, above both parts, so that neither imports the other.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -60,6 +61,7 @@ def warm_start(
     *,
     lap: Callable[[str], object] = lambda name: None,
     beside: bool = False,
+    finish_later: bool = False,
 ) -> dict[str, Any]:
     """Warm up every kernel a request can need before a service's worker says it is ready: the
     caller's ``tasks`` (its own warm-up: its tasks end to end on small datasets), then the graphs',
@@ -98,8 +100,14 @@ def warm_start(
     interpreter (the device's synchronizations, module loads, file reads) the other can use. The
     full sweep always runs alone, in order: it notes which part loaded a module first.
 
-    Either way no request builds or loads a module the full sweep would have. The CPU backend
-    compiles nothing: its warm-up is the graphs' parts (``mode="cpu"``).
+    With ``beside`` and ``finish_later`` as well, a quick start returns as soon as the caller's
+    tasks are done, the parts still running: its report's ``finish`` (a callable) waits for them,
+    makes the check above (the full sweep where it falls short) and returns the report complete.
+    Every module the parts load is then in CuPy's kernel cache (the manifest says so: nothing is
+    compiled), only not yet loaded into this process; a request meanwhile loads what it needs itself.
+
+    Either way, once it is done, no request builds or loads a module the full sweep would have. The
+    CPU backend compiles nothing: its warm-up is the graphs' parts (``mode="cpu"``).
     """
     ms: dict[str, float] = {}
     started = time.perf_counter()
@@ -126,47 +134,76 @@ def warm_start(
     manifest = read_manifest(path)
     sweep = _full_sweep()
     report: dict[str, Any] = {"manifest": str(path)}
-    with kernel_census() as census:
+    # the census stays on until the last part is done: with finish_later, after this returns
+    census_on = contextlib.ExitStack()
+    census = census_on.enter_context(kernel_census())
+    handed_over = False
+
+    def conclude(cover: list[str]) -> dict[str, Any]:
+        """The check of a quick sweep (a full one where it fell short), the manifest, the report."""
+        try:
+            if manifest is not None:
+                missing = manifest.modules - census.modules.keys()
+                if missing:  # the parts that loaded a module in either run: a cover again
+                    more = set(cover) | set(_run(sweep, census.modules))
+                    cover = [name for name, _ in sweep if name in more]
+                    step("warm_up_full")
+                    report.update(mode="full after quick", missing=len(missing))
+                    report["note"] = (
+                        f"the quick warm-up missed {len(missing)} of the {len(manifest.modules)} modules "
+                        "the full sweep loads, so the full sweep ran too and wrote the manifest again"
+                    )
+            report.update(
+                modules=len(census.modules), compiled=census.compiled, load_ms=round(census.load_ms, 3)
+            )
+        finally:
+            census_on.close()
+        if report["mode"] != "quick":
+            written = write_manifest(path, Manifest(frozenset(census.modules), tuple(cover)), environment)
+            if written is not None:
+                notes = [report["note"]] if "note" in report else []
+                report["note"] = "; ".join([*notes, f"the manifest could not be written: {written}"])
+        report["ms"] = ms
+        return report
+
+    try:
         if manifest is None:
             tasks()  # first: what it loads, no part needs to
             step("warm_up_tasks")
             cover = _run(sweep, census.modules)
             step("warm_up")
             report.update(mode="full", parts=f"{len(sweep)} of {len(sweep)}")
-        else:
-            listed = set(manifest.parts)
-            quick = [(name, part) for name, part in sweep if name in listed]
-            if beside:
-                parts = _Beside(quick, census.modules)
-                try:
-                    tasks()
-                finally:
-                    step("warm_up_tasks")
-                    cover = parts.join()
-            else:
-                tasks()
-                step("warm_up_tasks")
-                cover = _run(quick, census.modules)
+            return conclude(cover)
+        listed = set(manifest.parts)
+        quick = [(name, part) for name, part in sweep if name in listed]
+        report.update(mode="quick", parts=f"{len(quick)} of {len(sweep)}", beside=beside)
+        if not beside:
+            tasks()
+            step("warm_up_tasks")
+            cover = _run(quick, census.modules)
             step("warm_up")
-            report.update(mode="quick", parts=f"{len(quick)} of {len(sweep)}", beside=beside)
-            missing = manifest.modules - census.modules.keys()
-            if missing:  # the parts that loaded a module in either run: a cover again
-                more = set(cover) | set(_run(sweep, census.modules))
-                cover = [name for name, _ in sweep if name in more]
-                step("warm_up_full")
-                report.update(mode="full after quick", missing=len(missing))
-                report["note"] = (
-                    f"the quick warm-up missed {len(missing)} of the {len(manifest.modules)} modules the "
-                    "full sweep loads, so the full sweep ran too and wrote the manifest again"
-                )
-        report.update(modules=len(census.modules), compiled=census.compiled, load_ms=round(census.load_ms, 3))
-    if report["mode"] != "quick":
-        written = write_manifest(path, Manifest(frozenset(census.modules), tuple(cover)), environment)
-        if written is not None:
-            notes = [report["note"]] if "note" in report else []
-            report["note"] = "; ".join([*notes, f"the manifest could not be written: {written}"])
-    report["ms"] = ms
-    return report
+            return conclude(cover)
+        parts = _Beside(quick, census.modules)
+        try:
+            tasks()
+        finally:
+            step("warm_up_tasks")
+        if finish_later:
+
+            def finish() -> dict[str, Any]:
+                cover = parts.join()
+                step("warm_up")
+                return conclude(cover)
+
+            report.update(finish=finish, finish_later=True)
+            handed_over = True  # the census stays on until finish()
+            return report
+        cover = parts.join()
+        step("warm_up")
+        return conclude(cover)
+    finally:
+        if not handed_over:
+            census_on.close()  # a no-op where conclude() closed it
 
 
 Part = tuple[str, Callable[[], object]]

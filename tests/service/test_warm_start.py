@@ -69,7 +69,11 @@ def overloads():
 tmp = Path(tempfile.mkdtemp())
 worker = Worker(WorkerConfig(0, backend, None, str(tmp), 10**8, 0.5))
 where = "start"
-ready = start(worker, beside=sys.argv[3] == "beside")
+ready = start(worker, beside=sys.argv[3] in ("beside", "at-ready"))
+ready_warm_up = ready["warm_up"]
+if sys.argv[3] != "at-ready":  # else the requests run while the parts may still be loading
+    assert worker.warmed.wait(600), "the warm-up's parts did not finish"
+    ready["warm_up"] = {**worker.warm_up, "at_ready": ready_warm_up}
 if not requests:
     print(json.dumps({"warm_up": ready["warm_up"]}))
     sys.exit(0)
@@ -149,7 +153,8 @@ print(json.dumps({
 def _first_time(backend: str, requests: bool = True, way: str = "beside") -> dict[str, Any]:
     """What a fresh worker process's start reports and, with ``requests``, what every request
     made it do for the first time after that. ``way``: the quick warm-up's parts ``beside`` the
-    worker's tasks (on a thread of their own, the worker's default) or ``after`` them."""
+    worker's tasks (on a thread of their own, the worker's default, and the requests once they are
+    done), ``after`` them, or ``at-ready``: beside, the requests straight after ready."""
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, backend, "requests" if requests else "start", way],
         cwd=REPO,
@@ -168,7 +173,7 @@ NOTHING: dict[str, Any] = {"modules": [], "overloads": {}, "compiled": [], "nvrt
 @pytest.mark.slow
 def test_no_request_imports_or_compiles_once_a_cpu_worker_is_ready() -> None:
     first = _first_time("cpu")
-    assert first.pop("warm_up") == {"mode": "cpu"}
+    assert first.pop("warm_up") == {"mode": "cpu", "at_ready": {"mode": "cpu"}}
     assert first == NOTHING, first
 
 
@@ -184,5 +189,20 @@ def test_no_request_compiles_or_loads_a_kernel_once_a_gpu_worker_is_ready_after_
     print({"before": before, "after": warm_up})
     assert warm_up["mode"] == "quick", warm_up  # "full after quick": the quick sweep missed a module
     assert warm_up["beside"] is (way == "beside"), warm_up
+    # beside the tasks, the parts go on loading after ready (their modules all in the kernel cache)
+    assert warm_up["at_ready"].get("finish_later", False) is (way == "beside"), warm_up
     assert warm_up["compiled"] == 0, warm_up  # the first process filled the kernel cache
     assert first == NOTHING, first
+
+
+@pytest.mark.gpu
+def test_no_request_compiles_a_kernel_right_after_ready() -> None:
+    """Requests straight after ready, while the kernels' parts may still be loading (the default
+    start): nothing is compiled (NVRTC), imported or added to Numba's dispatchers; a request may
+    load a module from the kernel cache itself."""
+    _first_time("gpu", requests=False)  # a manifest from now on
+    first = _first_time("gpu", way="at-ready")
+    warm_up = first.pop("warm_up")
+    assert warm_up["mode"] == "quick" and warm_up["finish_later"] is True, warm_up
+    print({"loaded by requests": len(first.pop("compiled"))})
+    assert first == {k: v for k, v in NOTHING.items() if k != "compiled"}, first

@@ -30,13 +30,20 @@ from ...timing import Steps
 from .state import Worker
 
 
-def start(worker: Worker, beside: bool = True) -> dict[str, Any]:
+def start(worker: Worker, beside: bool = True, background: bool = True) -> dict[str, Any]:
     """Import the engine, open the device, warm up every task and kernel and compute the probe
     graph; the ``ready`` info. ``beside``: on the GPU, a quick warm-up runs the kernels' parts on a
     thread of their own while the tasks run on this one (``gpu_core._warm_up.warm_start``;
     ``python -m bench.warm_start`` measures both ways: a tie on an H200, 3.21 s beside and 3.14 s
     after, medians of 3; the service's start to ready was 3.28 s beside and 4.80 s after with
     Numba's passes started before CuPy's import, so both stay as they are).
+
+    ``background`` (with ``beside``, on a quick start): ``ready`` once the tasks are warm, every
+    request kind run end to end, and the kernels' remaining parts (modules of other size classes,
+    all in the kernel cache: nothing is compiled) go on loading on their thread after it; a request
+    meanwhile loads what it needs itself. :attr:`Worker.warmed` is set when they are done
+    (:attr:`Worker.warm_up` their report); without ``background`` (or on a full sweep, or the CPU)
+    it is set before this returns.
 
     Its ``startup_ms`` says where the time went: ``imports`` (gpu_core, and CuPy for the GPU),
     ``device`` (the CUDA context), ``warm_up_tasks`` (point sets' tasks and graph dendrograms,
@@ -62,14 +69,18 @@ def start(worker: Worker, beside: bool = True) -> dict[str, Any]:
 
     # the tasks under warm_up_tasks' own name: warm_start keys its manifest by the caller's tasks
     tasks = functools.wraps(warm_up_tasks)(lambda: warm_up_tasks(worker))
-    kernels = warm_start(worker.backend, tasks, lap=steps.lap, beside=beside)  # quick where it can
-    if "note" in kernels:
-        print(f"mst-worker: warm-up: {kernels['note']}", file=sys.stderr, flush=True)
+    kernels = warm_start(worker.backend, tasks, lap=steps.lap, beside=beside, finish_later=background)
+    finish = kernels.pop("finish", None)
     passes_ms = passes.join()
     steps.lap("host_passes")
     probe = probe_ms(worker)
     steps.lap("probe")
-    worker.release_cached()  # the warm-up's scratch blocks go back to the device
+    if finish is None:
+        _warmed(worker, kernels)
+    else:  # the parts' modules are in the kernel cache (quick mode): loaded after ready, on a thread
+        rest = threading.Thread(target=_finish_warm_up, args=(worker, finish), name="warm-up-rest")
+        rest.daemon = True
+        rest.start()
     steps.lap("release")
     free, total = worker.memory()
     return {
@@ -83,6 +94,26 @@ def start(worker: Worker, beside: bool = True) -> dict[str, Any]:
         "free_bytes": free,
         "total_bytes": total,
     }
+
+
+def _warmed(worker: Worker, report: dict[str, Any]) -> None:
+    """The warm-up is done: its scratch blocks go back to the device, its note to the log."""
+    if "note" in report:
+        print(f"mst-worker: warm-up: {report['note']}", file=sys.stderr, flush=True)
+    worker.release_cached()
+    worker.warm_up = {k: v for k, v in report.items() if k != "ms"}
+    worker.warmed.set()
+
+
+def _finish_warm_up(worker: Worker, finish: Callable[[], dict[str, Any]]) -> None:
+    """Wait for the kernels' parts left running after ready; a failure is logged, not fatal (a
+    request that needs a module they did not load loads it itself)."""
+    try:
+        report = finish()
+    except Exception as exc:
+        print(f"mst-worker: the warm-up's parts failed after ready: {exc!r}", file=sys.stderr, flush=True)
+        report = {"error": repr(exc)}
+    _warmed(worker, report)
 
 
 def warm_up_tasks(worker: Worker) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -44,6 +45,10 @@ class Worker:
         self.tmp_dir = Path(config.tmp_dir)
         #: which requests it computes now (its handle reads it if this process dies)
         self.stamp = RunStamp()
+        #: set once the warm-up is done, the kernels' parts included (:func:`.startup.start` may
+        #: leave them running after ready); ``warm_up`` is then its report
+        self.warmed = threading.Event()
+        self.warm_up: dict[str, Any] = {}
 
     def memory(self) -> tuple[int, int]:
         """(free, total) bytes of the memory graphs live in: the device's, or the host's; with
