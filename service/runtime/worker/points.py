@@ -257,6 +257,9 @@ WARM_UP_POINTS = 40
 #: dimension and ``min_samples`` bucket of the GPU's kernels is gpu_core's warm-up's (every size
 #: class); these sets make the tasks' own first run (imports, the service's paths) before ready.
 WARM_UP_DIMENSIONS = (3, 5, 40)
+#: the dimensions of :func:`warm_up`'s one-blob sets: a model whose selection chooses the root
+#: (``allow_single_cluster``) with points in it (3) and with every point noise (20)
+SINGLE_CLUSTER_DIMENSIONS = (3, 20)
 #: ``min_samples`` of :func:`warm_up`: none (1: a Euclidean tree), a few, more than the lists hold
 WARM_UP_MIN_SAMPLES = (1, 5, 40)
 #: parameters of the models :func:`warm_up` fits: the selection on the device (the defaults) and
@@ -269,16 +272,17 @@ WARM_UP_MODELS: tuple[dict[str, Any], ...] = (
 )
 
 
-def warm_up(backend: str) -> None:
+def warm_up(backend: str, dimensions: tuple[int, ...] = WARM_UP_DIMENSIONS, single: bool = True) -> None:
     """Run every point-set task once end to end (EMST of each :data:`WARM_UP_MIN_SAMPLES`, HDBSCAN* by
     excess of mass and by leaves with an epsilon, single linkage) on small sets of each
     :data:`WARM_UP_DIMENSIONS`, so that no request meets a first time: what the tasks import and
     the kernels and CuPy specializations around the engine's (those of every size class are
     ``gpu_core._points.warm_up``'s, run by the worker after this). One coordinate dtype does for
     both: the points are validated into float64 before anything computes on them. The compiled
-    host passes (Numba) are the worker's to load (``gpu_core._clustering.hdbscan.warm_up_compiled``)."""
+    host passes (Numba) are the worker's to load (``gpu_core._clustering.hdbscan.warm_up_compiled``).
+    ``dimensions``, ``single``: which sets (the worker runs some after ready, :mod:`.startup`)."""
     rng = np.random.default_rng(0)
-    for dims in WARM_UP_DIMENSIONS:
+    for dims in dimensions:
         coords = rng.random((WARM_UP_POINTS, dims))
         coords[: WARM_UP_POINTS // 2] += 3.0  # two blobs: models with clusters to predict into
         points = ResidentPoints(coords.astype(np.float32), backend)
@@ -298,4 +302,9 @@ def warm_up(backend: str) -> None:
             params = {"min_cluster_size": 5, "cluster_selection_method": method,
                       "cluster_selection_epsilon": epsilon}  # fmt: skip
             points.run("hdbscan", params)
+    for dims in SINGLE_CLUSTER_DIMENSIONS if single else ():  # the root chosen: its own labelling
+        coords = rng.random((WARM_UP_POINTS, dims))
+        model = ResidentPoints(coords.astype(np.float32), backend).fit("warm-up-single", WARM_UP_MODELS[2])
+        model.predict(coords[:7] + 0.01, membership=True)
+        model.predict(coords[:2], membership=False)
 

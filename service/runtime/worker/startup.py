@@ -67,17 +67,23 @@ def start(worker: Worker, beside: bool = True, background: bool = True) -> dict[
     passes = _OnThread(_warm_up_host_passes, "warm-up-host-passes")
     from gpu_core._warm_up import warm_start
 
+    later = background and beside and worker.backend == "gpu"
+    if later:  # what the sets left for after ready import: imported now, as ready promises
+        import gpu_core._points.brute_cpu
+        import gpu_core._points.brute_gpu
     # the tasks under warm_up_tasks' own name: warm_start keys its manifest by the caller's tasks
-    tasks = functools.wraps(warm_up_tasks)(lambda: warm_up_tasks(worker))
-    kernels = warm_start(worker.backend, tasks, lap=steps.lap, beside=beside, finish_later=background)
+    tasks = functools.wraps(warm_up_tasks)(lambda: warm_up_tasks(worker, before_ready=later))
+    kernels = warm_start(worker.backend, tasks, lap=steps.lap, beside=beside, finish_later=later)
     finish = kernels.pop("finish", None)
+    if later and finish is None:  # a full sweep: everything before ready
+        warm_up_after_ready(worker)
     passes_ms = passes.join()
     steps.lap("host_passes")
     probe = probe_ms(worker)
     steps.lap("probe")
     if finish is None:
         _warmed(worker, kernels)
-    else:  # the parts' modules are in the kernel cache (quick mode): loaded after ready, on a thread
+    else:  # the rest's modules are in the kernel cache (quick mode): loaded after ready, on a thread
         rest = threading.Thread(target=_finish_warm_up, args=(worker, finish), name="warm-up-rest")
         rest.daemon = True
         rest.start()
@@ -106,9 +112,11 @@ def _warmed(worker: Worker, report: dict[str, Any]) -> None:
 
 
 def _finish_warm_up(worker: Worker, finish: Callable[[], dict[str, Any]]) -> None:
-    """Wait for the kernels' parts left running after ready; a failure is logged, not fatal (a
-    request that needs a module they did not load loads it itself)."""
+    """After ready: the point sets left for then (:func:`warm_up_after_ready`), then the wait for
+    the kernels' parts; a failure is logged, not fatal (a request that needs a module they did not
+    load loads it itself)."""
     try:
+        warm_up_after_ready(worker)
         report = finish()
     except Exception as exc:
         print(f"mst-worker: the warm-up's parts failed after ready: {exc!r}", file=sys.stderr, flush=True)
@@ -116,22 +124,42 @@ def _finish_warm_up(worker: Worker, finish: Callable[[], dict[str, Any]]) -> Non
     _warmed(worker, report)
 
 
-def warm_up_tasks(worker: Worker) -> None:
+#: the point sets' dimensions warmed before ready when the rest may wait (:func:`start`'s
+#: ``background``): the packed and the general spatial index; brute force's (40) after ready
+BEFORE_READY_DIMENSIONS = (3, 5)
+
+
+def warm_up_tasks(worker: Worker, before_ready: bool = False) -> None:
     """Every task a request can run, once, end to end: a point set's tasks on small sets
     (:func:`.points.warm_up`) and a graph's dendrogram of each weight dtype. Run by
     :func:`gpu_core._warm_up.warm_start` before the kernels' parts (what it loads, no part need
-    load again); the CPU backend's whole warm-up with the graphs'."""
+    load again); the CPU backend's whole warm-up with the graphs'. ``before_ready``: only the
+    sets of :data:`BEFORE_READY_DIMENSIONS` (:func:`warm_up_after_ready` runs the others)."""
     import numpy as np
 
     import gpu_core
 
     from .points import warm_up as warm_up_points
 
-    warm_up_points(worker.backend)
+    if before_ready:
+        warm_up_points(worker.backend, BEFORE_READY_DIMENSIONS, single=False)
+    else:
+        warm_up_points(worker.backend)
     src, dst = np.array([0, 1, 2, 0, 3]), np.array([1, 2, 0, 3, 4])
     for dtype in gpu_core.WEIGHT_DTYPES:
         weights = np.array([3, 1, 2, 5, 4], dtype=dtype)
         gpu_core.Graph(src, dst, weights, 5, backend=worker.backend).single_linkage()
+
+
+def warm_up_after_ready(worker: Worker) -> None:
+    """The point sets :func:`warm_up_tasks` leaves with ``before_ready``: brute force's dimensions
+    and the one-blob sets (the root chosen); their modules are in the kernel cache, their Python
+    modules imported before ready."""
+    from .points import WARM_UP_DIMENSIONS
+    from .points import warm_up as warm_up_points
+
+    rest = tuple(d for d in WARM_UP_DIMENSIONS if d not in BEFORE_READY_DIMENSIONS)
+    warm_up_points(worker.backend, rest, single=True)
 
 
 def probe_ms(worker: Worker) -> float:
