@@ -48,7 +48,18 @@ from pathlib import Path
 from typing import Any
 
 from .ops import handle, run_after, run_oneshots
-from .protocol import MAX_COALESCED, MST, ONESHOT, STOP, STORED, RunStamp, WorkerConfig, framed, received
+from .protocol import (
+    MAX_COALESCED,
+    MST,
+    ONESHOT,
+    STOP,
+    STORED,
+    RunStamp,
+    WorkerConfig,
+    framed,
+    received,
+    widen,
+)
 from .startup import start
 from .state import Worker, portable
 
@@ -84,6 +95,7 @@ def main(
         conn.close()
         return
     gc.freeze()  # the engine and its warm-up state stay: no full collections walking them per job
+    widen(conn)  # its replies (a prediction's arrays) in one write
     conn.send(("ready", info))
     serve(worker, conn)
 

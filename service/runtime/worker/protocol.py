@@ -25,8 +25,10 @@ either end may write or read them in pieces without blocking.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,6 +159,19 @@ def framed(message: tuple[Any, ...]) -> memoryview:
         return memoryview(struct.pack("!i", -1) + struct.pack("!Q", size) + view[4:])
     struct.pack_into("!i", view, 0, size)
     return view
+
+
+#: the most bytes of messages on their way in the pipe's socket (its send buffer, each end's):
+#: a prediction's 2.4 MB of points goes in one write, not a dozen turns of the API's event loop
+#: each waiting for the worker to read 200 kB; the kernel caps it at net.core.wmem_max
+PIPE_BUFFER_BYTES = 4 << 20
+
+
+def widen(conn: Connection) -> None:
+    """Give ``conn``'s end of the pipe a send buffer of :data:`PIPE_BUFFER_BYTES` (or the most
+    the kernel allows); a pipe that is no socket is left as it is."""
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BUFFER_BYTES)
 
 
 def received(conn: Connection) -> Any:
