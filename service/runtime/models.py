@@ -168,7 +168,8 @@ class Models:
         ``membership`` vectors) of new points: an array, or a body's bytes in ``fmt``.
 
         ``steps`` gets ``worker`` (the round trip) and its parts: ``send`` (admitted, then the
-        request written, read and unpickled by the worker until its handler began), the worker's
+        request written, read and unpickled by the worker until its handler began, behind any other
+        request there), the worker's
         own ``w-read`` (a binary body parsed), ``w-fit`` (a model fitted again), ``w-predict``,
         and ``reply`` (the answer pickled, sent and read back here)."""
         sent = time.monotonic()
