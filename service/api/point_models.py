@@ -23,6 +23,7 @@ from fastapi import APIRouter, Header, Query, Request, Response, status
 from ..models import ModelList, ModelOut, ModelRequest, PredictFormat, PredictionOut
 from ..storage.npzio import write_npz
 from ..storage.records import ModelRecord
+from ..timing import Steps
 from .auth import owner_of
 from .deps import OwnerDep, ServicesDep, checked_model_id, checked_points_id, services_of
 from .docs import BINARY_SCHEMA, problems
@@ -162,31 +163,39 @@ async def predict(
     ``approximate_predict`` answers with the same model (and ``membership_vector`` with
     ``?membership=true``). The points need the point set's number of coordinates (422 naming
     both otherwise), all finite."""
+    steps = Steps()
     services, owner = services_of(request), owner_of(request.scope)
     representation = negotiate(accept)  # 406 before the body is read
     model = services.models.get(checked_points_id(points_id), checked_model_id(model_id), owner)
+    steps.lap("lookup")
     queries, fmt = await receive_prediction_points(request, services.settings, format)
-    summary, arrays = await services.models.predict(model, owner, queries, fmt, membership)
+    steps.lap("receive")
+    summary, arrays = await services.models.predict(model, owner, queries, fmt, membership, steps)
     headers = {
         "X-MST-Num-Points": str(summary["num_points"]),
         "X-MST-Num-Clusters": str(summary["num_clusters"]),
     }
+    body: bytes | memoryview
     if representation == "npz":
         buffer = io.BytesIO()
         write_npz(buffer, arrays)
+        body, media = buffer.getbuffer(), NPZ_MEDIA_TYPE
         headers["Content-Disposition"] = 'attachment; filename="prediction.npz"'
-        return Response(buffer.getbuffer(), media_type=NPZ_MEDIA_TYPE, headers=headers)
-    if representation == "arrow":
+    elif representation == "arrow":
         size = sum(np.size(a) for a in arrays.values())
         body = _arrow(arrays) if size < 1 << 16 else await asyncio.to_thread(_arrow, arrays)
+        media = ARROW_STREAM_MEDIA_TYPE
         headers["Content-Disposition"] = 'attachment; filename="prediction.arrows"'
-        return Response(body, media_type=ARROW_STREAM_MEDIA_TYPE, headers=headers)
-    out: dict[str, Any] = {
-        "model_id": model.id,
-        "num_points": summary["num_points"],
-        **{name: np.asarray(values).tolist() for name, values in arrays.items()},
-    }
-    return Response(json.dumps(out, separators=(",", ":")), media_type=JSON_MEDIA_TYPE, headers=headers)
+    else:
+        out: dict[str, Any] = {
+            "model_id": model.id,
+            "num_points": summary["num_points"],
+            **{name: np.asarray(values).tolist() for name, values in arrays.items()},
+        }
+        body, media = json.dumps(out, separators=(",", ":")).encode(), JSON_MEDIA_TYPE
+    steps.lap("encode")
+    headers["Server-Timing"] = steps.header()
+    return Response(body, media_type=media, headers=headers)
 
 
 def _arrow(arrays: dict[str, Any]) -> bytes:

@@ -29,11 +29,12 @@ from ..errors import (
 )
 from ..storage.records import ModelRecord, new_id
 from ..storage.store import Store
+from ..timing import Steps
 from .admission import Admission
 from .catalog import Catalog
 from .pool.handle import WorkerHandle
 from .supervisor import Supervisor
-from .worker.protocol import DROP_MODEL, FIT, INLINE, PREDICT
+from .worker.protocol import DROP_MODEL, FIT, INLINE, PREDICT, SERVED
 
 
 class Models:
@@ -161,9 +162,17 @@ class Models:
         queries: Any,
         fmt: str | None,
         membership: bool,
+        steps: Steps | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The summary and the arrays (``labels``, ``probabilities``, with ``membership`` the
-        ``membership`` vectors) of new points: an array, or a body's bytes in ``fmt``."""
+        ``membership`` vectors) of new points: an array, or a body's bytes in ``fmt``.
+
+        ``steps`` gets ``worker`` (the round trip) and its parts: ``send`` (admitted, then the
+        request written, read and unpickled by the worker until its handler began, behind any other
+        request there), the worker's
+        own ``w-read`` (a binary body parsed), ``w-fit`` (a model fitted again), ``w-predict``,
+        and ``reply`` (the answer pickled, sent and read back here)."""
+        sent = time.monotonic()
         summary = await self._request(
             owner,
             model.points_id,
@@ -175,7 +184,23 @@ class Models:
             fmt,
             membership,
         )
+        replied = time.monotonic()
         arrays: dict[str, Any] = summary.pop(INLINE)
+        if steps is not None:
+            steps.lap("worker")
+            steps.add(_round_trip(sent, replied, summary), "")
         if "fit" in summary.get("timings_ms", {}):  # fitted again: the point set holds it now
             self._resize(model.points_id, summary)
         return summary, arrays
+
+
+def _round_trip(sent: float, replied: float, summary: dict[str, Any]) -> dict[str, float]:
+    """A prediction's round trip to its worker in parts (ms; see :meth:`Models.predict`).
+    ``sent``, ``replied``: ``time.monotonic()`` here; the worker's :data:`SERVED` says when it
+    began (the same clock on one host) and how long it took."""
+    begun, worker_ms = summary.get(SERVED, (None, 0.0))
+    own = {f"w-{name}": ms for name, ms in summary.get("timings_ms", {}).items()}
+    if begun is None or not sent <= begun <= replied:  # no comparable clock (a Ray worker elsewhere)
+        return {"send": max((replied - sent) * 1e3 - worker_ms, 0.0), **own}
+    send = (begun - sent) * 1e3
+    return {"send": send, **own, "reply": max((replied - sent) * 1e3 - send - worker_ms, 0.0)}

@@ -31,7 +31,7 @@ from typing import Any
 
 from ...errors import WorkerLostError
 from ...settings import Settings
-from ..worker.protocol import MAX_COALESCED, STOP, RunStamp, WorkerConfig, framed, unframed
+from ..worker.protocol import MAX_COALESCED, STOP, RunStamp, WorkerConfig, framed, unframed, widen
 from .handle import WorkerHandle
 from .head_start import Spawned, spawn_worker
 from .residency import Sources
@@ -116,6 +116,7 @@ class ProcessHandle(WorkerHandle):
         """Make ``process`` the worker's (a new one, or the standby taking over)."""
         self.generation = generation
         self._process, self._conn, self._heartbeat = process, conn, heartbeat
+        widen(conn)  # a large request (a prediction's points) written at once
         self._stamp = RunStamp(running)
         self.state = "starting"
         self._served = False

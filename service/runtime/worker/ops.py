@@ -128,7 +128,9 @@ def predict(
     ``shape``: the point set's ``(n, d)`` when the model was fitted; a point set that differs now
     is refused (409, :class:`ModelOutdatedError`). A model the point set does not hold (dropped by
     a restart or an eviction) is fitted again first from ``params``: fitting is deterministic, so
-    it is the same model. ``timings_ms``: ``read``, ``fit`` (such a fit), ``predict``."""
+    it is the same model. ``timings_ms``: ``read``, ``fit`` (such a fit), ``predict``; and
+    :data:`~.protocol.SERVED`, when it began and how long it took."""
+    started = time.monotonic()
     steps = Steps()
     points = _resident_points(worker, points_id)
     if (points.num_points, points.dims) != tuple(shape):
@@ -161,6 +163,7 @@ def predict(
         "device_bytes": points.nbytes,
         INLINE: arrays,
         "timings_ms": steps.ms,
+        SERVED: (started, (time.monotonic() - started) * 1e3),
     }
 
 

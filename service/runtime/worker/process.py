@@ -48,7 +48,18 @@ from pathlib import Path
 from typing import Any
 
 from .ops import handle, run_after, run_oneshots
-from .protocol import MAX_COALESCED, MST, ONESHOT, STOP, STORED, RunStamp, WorkerConfig, framed
+from .protocol import (
+    MAX_COALESCED,
+    MST,
+    ONESHOT,
+    STOP,
+    STORED,
+    RunStamp,
+    WorkerConfig,
+    framed,
+    received,
+    widen,
+)
 from .startup import start
 from .state import Worker, portable
 
@@ -84,6 +95,7 @@ def main(
         conn.close()
         return
     gc.freeze()  # the engine and its warm-up state stay: no full collections walking them per job
+    widen(conn)  # its replies (a prediction's arrays) in one write
     conn.send(("ready", info))
     serve(worker, conn)
 
@@ -105,7 +117,7 @@ def _next_request(conn: Connection, spin_s: float, writing: Callable[[], bool] =
         deadline = time.monotonic() + spin_s
         while not conn.poll() and time.monotonic() < deadline and not writing():
             pass
-    return conn.recv()
+    return received(conn)
 
 
 def _same_jobs(conn: Connection, backlog: deque[Any], args: list[Any]) -> list[tuple[int, str]]:
@@ -116,7 +128,7 @@ def _same_jobs(conn: Connection, backlog: deque[Any], args: list[Any]) -> list[t
     update, a reload) — so they compute on the same data and have the same result.
     """
     while len(backlog) < MAX_COALESCED and conn.poll():
-        backlog.append(conn.recv())
+        backlog.append(received(conn))
     key = (args[0], *args[2:])
     same: list[tuple[int, str]] = []
     while backlog and len(same) < MAX_COALESCED:
@@ -132,7 +144,7 @@ def _more_of(conn: Connection, backlog: deque[Any], op: str) -> list[tuple[int, 
     """Requests of ``op`` queued right behind one of it: their (req id, args), taken out of
     ``backlog`` (which first gets every request already waiting in the pipe)."""
     while len(backlog) < MAX_COALESCED and conn.poll():
-        backlog.append(conn.recv())
+        backlog.append(received(conn))
     more: list[tuple[int, list[Any]]] = []
     while backlog and backlog[0][0] == op and len(more) < MAX_COALESCED:
         _, rid, *args = backlog.popleft()

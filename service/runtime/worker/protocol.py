@@ -25,9 +25,14 @@ either end may write or read them in pieces without blocking.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -137,14 +142,61 @@ class RunStamp:
         return range(first, max(first, last) + 1)
 
 
-def framed(message: tuple[Any, ...]) -> bytes:
+def framed(message: tuple[Any, ...]) -> memoryview:
     """``message`` as ``multiprocessing.Connection.send`` frames it (a length, then the pickle), so
-    the other end's ``Connection.recv`` reads it."""
-    payload = ForkingPickler.dumps(message)
-    size = len(payload)
-    if size > 0x7FFFFFFF:
-        return struct.pack("!i", -1) + struct.pack("!Q", size) + bytes(payload)
-    return struct.pack("!i", size) + bytes(payload)
+    the other end's ``Connection.recv`` reads it.
+
+    Pickled (as ``ForkingPickler.dumps`` pickles, its default protocol) behind room for the
+    length, which is written in place after: no copy of the pickle. A prediction's 2.4 MB of
+    points took 2.7 ms more here when the pickle was copied twice (the copies' fresh pages).
+    """
+    buffer = io.BytesIO()
+    buffer.write(bytes(4))
+    ForkingPickler(buffer).dump(message)
+    size = buffer.tell() - 4
+    view = buffer.getbuffer()
+    if size > 0x7FFFFFFF:  # Connection's long frame: -1, then an 8-byte length
+        return memoryview(struct.pack("!i", -1) + struct.pack("!Q", size) + view[4:])
+    struct.pack_into("!i", view, 0, size)
+    return view
+
+
+#: the most bytes of messages on their way in the pipe's socket (its send buffer, each end's):
+#: a prediction's 2.4 MB of points goes in one write, not a dozen turns of the API's event loop
+#: each waiting for the worker to read 200 kB; the kernel caps it at net.core.wmem_max
+PIPE_BUFFER_BYTES = 4 << 20
+
+
+def widen(conn: Connection) -> None:
+    """Give ``conn``'s end of the pipe a send buffer of :data:`PIPE_BUFFER_BYTES` (or the most
+    the kernel allows); a pipe that is no socket is left as it is."""
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BUFFER_BYTES)
+
+
+def received(conn: Connection) -> Any:
+    """The next message on ``conn`` (blocking), as ``Connection.recv`` answers it, read into one
+    buffer of the message's size: ``recv`` reads into a growing ``BytesIO`` through a fresh
+    buffer per read and unpickles from a copy of it (2.4 MB of points to predict: 1.5 ms there,
+    0.5 ms here). EOFError when the other end is gone."""
+    fd = conn.fileno()
+    head = _read_exactly(fd, 4)
+    (size,) = struct.unpack("!i", head)
+    if size == -1:
+        (size,) = struct.unpack("!Q", _read_exactly(fd, 8))
+    return ForkingPickler.loads(_read_exactly(fd, size))
+
+
+def _read_exactly(fd: int, size: int) -> bytearray:
+    buffer = bytearray(size)
+    with memoryview(buffer) as view:
+        got = 0
+        while got < size:
+            count = os.readv(fd, [view[got:]])
+            if count == 0:
+                raise EOFError
+            got += count
+    return buffer
 
 
 def unframed(inbox: bytearray) -> list[Any]:
