@@ -206,12 +206,14 @@ def test_no_request_compiles_or_loads_a_kernel_once_a_gpu_worker_is_ready_after_
 @pytest.mark.gpu
 def test_no_request_compiles_a_kernel_right_after_ready() -> None:
     """Requests straight after ready, while the kernels' parts may still be loading (the default
-    start): nothing is compiled (NVRTC), imported or added to Numba's dispatchers; a request may
-    load a module from the kernel cache itself."""
+    start): no kernel is compiled (NVRTC), nothing imported or added to Numba's dispatchers; a
+    request may load a module from the kernel cache itself, and that may make CuPy compile its
+    empty probe program (once per set of options and process: NVRTC's version, no kernel)."""
     _first_time("gpu", requests=False)  # a manifest from now on
     first = _first_time("gpu", way="at-ready")
     print({"predictions' loads": first.pop("predict_loads")})
     warm_up = first.pop("warm_up")
     assert warm_up["mode"] == "quick" and warm_up["finish_later"] is True, warm_up
+    first["nvrtc"] = [where for where in first["nvrtc"] if not where.endswith("(probe)")]
     print({"loaded by requests": len(first.pop("compiled"))})
     assert first == {k: v for k, v in NOTHING.items() if k != "compiled"}, first

@@ -68,9 +68,9 @@ def start(worker: Worker, beside: bool = True, background: bool = True) -> dict[
     from gpu_core._warm_up import warm_start
 
     later = background and beside and worker.backend == "gpu"
-    if later:  # what the sets left for after ready import: imported now, as ready promises
-        import gpu_core._points.brute_cpu
-        import gpu_core._points.brute_gpu
+    # what the sets and parts left for after ready import (brute force; the host's k-d tree, for
+    # lists longer than the device's): imported before ready, as ready promises, on a thread
+    imports = _OnThread(_import_after_ready_modules if later else lambda: None, "warm-up-imports")
     # the tasks under warm_up_tasks' own name: warm_start keys its manifest by the caller's tasks
     tasks = functools.wraps(warm_up_tasks)(lambda: warm_up_tasks(worker, before_ready=later))
     kernels = warm_start(worker.backend, tasks, lap=steps.lap, beside=beside, finish_later=later)
@@ -78,6 +78,7 @@ def start(worker: Worker, beside: bool = True, background: bool = True) -> dict[
     if later and finish is None:  # a full sweep: everything before ready
         warm_up_after_ready(worker)
     passes_ms = passes.join()
+    imports.join()
     steps.lap("host_passes")
     probe = probe_ms(worker)
     steps.lap("probe")
@@ -206,6 +207,12 @@ class _OnThread:
         """Wait for the work; the milliseconds it took."""
         self._thread.join()
         return self._ms
+
+
+def _import_after_ready_modules() -> None:
+    import gpu_core._points.brute_cpu
+    import gpu_core._points.brute_gpu
+    import gpu_core._points.cpu  # noqa: F401
 
 
 def _warm_up_host_passes() -> None:
