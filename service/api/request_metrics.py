@@ -17,6 +17,9 @@ class MetricsMiddleware:
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+        #: the counter's and the histogram's children by (method, route, status): ``labels()`` takes a
+        #: lock and builds its key on every call; these few are looked up once
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -41,8 +44,16 @@ class MetricsMiddleware:
     def _observe(self, scope: Scope, status: int, start: float) -> None:
         route = route_template(scope)
         method = str(scope.get("method", ""))
-        self.metrics.requests.labels(method, route, str(status)).inc()
-        self.metrics.request_seconds.labels(method, route).observe(time.perf_counter() - start)
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (
+                self.metrics.requests.labels(method, route, str(status)),
+                self.metrics.request_seconds.labels(method, route),
+            )
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(time.perf_counter() - start)
 
 
 def route_template(scope: Scope) -> str:

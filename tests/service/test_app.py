@@ -142,6 +142,19 @@ def test_importing_the_service_modules_imports_no_cupy(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_every_route_is_the_apps_own() -> None:
+    """The routers' routes sit in the app's own list, in the routers' order: no included router
+    whose routes FastAPI would match a second time on every request."""
+    from service.api import graphs, health, jobs, mst, point_models, points
+    from service.app import create_app
+
+    app = create_app()
+    assert not [route for route in app.routes if hasattr(route, "original_router")]
+    routers = (graphs.router, points.router, point_models.router, jobs.router, mst.router, health.router)
+    routes = [route for router in routers for route in router.routes]
+    assert app.routes[-len(routes) :] == routes  # after FastAPI's own (/openapi.json, /docs, ...)
+
+
 def test_bad_settings_exit_with_a_message(tmp_path: Path) -> None:
     env = {**os.environ, "MST_PORT": "99999", "MST_DATA_DIR": str(tmp_path)}
     done = subprocess.run(
