@@ -164,7 +164,9 @@ def test_a_single_cluster_of_noise_predicts_noise(backend: Any) -> None:
     a ValueError, and over HTTP a 500)."""
     rng = np.random.default_rng(3)
     x, new = rng.random((200, 20)), rng.random((9, 20))
-    params = dict(min_cluster_size=5, cluster_selection_epsilon=0.5, allow_single_cluster=True)
+    params: dict[str, Any] = {
+        "min_cluster_size": 5, "cluster_selection_epsilon": 0.5, "allow_single_cluster": True,
+    }  # fmt: skip
     ours = gpu_core.HDBSCAN(prediction_data=True, backend=backend, **params).fit(x)
     lib = hdbscan.HDBSCAN(min_samples=4, approx_min_span_tree=False, prediction_data=True, **params).fit(x)
     assert ours.labels_.max() == -1 and lib.labels_.max() == -1

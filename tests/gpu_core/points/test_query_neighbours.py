@@ -10,6 +10,8 @@ are copies of index points, between them, and far outside the index's box (clamp
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -55,7 +57,7 @@ def _queries(points: np.ndarray, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("d", [1, 2, 3, 5, 8])
 @pytest.mark.parametrize("k", [1, 4, 8, 17, 40])
-def test_query_lists_are_exact(backend: str, d: int, k: int) -> None:
+def test_query_lists_are_exact(backend: Any, d: int, k: int) -> None:
     for ps in point_sets(300, d, seed=10 * d + k):
         points = ps.points.astype(np.float64)
         queries = _queries(points, seed=k)
