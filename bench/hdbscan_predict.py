@@ -2,7 +2,8 @@
 
     python -m bench.hdbscan_predict [--backend auto] [--fit-n 1e7] [--queries 1e6] [--dims 3]
         [--peer-fit-n 1e6] [--peer-queries 1e5] [--membership-n 1e6] [--peer-membership-n 1e6]
-        [--repeats 5] [--no-peer] [--smoke] [--out FILE.json]
+        [--repeats 5] [--no-peer] [--parts predict,predict_vs_library,membership] [--smoke]
+        [--out FILE.json]
 
 Data: Gaussian blobs (64 centres in the unit cube, sd 0.02, 10 % uniform noise; seed 0), queries
 drawn the same way (seed 1). Three parts, each the median of ``--repeats`` after a warm-up call:
@@ -87,6 +88,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--peer-membership-n", type=float, default=1e6)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-peer", action="store_true", help="skip the hdbscan library")
+    parser.add_argument(
+        "--parts", default="predict,predict_vs_library,membership", help="which parts (comma-separated)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU backend")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -101,17 +105,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "repeats": args.repeats,
     }  # fmt: skip
 
+    parts = set(args.parts.split(","))
+    if "predict" in parts:
+        record["predict"] = predict_part(args, backend)
+    if "predict_vs_library" in parts:
+        record["predict_vs_library"] = library_part(args, backend)
+    if "membership" in parts:
+        record["membership"] = membership_part(args, backend)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
+    return record
+
+
+def predict_part(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     fit_n, queries = int(args.fit_n), int(args.queries)
     ms, labels = _predict_ms(fit_n, queries, args.dims, backend, args.repeats)  # the model freed after
-    record["predict"] = {"fit_n": fit_n, "queries": queries, "dims": args.dims, "ms": ms, "labels": labels}
     print(f"approximate_predict: {queries} queries vs {fit_n} points ({args.dims}-D): {ms:.1f} ms")
+    return {"fit_n": fit_n, "queries": queries, "dims": args.dims, "ms": ms, "labels": labels}
 
+
+def library_part(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     peer_n, peer_q = int(args.peer_fit_n), int(args.peer_queries)
     points, new_host = blobs(peer_n, args.dims, 0), blobs(peer_q, args.dims, 1)
     model = fit(points, backend)
     new = on_backend(backend, new_host)
     ours = median_ms(lambda: gpu_core.approximate_predict(model, new), args.repeats, backend)
-    # (the model and queries stay referenced by the closure until the next part replaces them)
     part: dict[str, Any] = {"fit_n": peer_n, "queries": peer_q, "ours_ms": ours}
     if not args.no_peer:
         import hdbscan
@@ -122,12 +141,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         part.update(library_ms=theirs, speedup=theirs / ours)
         print(f"approximate_predict vs the library ({peer_q} vs {peer_n}): {ours:.1f} ms, "
               f"library {theirs:.0f} ms, {theirs / ours:.0f}x")  # fmt: skip
-    record["predict_vs_library"] = part
+    return part
 
+
+def membership_part(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     mem_n, peer_mem_n = int(args.membership_n), int(args.peer_membership_n)
     soft = fit(blobs(mem_n, 2, 0), backend)
     ours = median_ms(lambda: gpu_core.all_points_membership_vectors(soft), args.repeats, backend)
-    part = {"n": mem_n, "ours_ms": ours, "labels": soft.prediction_data_.num_labels}
+    part: dict[str, Any] = {"n": mem_n, "ours_ms": ours, "labels": soft.prediction_data_.num_labels}
     if not args.no_peer:
         import hdbscan
 
@@ -139,11 +160,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         part.update(library_n=peer_mem_n, library_ms=theirs, speedup_per_point=per_point)
         print(f"all_points_membership_vectors ({mem_n}, 2-D): {ours:.1f} ms; library on {peer_mem_n}: "
               f"{theirs:.0f} ms; {per_point:.0f}x per point")  # fmt: skip
-    record["membership"] = part
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
-    return record
+    return part
 
 
 if __name__ == "__main__":
