@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from ._backend.resolve import Backend
 from ._clustering.hdbscan import warm_up_compiled
+from ._clustering.warm_up import model_parts
 from ._graphs.warm_up import warm_up_graphs
 from ._points.warm_up import warm_up_points
 
@@ -43,8 +44,10 @@ def warm_up(backend: Backend = "auto", *, host_passes: bool = True, points: bool
     workers do that on a thread while they start). With ``points``, every kernel a point-set
     request can meet on the GPU, the hierarchy's and brute force's
     (:func:`gpu_core._points.warm_up.warm_up_points`; the service's workers do that while they
-    start too). This is the full sweep, every size class many times over (seconds on a GPU even
-    with every kernel in CuPy's cache); a service's worker runs :func:`warm_start` instead.
+    start too), and HDBSCAN*'s estimator end to end: fits, predictions, membership vectors, outlier
+    scores (:func:`gpu_core._clustering.warm_up.model_parts`). This is the full sweep, every size
+    class many times over (seconds on a GPU even with every kernel in CuPy's cache); a service's
+    worker runs :func:`warm_start` instead.
     Returns the backend that was warmed up.
     """
     if host_passes:
@@ -52,6 +55,9 @@ def warm_up(backend: Backend = "auto", *, host_passes: bool = True, points: bool
     chosen = warm_up_graphs(backend)
     if points:
         warm_up_points(chosen)
+        if chosen == "gpu":
+            for _, part in model_parts():
+                part()
     return chosen
 
 
@@ -213,7 +219,9 @@ def _full_sweep() -> list[Part]:
     """The GPU's full sweep, in named parts, cheap and broad ones first (so that they, not the costly
     ones, are the first to load most modules): the graphs' dtypes, edge cases and queries on small
     graphs, the point sets' parts (:func:`gpu_core._points.warm_up.point_parts`), the labels' device
-    path on trees of every size class, then graphs of every size class, smallest first."""
+    path on trees of every size class, the models' parts
+    (:func:`gpu_core._clustering.warm_up.model_parts`), then graphs of every size class, smallest
+    first."""
     from ._clustering.dendrogram_labels import WARM_UP_POINTS as DEVICE_SIZES
     from ._clustering.dendrogram_labels import warm_up_device_size
     from ._graphs.warm_up import WARM_UP_SIZES, graph_parts
@@ -223,7 +231,7 @@ def _full_sweep() -> list[Part]:
     small = [part for part in graphs if not part[0].startswith("graph m=")]
     sized = [part for part in graphs if part[0].startswith("graph m=")]
     device = [(f"labels on the device n={n}", partial(warm_up_device_size, n)) for n in DEVICE_SIZES]
-    return [*small, *point_parts(), *device, *sized]
+    return [*small, *point_parts(), *device, *model_parts(), *sized]
 
 
 def _run(parts: list[Part], modules: dict[str, float]) -> list[str]:

@@ -49,4 +49,4 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
 def test_brute_force_kernels_under_compute_sanitizer(tool: str) -> None:
-    assert_clean_under_sanitizer(tool, SCRIPT)
+    assert_clean_under_sanitizer(tool, SCRIPT, timeout=560)
