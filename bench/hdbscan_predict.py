@@ -149,10 +149,14 @@ def membership_part(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     soft = fit(blobs(mem_n, 2, 0), backend)
     ours = median_ms(lambda: gpu_core.all_points_membership_vectors(soft), args.repeats, backend)
     part: dict[str, Any] = {"n": mem_n, "ours_ms": ours, "labels": soft.prediction_data_.num_labels}
+    print(f"all_points_membership_vectors ({mem_n}, 2-D, {part['labels']} clusters): ours {ours:.1f} ms")
     if not args.no_peer:
         import hdbscan
 
+        started = time.perf_counter()
         lib = library_model(blobs(peer_mem_n, 2, 0))
+        part["library_fit_ms"] = (time.perf_counter() - started) * 1e3
+        print(f"  the library's fit of {peer_mem_n}: {part['library_fit_ms']:.0f} ms")
         started = time.perf_counter()
         hdbscan.all_points_membership_vectors(lib)
         theirs = (time.perf_counter() - started) * 1e3
