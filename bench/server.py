@@ -60,7 +60,8 @@ def started_server(
     backend: str, log_path: Path | None, ready_timeout_s: float, extra_env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Start ``python -m service`` (``extra_env``: more ``MST_*`` settings) on a free loopback port;
-    yield its base URL and the API process; stop it."""
+    yield its base URL and the API process once ready (and ``MST_BENCH_SETTLE_S`` seconds more,
+    0 unless set: a GPU worker goes on loading kernels for about 2 s after ready); stop it."""
     import httpx
 
     port = free_port()
@@ -105,6 +106,7 @@ def started_server(
                             f"the service was not ready after {ready_timeout_s:.0f} s ({last})"
                         )
                     time.sleep(0.2)
+            time.sleep(float(os.environ.get("MST_BENCH_SETTLE_S", "0")))
             yield base, proc
         finally:
             _stop(proc)

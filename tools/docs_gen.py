@@ -125,14 +125,12 @@ def _level(levels: Iterable[dict[str, Any]], clients: int) -> dict[str, Any]:
 
 
 #: runs of 64 clients, each on its own resident graph, with the service's one path (FastAPI routes,
-#: one API process), after the job path's work of issue 25 (Server-Timing, result files written
-#: behind, checkpoints off the event loop); before it: jobs-h200/before-jobs-nofastlane.json and
+#: one API process), after the API's per-job CPU cuts of issue 25 (routes in the app's own list,
+#: small results read whole, Prometheus entries cached); before them (Server-Timing, result files
+#: written behind, checkpoints off the event loop): jobs-h200/after-distinct-{1,2,3}.json, median
+#: 702 jobs/s, p99 125 ms; before that: jobs-h200/before-jobs-nofastlane.json and
 #: lanes-h200/nofast{1,2,3}.json, median 678 jobs/s, p99 126 ms
-DISTINCT_RUNS = (
-    "jobs-h200/after-distinct-1.json",
-    "jobs-h200/after-distinct-2.json",
-    "jobs-h200/after-distinct-3.json",
-)
+DISTINCT_RUNS = ("jobs-h200/after-api-cpu-1.json",)
 #: 64 clients on one graph (identical jobs coalesced), and one-shots batched, with the defaults
 SAME_GRAPH_RUN = "jobs-h200/before-jobs-default.json"
 
@@ -142,6 +140,12 @@ def _distinct() -> tuple[float, float, list[float]]:
     assert all(lv["graphs"] == 64 and lv["errors"] == 0 and lv["mismatches"] == 0 for lv in levels)
     rates = sorted(lv["per_s"] for lv in levels)
     return statistics.median(rates), statistics.median(lv["p99_ms"] for lv in levels), rates
+
+
+def _runs(rates: list[float]) -> str:
+    if len(rates) == 1:
+        return "one run"
+    return f"median of {len(rates)} runs: " + ", ".join(_num(r) for r in rates)
 
 
 def jobs_table() -> str:
@@ -155,8 +159,7 @@ def jobs_table() -> str:
             "| 64 clients, one H200, each request checked | requests/s | p99 ms | source |",
             "| --- | ---: | ---: | --- |",
             f"| **jobs, each client on its own resident graph** (64 RMAT 2^16 graphs; "
-            f"`POST .../mst?wait=30` + binary result) | **{_num(rate)}** (median of {len(rates)} runs: "
-            f"{', '.join(_num(r) for r in rates)}) | {_num(p99)} | "
+            f"`POST .../mst?wait=30` + binary result) | **{_num(rate)}** ({_runs(rates)}) | {_num(p99)} | "
             + ", ".join(f"`{run}`" for run in DISTINCT_RUNS)
             + " |",
             f"| jobs, all clients on one graph: identical jobs **coalesced** into one computation | "
