@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from service.timing import parse_header
+
 from .clients import run_client_processes
 from .load import NPZ, Conn
 from .server import started_server
@@ -175,12 +177,10 @@ class _Tally:
 
     def server_timing(self, header: str, prefix: str = "") -> None:
         """Add an answer's ``Server-Timing`` parts (called under :attr:`lock`)."""
-        for part in header.split(","):
-            name, _, duration = part.strip().partition(";dur=")
-            if duration:
-                entry = self.timing.setdefault(prefix + name, [0.0, 0])
-                entry[0] += float(duration)
-                entry[1] += 1
+        for name, ms in parse_header(header).items():
+            entry = self.timing.setdefault(prefix + name, [0.0, 0])
+            entry[0] += ms
+            entry[1] += 1
 
     def error(self, what: str) -> None:
         with self.lock:

@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from service.timing import parse_header
+
 from .hdbscan_predict import blobs
 from .server import started_server
 
@@ -65,14 +67,6 @@ def percentile(values: list[float], q: float) -> float:
 ROUTE_PARTS = ("lookup", "receive", "worker", "encode")
 
 
-def server_timing(value: str) -> dict[str, float]:
-    """``name;dur=ms, ...`` as {name: ms}."""
-    out: dict[str, float] = {}
-    for part in value.split(","):
-        name, _, dur = part.strip().partition(";dur=")
-        if name and dur:
-            out[name] = float(dur)
-    return out
 
 
 class Timings:
@@ -84,7 +78,7 @@ class Timings:
 
     def add(self, header: str) -> None:
         with self._lock:
-            self.samples.append(server_timing(header))
+            self.samples.append(parse_header(header))
 
     def means(self) -> dict[str, float]:
         names = dict.fromkeys(name for sample in self.samples for name in sample)

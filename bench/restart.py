@@ -55,6 +55,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from service.timing import parse_header
+
 from .generators import GraphSpec, load_or_make
 from .points import make_points
 from .server import REPO_ROOT, free_port, npz_body
@@ -202,12 +204,7 @@ def _upload(c: httpx.Client, ds: Dataset) -> None:
 
 
 def _reload_ms(headers: httpx.Headers) -> float | None:
-    timing = headers.get("server-timing", "")
-    for entry in timing.split(","):
-        name, _, value = entry.strip().partition(";dur=")
-        if name == "reload":
-            return float(value)
-    return None
+    return parse_header(headers.get("server-timing", "")).get("reload")
 
 
 def _come_back(

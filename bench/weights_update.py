@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from service.timing import parse_header
+
 from .generators import Edges, rmat_topology
 from .server import NPZ, npz_body, read_npz, running_server
 from .service import _body, _check, _fetch, _mst_request
@@ -44,10 +46,8 @@ def _npy(array: np.ndarray[Any, Any]) -> bytes:
 
 def _server_steps(response: Any, into: dict[str, list[float]]) -> None:
     """Collect a response's ``Server-Timing`` steps (the server's split of its time)."""
-    for part in response.headers.get("server-timing", "").split(","):
-        name, _, duration = part.strip().partition(";dur=")
-        if duration:
-            into.setdefault(name, []).append(float(duration))
+    for name, ms in parse_header(response.headers.get("server-timing", "")).items():
+        into.setdefault(name, []).append(ms)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,3 +34,14 @@ class Steps:
     def header(self) -> str:
         """The ``Server-Timing`` value: ``name;dur=ms`` for each step, in the order recorded."""
         return ", ".join(f"{name};dur={ms:.3f}" for name, ms in self.ms.items())
+
+
+def parse_header(value: str) -> dict[str, float]:
+    """A ``Server-Timing`` value (``name;dur=ms, ...``, as :meth:`Steps.header` writes it) as
+    {name: ms}; parts without a duration are left out."""
+    out: dict[str, float] = {}
+    for part in value.split(","):
+        name, _, duration = part.strip().partition(";dur=")
+        if name and duration:
+            out[name] = float(duration)
+    return out

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import gpu_core
+from service.timing import parse_header
 
 from .conftest import ServerFactory
 from .live import OCTET, LiveServer
@@ -142,14 +143,6 @@ def test_binary_bodies_and_answers_round_trip(live: LiveServer, fitted: tuple[st
             check_equal(answer, expected)
 
 
-def server_timing(header: str) -> dict[str, float]:
-    steps = {}
-    for part in header.split(","):
-        name, _, duration = part.strip().partition(";dur=")
-        steps[name] = float(duration)
-    return steps
-
-
 def test_a_prediction_says_where_its_time_went(live: LiveServer, fitted: tuple[str, str, np.ndarray]) -> None:
     """``Server-Timing``: the route's steps, and the worker's round trip in its parts (the request's
     way there, the worker's own steps, the reply's way back), which add up to it."""
@@ -158,7 +151,7 @@ def test_a_prediction_says_where_its_time_went(live: LiveServer, fitted: tuple[s
     response = predict(live.client, points_id, model_id, queries(), membership=False)
     elapsed_ms = (time.perf_counter() - started) * 1e3
     assert response.status_code == 200, response.text
-    steps = server_timing(response.headers["server-timing"])
+    steps = parse_header(response.headers["server-timing"])
     assert list(steps) == ["lookup", "receive", "worker", "send", "w-predict", "reply", "encode"]
     assert all(ms >= 0 for ms in steps.values())
     assert steps["lookup"] + steps["receive"] + steps["worker"] + steps["encode"] <= elapsed_ms
@@ -172,7 +165,7 @@ def test_a_prediction_says_where_its_time_went(live: LiveServer, fitted: tuple[s
         headers={"content-type": OCTET, "accept": OCTET},
     )
     assert response.status_code == 200, response.text
-    steps = server_timing(response.headers["server-timing"])  # the worker read the npz: w-read
+    steps = parse_header(response.headers["server-timing"])  # the worker read the npz: w-read
     assert list(steps) == ["lookup", "receive", "worker", "send", "w-read", "w-predict", "reply", "encode"]
     assert steps["send"] + steps["w-read"] + steps["w-predict"] + steps["reply"] <= steps["worker"] + 0.01
 
@@ -271,7 +264,7 @@ def test_models_survive_restarts_and_a_changed_point_set_is_409(
     after_kill = predict(server.client, record["id"], model["id"], queries())
     assert after_kill.status_code == 200, after_kill.text
     assert after_kill.json() == first
-    assert "w-fit" in server_timing(after_kill.headers["server-timing"])  # fitted again, and said so
+    assert "w-fit" in parse_header(after_kill.headers["server-timing"])  # fitted again, and said so
     # the whole service restarted: the same
     server.stop()
     server = server_factory(data)

@@ -18,6 +18,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import pdist, squareform
 
+from service.timing import parse_header
 from tests.utils.graphs import EdgeGraph, random_graph
 from tests.utils.oracles import UnionFind
 
@@ -283,14 +284,6 @@ def test_queries_on_the_gpu_backend(server_factory: ServerFactory) -> None:
     assert server.client.get(f"/v1/jobs/{after['id']}/result").json()["edge_ids"] == kruskal(graph, new)
 
 
-def _server_timing(header: str) -> dict[str, float]:
-    steps = {}
-    for part in header.split(","):
-        name, _, duration = part.strip().partition(";dur=")
-        steps[name] = float(duration)
-    return steps
-
-
 def test_uploads_and_weight_updates_say_where_their_time_went(live: LiveServer) -> None:
     """``Server-Timing``: the API's steps and, inside the worker's round trip, the worker's own."""
     graph = random_graph(4, 500, 4_000, dtype="int32", num_weights=50)
@@ -302,7 +295,7 @@ def test_uploads_and_weight_updates_say_where_their_time_went(live: LiveServer) 
     )
     elapsed_ms = (time.perf_counter() - started) * 1e3
     assert response.status_code == 201, response.text
-    steps = _server_timing(response.headers["server-timing"])
+    steps = parse_header(response.headers["server-timing"])
     assert list(steps)[:2] == ["receive", "worker"] and list(steps)[-1] == "durable"
     assert {"w-parse", "w-build", "w-prepare"} <= set(steps)
     api = steps["receive"] + steps["worker"] + steps["durable"]
@@ -315,7 +308,7 @@ def test_uploads_and_weight_updates_say_where_their_time_went(live: LiveServer) 
         f"/v1/graphs/{graph_id}/weights", content=npy_body(new), headers={"content-type": OCTET}
     )
     assert response.status_code == 200, response.text
-    steps = _server_timing(response.headers["server-timing"])
+    steps = parse_header(response.headers["server-timing"])
     assert list(steps) == ["receive", "worker", "w-apply", "w-prepare", "fsync", "publish", "commit"]
     assert steps["w-apply"] + steps["w-prepare"] <= steps["worker"]
     _, result = run_job(live, graph_id, "mst")

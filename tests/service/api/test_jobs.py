@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from service.settings import Settings
+from service.timing import parse_header
 from tests.utils.graphs import random_graph
 
 from ..conftest import ServerFactory
@@ -233,14 +234,6 @@ def test_a_waited_for_job_cancelled_by_its_graph_delete_answers_and_is_recorded(
     assert live.client.get(f"/v1/jobs/{job['id']}").json() == job  # recorded when it finished
 
 
-def _server_timing(header: str) -> dict[str, float]:
-    steps = {}
-    for part in header.split(","):
-        name, _, duration = part.strip().partition(";dur=")
-        steps[name] = float(duration)
-    return steps
-
-
 def test_job_routes_say_where_their_time_went(live: LiveServer) -> None:
     """``Server-Timing`` on a ``?wait=`` submission (the job's way through the service, the
     worker's own time in it), its status and its result; each part >= 0, together no more than
@@ -252,7 +245,7 @@ def test_job_routes_say_where_their_time_went(live: LiveServer) -> None:
     response = live.submit(graph_id, wait=30)
     elapsed_ms = (time.perf_counter() - started) * 1e3
     assert response.status_code == 200, response.text
-    steps = _server_timing(response.headers["server-timing"])
+    steps = parse_header(response.headers["server-timing"])
     parts = ["submit", "queue", "dispatch", "compute", "reply", "store", "response"]
     assert list(steps) == parts, steps
     assert all(ms >= 0 for ms in steps.values()) and sum(steps.values()) <= elapsed_ms
@@ -269,7 +262,7 @@ def test_job_routes_say_where_their_time_went(live: LiveServer) -> None:
         answer = live.client.get(path, headers=headers)
         elapsed_ms = (time.perf_counter() - started) * 1e3
         assert answer.status_code == 200, answer.text
-        steps = _server_timing(answer.headers["server-timing"])
+        steps = parse_header(answer.headers["server-timing"])
         assert list(steps) == expected, (path, steps)
         assert all(ms >= 0 for ms in steps.values()) and sum(steps.values()) <= elapsed_ms
     result = live.client.get(f"/v1/jobs/{job_id}/result").json()
@@ -282,7 +275,7 @@ def test_a_202_says_how_long_the_job_waited(live: LiveServer) -> None:
     with frozen_worker(live):
         response = live.submit(graph["id"], wait=0.2)
     assert response.status_code == 202, response.text
-    steps = _server_timing(response.headers["server-timing"])
+    steps = parse_header(response.headers["server-timing"])
     names = list(steps)
     assert names[0] == "submit" and names[-1] == "wait" and steps["wait"] >= 150, steps
     wait_status(live, response.json()["id"], "succeeded")
