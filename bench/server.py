@@ -106,12 +106,38 @@ def started_server(
                             f"the service was not ready after {ready_timeout_s:.0f} s ({last})"
                         )
                     time.sleep(0.2)
+                _standbys_warm(client, env.get("MST_STANDBY_WORKER", "auto"), STANDBY_TIMEOUT_S)
             time.sleep(float(os.environ.get("MST_BENCH_SETTLE_S", "0")))
             yield base, proc
         finally:
             _stop(proc)
             if log_path:
                 log_file.close()  # type: ignore[union-attr]
+
+
+#: how long the start waits for the GPU workers' standby processes to be warm
+STANDBY_TIMEOUT_S = 90.0
+
+
+def _standbys_warm(client: Any, setting: str, timeout_s: float) -> None:
+    """Wait until every worker that gets a standby (``MST_STANDBY_WORKER``: ``auto`` gives GPU
+    workers one) has it warm: a standby starts once its worker is ready and warms its kernels on
+    the same GPU and cores, which would otherwise fall inside the first measurements."""
+    if setting == "off":
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        workers = client.get("/readyz").json().get("workers", [])
+        waiting = [
+            w
+            for w in workers
+            if (setting == "on" or w.get("backend") == "gpu")
+            and (w.get("standby") or {}).get("state") != "warm"
+        ]
+        if not waiting:
+            return
+        time.sleep(0.2)
+    print(f"bench: the standby workers were not warm after {timeout_s:.0f} s; measuring anyway", flush=True)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
