@@ -64,8 +64,8 @@ async def get_job_result(
     byte_range = request.headers.get("range")
     response: Response
     if representation == "npz" and byte_range is None:
-        held = await services.jobs.result_in_memory(job_id, owner, steps)
-        if held is not None:  # the worker put its file's bytes in memory too
+        held = services.jobs.result_in_memory(job_id, owner, steps)
+        if held is not None:  # the worker put the archive in memory: the same bytes as its file
             job, archive = held
             response = npz_bytes_response(archive, job_summary(job), filename=f"{job.id}.npz")
             steps.lap("encode")

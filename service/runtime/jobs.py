@@ -30,7 +30,6 @@ the state they keep consistent.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import time
@@ -63,7 +62,7 @@ from .results import Results, task_args
 from .sharding import Abandoned, ShardedRun, check_shards, sharded_run
 from .supervisor import Supervisor
 from .worker.arena import Place
-from .worker.protocol import MST, SERVED, WEIGHTS
+from .worker.protocol import IN_ARENA, MST, SERVED, WEIGHTS
 
 log = logging.getLogger("service.runtime.jobs")
 
@@ -208,16 +207,15 @@ def _learn_result_bytes(handle: WorkerCalls, graph_id: str, summary: dict[str, A
         residency.result_bytes = forest_bytes(int(summary["num_edges"]), np.dtype(dtype).itemsize)
 
 
-def _held(memory: ResultMemory, job_id: str, stored: asyncio.Future[Any]) -> None:
-    """The job's STORED note: its forest is at its place (the note's ``held``, its size) and in its
-    file; or it is not there (no room, or the write failed), and the place is given up. Runs
-    before the note's other callbacks, so a request waiting for the file finds it in memory."""
-    held = None if stored.cancelled() or stored.exception() is not None else stored.result()
-    if isinstance(held, int):
-        memory.filled(job_id, held)
-        memory.written(job_id)
-    else:
+def _held(memory: ResultMemory, job_id: str, summary: dict[str, Any], stored: asyncio.Future[None]) -> None:
+    """Record a job's forest at its place (or give the place up when the reply says it is not
+    there); the place is the worker's until its file is written behind the reply."""
+    size = summary.pop(IN_ARENA, None)
+    if size is None:
         memory.release(job_id)
+        return
+    memory.filled(job_id, int(size))
+    stored.add_done_callback(lambda _: memory.written(job_id))
 
 
 class Jobs:
@@ -481,18 +479,12 @@ class Jobs:
             handle.remove(task.task_id)
             self._finish(task.task_id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
 
-    async def result_in_memory(
-        self, job_id: str, owner: str, steps: Steps
-    ) -> tuple[JobRecord, memoryview] | None:
+    def result_in_memory(self, job_id: str, owner: str, steps: Steps) -> tuple[JobRecord, memoryview] | None:
         """A succeeded job of ``owner`` and its forest's archive, when its worker's result memory
-        holds it (:mod:`.pool.result_memory`: the file's bytes without reading the file), once the
-        file is written; None otherwise (then :meth:`result_path`). Another owner's job is a 404,
-        as there."""
+        holds it (:mod:`.pool.result_memory`: no file read, no wait for the file); None otherwise
+        (then :meth:`result_path`). Another owner's job is a 404, as there."""
         job = self.get(job_id, owner)
         steps.lap("lookup")
-        if await self.results.written(job_id):
-            job = self._get(job_id)
-        steps.lap("store")  # the wait for the file written behind the reply, if any
         if job.status != "succeeded":
             return None
         for handle in self._supervisor.workers:
@@ -551,7 +543,7 @@ class Jobs:
         if job.task == "mst":
             _learn_result_bytes(handle, job.graph_id, summary)
         if memory is not None and place is not None:
-            stored.add_done_callback(functools.partial(_held, memory, job.id))  # before store_behind's
+            _held(memory, job.id, summary, stored)
         self.results.store_behind(job.id, stored)
         self._succeeded(job.id, summary)
 

@@ -203,8 +203,8 @@ class WorkerHandle:
             log.error("worker %d %s", self.index, self._kill_reason)
             return  # the process exits next; _on_exit restarts it
         if head == STORED:
-            _, req_id, error, held = message
-            self.requests.stored(req_id, error, held)
+            _, req_id, error = message
+            self.requests.stored(req_id, error)
             return
         req_id, ok, payload = message
         self._served = True
@@ -401,16 +401,16 @@ class WorkerHandle:
         result: dict[str, Any] = await self._send(op, *args)
         return result
 
-    async def request_with_note(self, op: str, *args: Any) -> tuple[dict[str, Any], asyncio.Future[Any]]:
+    async def request_with_note(self, op: str, *args: Any) -> tuple[dict[str, Any], asyncio.Future[None]]:
         """Like :meth:`request`, for a handler that works on after its reply (``protocol.Reply``).
 
-        Returns the answer and a future of the STORED note that follows it (its ``held``): done when that work
+        Returns the answer and a future of the STORED note that follows it: done when that work
         is, failed with its error (or :class:`WorkerLostError` when the worker dies first).
         """
         if not self.accepting:
             await self.wait_accepting(self._settings.worker_start_timeout_s)
         assert self._loop is not None
-        note: asyncio.Future[Any] = self._loop.create_future()
+        note: asyncio.Future[None] = self._loop.create_future()
         note.add_done_callback(consume)  # its error is read where it matters, or not at all
         result: dict[str, Any] = await self._send(op, *args, note=note)
         return result, note

@@ -90,7 +90,7 @@ class MSTWorker:
         ok, payload, after, fatal = ops.handle(self._worker, op, args)
         messages: list[tuple[Any, ...]] = [(req_id, ok, payload)]
         if after is not None:
-            messages.append((STORED, req_id, *ops.run_after(after)))
+            messages.append((STORED, req_id, ops.run_after(after)))
         return messages, fatal
 
     @ray.method(concurrency_group="health")

@@ -124,10 +124,9 @@ class Requests:
                 settle(request.note, None, payload)
         settle(request.future, payload if ok else None, None if ok else payload)
 
-    def stored(self, req_id: int, error: BaseException | None, held: Any = None) -> None:
-        """The STORED note of an answered request: its work behind the reply is done (or failed);
-        its future gets the note's ``held`` (an archive's size in the result arena, or None)."""
-        settle(self._notes.pop(req_id, None), held, error)
+    def stored(self, req_id: int, error: BaseException | None) -> None:
+        """The STORED note of an answered request: its work behind the reply is done (or failed)."""
+        settle(self._notes.pop(req_id, None), None, error)
 
     # -- a death --------------------------------------------------------------------------------
 

@@ -2,14 +2,13 @@
 
 A job on a resident graph reserves a place in its worker's arena (:mod:`..worker.arena`) before
 its request goes out, sized by what the graph's last forest needed (the first job of a graph
-goes by file only). Behind its reply (off the reply's path, on its writer thread) the worker
-writes the result's ``.npz`` there, then the result file from those bytes, and its STORED note
-says the archive's size; a request for the result, which waits for that note as for any result
-file, is then answered from memory instead of reading the file. The file is what makes the
-result durable, as before, and what answers once the place is reused.
+goes by file only). The worker writes the result's ``.npz`` there before it replies, so a
+request for the result is answered from memory at once: no file read, no wait for the file
+written behind the reply. The file is still written, from those bytes, and is what the result
+falls back on once its place is reused.
 
 Places are taken in a ring, oldest first out. A place is *pinned* while the worker may still
-write or read it (from the reservation until its STORED note) and while a
+write or read it (from the reservation until the file is written behind the reply) and while a
 response is sending from it: a view handed to the server keeps its place pinned until the
 server has let go of every slice of it (the event loop may hold a slice until the socket takes
 the bytes), so a place is never reused under a response. A reservation that would have to take

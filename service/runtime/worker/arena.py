@@ -4,9 +4,9 @@ results for the API to send without reading a file.
 The API process creates it (an anonymous ``memfd``, so no ``/dev/shm`` size limit applies, as
 in a container) and hands it to each process it spawns for the worker, so it outlives restarts;
 which part of it holds which job is the API's to decide (:mod:`service.runtime.pool.result_memory`).
-A job's request names its place (offset, capacity); behind its reply the worker writes the
-result's ``.npz`` there, then its file from those bytes (the file is still what makes the result
-durable), and the STORED note says the archive's size.
+A job's request names its place (offset, capacity); the worker writes the result's ``.npz``
+there before its reply, and its file from those bytes behind the reply (as before: the file is
+still what makes the result durable).
 """
 
 from __future__ import annotations

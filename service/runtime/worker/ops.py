@@ -260,13 +260,13 @@ def handle(worker: Worker, op: str, args: Sequence[Any]) -> tuple[bool, Any, Cal
     return True, answer, None, False
 
 
-def run_after(work: Callable[[], Any]) -> tuple[BaseException | None, Any]:
-    """Run a reply's ``after`` work: (None, what it returned) when it succeeded, else (the portable
-    error, None): a STORED note's ``error`` and ``held``."""
+def run_after(work: Callable[[], None]) -> BaseException | None:
+    """Run a reply's ``after`` work: None when it succeeded, else the (portable) error."""
     try:
-        return None, work()
+        work()
     except Exception as exc:
-        return portable(exc), None
+        return portable(exc)
+    return None
 
 
 def run_oneshots(

@@ -50,6 +50,7 @@ from typing import Any
 from .arena import ResultArena
 from .ops import handle, run_after, run_oneshots
 from .protocol import (
+    IN_ARENA,
     MAX_COALESCED,
     MST,
     ONESHOT,
@@ -224,9 +225,9 @@ class Writer:
         """Work that runs a reply's ``after`` and sends the STORED note of each of ``req_ids``."""
 
         def work() -> None:
-            error, held = run_after(after)
+            error = run_after(after)
             for req_id in req_ids:
-                self.send((STORED, req_id, error, held))
+                self.send((STORED, req_id, error))
 
         return work
 
@@ -323,8 +324,9 @@ def serve_same(
     first = args[1]
     try:
         replies = [(req_id, ok, payload)]
-        # the followers' results say that they shared the computation
-        replies += [(rid, ok, dict(payload, coalesced=True) if ok else payload) for rid, _ in same]
+        # the followers' results say that they shared the computation; theirs are files only
+        shared = {k: v for k, v in payload.items() if k != IN_ARENA} if ok else payload
+        replies += [(rid, ok, dict(shared, coalesced=True) if ok else payload) for rid, _ in same]
         writer.send_all(replies)
     except (OSError, ValueError):
         return False
@@ -333,11 +335,10 @@ def serve_same(
         first_file = after
 
         def files() -> None:
-            stored, held = run_after(first_file)
-            writer.send((STORED, req_id, stored, held))
-            for rid, path in same:  # a link of the first's file; their places stay unused
-                error = stored if stored is not None else run_after(_linker(first, path))[0]
-                writer.send((STORED, rid, error, None))
+            stored = run_after(first_file)
+            writer.send((STORED, req_id, stored))
+            for rid, path in same:
+                writer.send((STORED, rid, stored if stored is not None else run_after(_linker(first, path))))
 
         writer.behind(files)
     return not fatal

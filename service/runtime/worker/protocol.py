@@ -11,10 +11,8 @@ carry the same messages):
   only a one-shot's forest of at most ``MST_ONESHOT_INLINE_BYTES`` comes back in its reply
   (:data:`INLINE`);
 * a handler's work behind its reply (an MST job's result file, :class:`Reply`) ends with a note
-  ``(STORED, req_id, error, held)`` (``error`` None on success; ``held`` the size of the result's
-  archive when the worker also put it at the request's place in the arena, :mod:`.arena`, else
-  None): the reply goes out as soon as the answer is on the host, and a request for the result
-  waits for the note instead.
+  ``(STORED, req_id, error)`` (``error`` None on success): the reply goes out as soon as the
+  answer is on the host, and a request for the result waits for the note instead.
 
 Which requests a worker is computing is not a message: before a run (one request, or several
 answered by one computation) it writes the run's first and last request id into a
@@ -58,6 +56,9 @@ STOP = "stop"
 STORED = "stored"
 #: the key of a one-shot reply's forest arrays (``edge_ids``, ``weights``) sent in the reply itself
 INLINE = "arrays"
+#: the key of an MST reply's archive size when the worker put the result at its place in the arena
+#: (:mod:`.arena`; absent: the result is in its file only, once the STORED note says so)
+IN_ARENA = "in_arena"
 #: the key of a one-shot reply's count of one-shots its engine run computed (1: alone)
 BATCH_MEMBERS = "batch_members"
 
@@ -100,11 +101,10 @@ class WorkerConfig:
 
 @dataclass(frozen=True)
 class Reply:
-    """A handler's answer with work to do once it is sent (its outcome follows as a STORED note;
-    what ``after`` returns is the note's ``held``)."""
+    """A handler's answer with work to do once it is sent (its outcome follows as a STORED note)."""
 
     payload: dict[str, Any]
-    after: Callable[[], Any]
+    after: Callable[[], None]
 
 
 def shard_format(lo: int, hi: int) -> str:

@@ -177,18 +177,8 @@ class Worker:
             "total_bytes": total,
         }
 
-    def write_result(
-        self, forest: Any, result_path: str, write_out: bool = True, place: Place | None = None
-    ) -> int | None:
-        """A forest's result file; with a ``place`` in the arena, its archive there first and the
-        file from those bytes. The archive's size when it is at its place, else None."""
-        arrays = {"edge_ids": forest.edge_ids, "weights": forest.weights}
-        archive = self.in_arena(place, arrays)
-        if archive is None:
-            self.write_arrays(arrays, result_path, write_out)
-            return None
-        self.write_bytes(archive, result_path)
-        return archive.nbytes
+    def write_result(self, forest: Any, result_path: str, write_out: bool = True) -> None:
+        self.write_arrays({"edge_ids": forest.edge_ids, "weights": forest.weights}, result_path, write_out)
 
     def in_arena(self, place: Place | None, arrays: dict[str, Any]) -> memoryview | None:
         """A result's archive written at its ``place`` in the arena; None when there is no place
