@@ -225,15 +225,6 @@ class Settings(BaseSettings):
         "in the spool, as job results do. 0 to 16 MiB; `0`: always a file. Same answers either "
         "way.",
     )
-    result_memory_bytes: int = Field(
-        default=128 << 20,
-        ge=0,
-        le=16 << 30,
-        description="Host memory each worker shares with the API process for recent job results "
-        "(up to a quarter of it each): a result there is answered from memory, without reading its "
-        "file (which is still written, and answers once the memory is reused). `0`: files only. "
-        "Same answers either way.",
-    )
     worker_spin_ms: float = Field(
         default=2.0,
         ge=0,

@@ -235,13 +235,6 @@ async def npz_response(
     return _MappedResponse(body, media_type=NPZ_MEDIA_TYPE, headers=headers)
 
 
-def npz_bytes_response(archive: memoryview, summary: dict[str, Any], filename: str) -> Response:
-    """A result's ``.npz`` held in memory (:meth:`service.runtime.jobs.Jobs.result_in_memory`),
-    with the headers :func:`npz_response` gives its file."""
-    headers = {**summary_headers(summary), "Content-Disposition": f'attachment; filename="{filename}"'}
-    return _MappedResponse(archive, media_type=NPZ_MEDIA_TYPE, headers=headers)
-
-
 def npz_arrays_response(arrays: dict[str, Any], summary: dict[str, Any], filename: str) -> Response:
     """A result held in memory (a one-shot's forest the worker sent back) as the ``.npz`` its
     result file would have been (the same writer), with the same headers."""

@@ -18,7 +18,6 @@ from .encoders import (
     job_summary,
     json_result,
     negotiate,
-    npz_bytes_response,
     npz_response,
 )
 
@@ -60,21 +59,12 @@ async def get_job_result(
     services, owner = services_of(request), owner_of(request.scope)
     representation = negotiate(accept)  # 406 before anything is looked up
     steps = Steps()
-    job_id = checked_job_id(job_id)
-    byte_range = request.headers.get("range")
-    response: Response
-    if representation == "npz" and byte_range is None:
-        held = services.jobs.result_in_memory(job_id, owner, steps)
-        if held is not None:  # the worker put the archive in memory: the same bytes as its file
-            job, archive = held
-            response = npz_bytes_response(archive, job_summary(job), filename=f"{job.id}.npz")
-            steps.lap("encode")
-            response.headers["Server-Timing"] = steps.header()
-            return response
-    job, path = await services.jobs.result_path(job_id, owner, steps)
+    job, path = await services.jobs.result_path(checked_job_id(job_id), owner, steps)
     summary = job_summary(job)
+    response: Response
     if representation == "npz":
         filename = f"{job.id}.npz"
+        byte_range = request.headers.get("range")
         response = await npz_response(path, summary, filename=filename, byte_range=byte_range)
     elif representation == "arrow":
         response = await arrow_result(path, summary, filename=f"{job.id}.arrows")

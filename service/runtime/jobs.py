@@ -39,8 +39,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
-
 from ..errors import (
     GraphNotFoundError,
     JobNotCancellableError,
@@ -57,12 +55,10 @@ from ..storage.store import Store
 from ..timing import Steps
 from .admission import Admission
 from .pool.dispatch import QueuedRequest, WorkerCalls, await_queued, new_future
-from .pool.result_memory import ResultMemory, forest_bytes
 from .results import Results, task_args
 from .sharding import Abandoned, ShardedRun, check_shards, sharded_run
 from .supervisor import Supervisor
-from .worker.arena import Place
-from .worker.protocol import IN_ARENA, MST, SERVED, WEIGHTS
+from .worker.protocol import MST, SERVED, WEIGHTS
 
 log = logging.getLogger("service.runtime.jobs")
 
@@ -187,35 +183,6 @@ def sharded_weights_refused(graph_id: str, shards: int) -> ShardedGraphError:
 def canonical_params(params: dict[str, Any] | None) -> str:
     """A task's parameters as the JSON text jobs are stored and cached under (sorted, compact)."""
     return json.dumps(params or {}, sort_keys=True, separators=(",", ":"))
-
-
-def _place(job: JobRecord, handle: WorkerCalls) -> Place | None:
-    """A place in the worker's result memory for an MST job's forest, when its graph's last forest
-    says how much room it needs (:mod:`.pool.result_memory`); None: the result goes by file only."""
-    memory = handle.result_memory
-    residency = handle.graphs.get(job.graph_id)
-    if memory is None or residency is None or job.task != "mst" or not residency.result_bytes:
-        return None
-    return memory.reserve(job.id, residency.result_bytes)
-
-
-def _learn_result_bytes(handle: WorkerCalls, graph_id: str, summary: dict[str, Any]) -> None:
-    """Keep the room the graph's forest needs (the next job's place): its edges and weight type."""
-    residency = handle.graphs.get(graph_id)
-    dtype = summary.get("weight_dtype")
-    if residency is not None and isinstance(dtype, str):
-        residency.result_bytes = forest_bytes(int(summary["num_edges"]), np.dtype(dtype).itemsize)
-
-
-def _held(memory: ResultMemory, job_id: str, summary: dict[str, Any], stored: asyncio.Future[None]) -> None:
-    """Record a job's forest at its place (or give the place up when the reply says it is not
-    there); the place is the worker's until its file is written behind the reply."""
-    size = summary.pop(IN_ARENA, None)
-    if size is None:
-        memory.release(job_id)
-        return
-    memory.filled(job_id, int(size))
-    stored.add_done_callback(lambda _: memory.written(job_id))
 
 
 class Jobs:
@@ -479,22 +446,6 @@ class Jobs:
             handle.remove(task.task_id)
             self._finish(task.task_id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
 
-    def result_in_memory(self, job_id: str, owner: str, steps: Steps) -> tuple[JobRecord, memoryview] | None:
-        """A succeeded job of ``owner`` and its forest's archive, when its worker's result memory
-        holds it (:mod:`.pool.result_memory`: no file read, no wait for the file); None otherwise
-        (then :meth:`result_path`). Another owner's job is a 404, as there."""
-        job = self.get(job_id, owner)
-        steps.lap("lookup")
-        if job.status != "succeeded":
-            return None
-        for handle in self._supervisor.workers:
-            memory = handle.result_memory
-            view = None if memory is None else memory.view(job_id)
-            if view is not None:
-                steps.lap("memory")
-                return job, view
-        return None
-
     async def result_path(
         self, job_id: str, owner: str, steps: Steps | None = None
     ) -> tuple[JobRecord, Path]:
@@ -525,9 +476,7 @@ class Jobs:
         job = self._transition(task.task_id, _QUEUED, status="running", started_at=time.time())
         if job is None:
             return  # cancelled meanwhile
-        memory = handle.result_memory
-        place = _place(job, handle)
-        args = task_args(job, str(self._store.result_path(job.id)), place)
+        args = task_args(job, str(self._store.result_path(job.id)))
         try:
             await handle.ensure_resident(job.graph_id)
             handle.touch(job.graph_id)
@@ -535,15 +484,9 @@ class Jobs:
             if times is not None:
                 times.replied, times.served = time.monotonic(), summary.get(SERVED)
         except Exception as exc:
-            if memory is not None and place is not None:
-                memory.release(job.id)
             log.warning("job %s failed: %s: %s", job.id, error_type(exc), exc)
             self._finish(job.id, _RUNNING, "failed", error_type(exc), str(exc))
             return
-        if job.task == "mst":
-            _learn_result_bytes(handle, job.graph_id, summary)
-        if memory is not None and place is not None:
-            _held(memory, job.id, summary, stored)
         self.results.store_behind(job.id, stored)
         self._succeeded(job.id, summary)
 

@@ -37,20 +37,16 @@ from .pool.dispatch import QueuedRequest, WorkerCalls, new_future
 from .result_files import ResultFiles
 from .sharding import ShardedRun
 from .supervisor import Supervisor
-from .worker.arena import Place
 from .worker.protocol import MST
 
 log = logging.getLogger("service.runtime.jobs")
 
 
-def task_args(job: JobRecord, result_path: str, place: Place | None = None) -> tuple[Any, ...]:
-    """The worker's MST request arguments of a job (its task and parameters when not a plain MST;
-    ``place``: where its archive goes in the worker's arena, :mod:`.pool.result_memory`)."""
+def task_args(job: JobRecord, result_path: str) -> tuple[Any, ...]:
+    """The worker's MST request arguments of a job (its task and parameters when not a plain MST)."""
     args: tuple[Any, ...] = (job.graph_id, result_path)
-    if job.task != "mst" or job.params != "{}" or place is not None:
+    if job.task != "mst" or job.params != "{}":
         args += (job.task, json.loads(job.params))
-    if place is not None:
-        args += (place,)
     return args
 
 

@@ -145,48 +145,6 @@ def write_npz_file(
                 start(f.fileno(), 0, 0)  # 0 bytes: to the end of the file
 
 
-class _Into:
-    """A file-like writer into a fixed buffer (for :func:`write_npz`); :class:`BufferError` when full."""
-
-    def __init__(self, target: memoryview) -> None:
-        self._target = target
-        self.size = 0
-
-    def write(self, data: bytes | memoryview) -> int:
-        n = len(data) if isinstance(data, bytes) else data.nbytes
-        end = self.size + n
-        if end > len(self._target):
-            raise BufferError("the result is larger than its place")
-        self._target[self.size : end] = data
-        self.size = end
-        return n
-
-
-def write_npz_into(target: memoryview, arrays: Mapping[str, Any]) -> int | None:
-    """:func:`write_npz` into ``target`` (a writable byte buffer); the archive's size, or None when
-    it does not fit (``target``'s bytes are then undefined)."""
-    into = _Into(target)
-    try:
-        write_npz(into, arrays)  # type: ignore[arg-type]  # only .write() is called
-    except (BufferError, AttributeError):  # too large; or numpy.savez's fallback, which seeks
-        return None
-    return into.size
-
-
-def write_bytes_file(
-    path: str | os.PathLike[str], data: bytes | memoryview, *, write_out: bool = False
-) -> None:
-    """Write ``data`` (an archive :func:`write_npz_into` made) to a new file at ``path``;
-    ``write_out`` as for :func:`write_npz_file`."""
-    with open(path, "wb") as f:
-        f.write(data)
-        if write_out:
-            f.flush()
-            start = start_write_out()
-            if start is not None:
-                start(f.fileno(), 0, 0)
-
-
 def map_file(fd: int, size: int) -> mmap.mmap:
     """A read-only shared map of ``size`` bytes of an open file, its pages populated up front."""
     return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)

@@ -34,8 +34,6 @@ from typing import Any, Protocol
 
 from ...errors import ServiceUnavailableError
 from ..worker.protocol import MAX_COALESCED
-from .residency import Residency
-from .result_memory import ResultMemory
 
 log = logging.getLogger("service.runtime.supervisor")
 
@@ -49,14 +47,6 @@ class WorkerCalls(Protocol):
     @property
     def reload_waits(self) -> dict[str, float]:
         """How long handed tasks waited in the queue for their dataset's reload (ms), by task id."""
-
-    @property
-    def result_memory(self) -> ResultMemory | None:
-        """The places of results in the memory the worker shares with the API process, if any."""
-
-    @property
-    def graphs(self) -> dict[str, Residency]:
-        """The datasets placed on the worker, by key."""
 
     async def request(self, op: str, *args: Any) -> dict[str, Any]: ...
 

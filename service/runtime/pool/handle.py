@@ -46,7 +46,6 @@ from .dispatch import Dispatcher, Task
 from .requests import Requests, consume, settle
 from .residency import Residency, Sources, WorkerState
 from .restarts import Request
-from .result_memory import ResultMemory
 
 log = logging.getLogger("service.runtime.supervisor")
 
@@ -81,9 +80,6 @@ class WorkerHandle:
         self.total_bytes = 0
         self.reserved_bytes = 0
         self.requests = Requests()
-        #: the places of recent results in the memory this worker shares with the API process
-        #: (:mod:`.result_memory`); None where there is none (the Ray pool: results go by file)
-        self.result_memory: ResultMemory | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._accepting = asyncio.Event()
         self.dispatch = Dispatcher(

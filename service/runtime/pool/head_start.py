@@ -28,7 +28,6 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ...settings import Settings
-from ..worker.arena import ResultArena
 from ..worker.entry import main as worker_entry
 from ..worker.entry import probe as probe_entry
 from ..worker.protocol import WorkerConfig
@@ -48,26 +47,23 @@ class Spawned:
     #: ``time.monotonic()`` just before the spawn (the start of its ``process`` phase)
     spawned_at: float
     config: WorkerConfig
-    #: the memory for results it shares with the API process (:mod:`..worker.arena`), if any
-    arena: ResultArena | None = None
 
 
-def spawn_worker(config: WorkerConfig, arena: ResultArena | None = None) -> Spawned:
-    """Spawn a worker process for ``config`` (blocking for the few milliseconds ``spawn`` takes),
-    sharing ``arena`` with it."""
+def spawn_worker(config: WorkerConfig) -> Spawned:
+    """Spawn a worker process for ``config`` (blocking for the few milliseconds ``spawn`` takes)."""
     spawned_at = time.monotonic()
     parent, child = MP.Pipe(duplex=True)
     heartbeat = MP.RawValue("d", time.monotonic())
     running = MP.RawArray("q", 2)
     process = MP.Process(
         target=worker_entry,
-        args=(child, heartbeat, config, running, arena),
+        args=(child, heartbeat, config, running),
         name=f"mst-worker-{config.index}",
         daemon=True,
     )
     process.start()
     child.close()
-    return Spawned(process, parent, heartbeat, running, spawned_at, config, arena)
+    return Spawned(process, parent, heartbeat, running, spawned_at, config)
 
 
 def worker_config(settings: Settings, index: int, backend: str, device: str | None) -> WorkerConfig:
@@ -87,7 +83,6 @@ def worker_config(settings: Settings, index: int, backend: str, device: str | No
         coalesce=settings.coalesce_jobs,
         oneshot_batch_edges=settings.oneshot_batch_edges,
         oneshot_inline_bytes=settings.oneshot_inline_bytes,
-        result_memory_bytes=settings.result_memory_bytes,
     )
 
 
@@ -188,7 +183,6 @@ class HeadStart:
 
 def begin(settings: Settings) -> HeadStart:
     """Spawn worker 0 (:func:`first_config`), then the probe where the plan needs one."""
-    config = first_config(settings)
-    worker = spawn_worker(config, ResultArena.create(config.result_memory_bytes))
+    worker = spawn_worker(first_config(settings))
     probe = Probe(settings.backend) if needs_probe(settings) else None
     return HeadStart(worker, probe)

@@ -31,12 +31,10 @@ from typing import Any
 
 from ...errors import WorkerLostError
 from ...settings import Settings
-from ..worker.arena import ResultArena
 from ..worker.protocol import MAX_COALESCED, STOP, RunStamp, WorkerConfig, framed, unframed, widen
 from .handle import WorkerHandle
 from .head_start import Spawned, spawn_worker
 from .residency import Sources
-from .result_memory import ResultMemory
 
 log = logging.getLogger("service.runtime.supervisor")
 
@@ -103,25 +101,14 @@ class ProcessHandle(WorkerHandle):
 
     async def _spawn(self) -> None:
         spawned, self._adopted = self._adopted, None
-        if spawned is not None and spawned.arena is not None and self.result_memory is None:
-            self.result_memory = ResultMemory(spawned.arena)
         if spawned is None:
-            spawned = await asyncio.to_thread(spawn_worker, self.config, self._arena())
+            spawned = await asyncio.to_thread(spawn_worker, self.config)
         process, conn = spawned.process, spawned.conn
         generation = next(self._generations)
         self._take(process, conn, spawned.heartbeat, spawned.running, generation, spawned.spawned_at)
         assert self._loop is not None
         self._loop.add_reader(conn.fileno(), self._readable, conn, process, generation, bytearray())
         log.info("worker %d started (pid %d, backend %s)", self.index, process.pid, self.config.backend)
-
-    def _arena(self) -> ResultArena | None:
-        """The worker's result arena, made at its first spawn and shared with every process after
-        it (a request re-sent to the next process keeps its place)."""
-        if self.result_memory is None:
-            arena = ResultArena.create(self.config.result_memory_bytes)
-            if arena is not None:
-                self.result_memory = ResultMemory(arena)
-        return None if self.result_memory is None else self.result_memory.arena
 
     def _take(
         self, process: Any, conn: Connection, heartbeat: Any, running: Any, generation: int, spawned_at: float
@@ -274,7 +261,7 @@ class ProcessHandle(WorkerHandle):
     async def _spawn_spare(self) -> None:
         self._spare_starting = True
         try:
-            spawned = await asyncio.to_thread(spawn_worker, self.config, self._arena())
+            spawned = await asyncio.to_thread(spawn_worker, self.config)
         finally:
             self._spare_starting = False
         process, conn = spawned.process, spawned.conn

@@ -29,8 +29,6 @@ class Residency:
     weights_version: int = 0
     #: time.monotonic() of the graph's last upload, reload or job: eviction takes the oldest first
     last_used: float = field(default_factory=time.monotonic)
-    #: room its last forest's archive needed (0: no job yet), for the next one's place in memory
-    result_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,7 @@ from typing import Any
 from .protocol import WorkerConfig
 
 
-def main(
-    conn: Connection, heartbeat: Any, config: WorkerConfig, running: Any = None, arena: Any = None
-) -> None:
+def main(conn: Connection, heartbeat: Any, config: WorkerConfig, running: Any = None) -> None:
     """Entry point of a spawned worker process (see :func:`.process.main` for the arguments)."""
     entered = time.monotonic()  # system-wide on Linux: the handle compares it with its spawn time
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -32,7 +30,7 @@ def main(
         os.environ["CUDA_VISIBLE_DEVICES"] = config.cuda_device
     from .process import main as run
 
-    run(conn, heartbeat, config, running, entered=entered, arena=arena)
+    run(conn, heartbeat, config, running, entered=entered)
 
 
 def probe(conn: Connection, backend: str) -> None:

@@ -25,8 +25,7 @@ from ...errors import InvalidUploadError, PayloadTooLargeError, WorkerInternalEr
 from ...limits import check_vertices
 from ...storage import npzio
 from ...timing import Steps
-from .arena import Place
-from .protocol import IN_ARENA, Reply, parse_shard_format
+from .protocol import Reply, parse_shard_format
 from .state import Worker
 
 if TYPE_CHECKING:
@@ -215,24 +214,16 @@ def run_task(
     params: dict[str, Any],
     result_path: str,
     edge_ids: Any = None,
-    place: Place | None = None,
 ) -> Reply:
     """A graph task's summary and, behind it, its result file. ``edge_ids``: the global id of each
-    of the graph's edges, when they are not its positions (the union graph of :meth:`merge`).
-    ``place``: where in the arena an MST's archive goes before the reply (the summary's
-    :data:`~.protocol.IN_ARENA` says it is there); its file is then written from those bytes."""
+    of the graph's edges, when they are not its positions (the union graph of :meth:`merge`)."""
     if task == "mst":
         forest = graph.minimum_spanning_forest(
             objective=params.get("objective", "min"), exclude=params.get("exclude"), reuse_prepared=True
         )
         if edge_ids is not None:
             forest = dataclasses.replace(forest, edge_ids=edge_ids[forest.edge_ids])
-        answer = forest_summary(forest)
-        archive = worker.in_arena(place, {"edge_ids": forest.edge_ids, "weights": forest.weights})
-        if archive is not None:
-            answer[IN_ARENA] = archive.nbytes
-            return Reply(answer, lambda: worker.write_bytes(archive, result_path))
-        return Reply(answer, lambda: worker.write_result(forest, result_path))
+        return Reply(forest_summary(forest), lambda: worker.write_result(forest, result_path))
     started = time.perf_counter()
     arrays: dict[str, Any]
     summary: dict[str, Any]

@@ -18,7 +18,6 @@ from gpu_core.errors import DeviceMemoryError
 from ...errors import ModelOutdatedError, dataset_not_found
 from ...storage import npzio
 from ...timing import Steps
-from .arena import Place
 from .graphs import load_graph, replace_weights, run_task
 from .oneshots import batched, oneshot
 from .points import ResidentPoints, parse_points, read_points
@@ -185,19 +184,13 @@ def _resident_points(worker: Worker, points_id: str) -> ResidentPoints:
 
 
 def mst(
-    worker: Worker,
-    graph_id: str,
-    result_path: str,
-    task: str = "mst",
-    params: dict[str, Any] | None = None,
-    place: Place | None = None,
+    worker: Worker, graph_id: str, result_path: str, task: str = "mst", params: dict[str, Any] | None = None
 ) -> Reply:
     """The result's summary now; its file at ``result_path`` right after the reply.
 
     ``task`` (with ``params``): ``mst`` (objective, exclude), ``components`` (exclude),
     ``clusters`` (k or threshold) or ``dendrogram`` on a graph; ``emst``, ``hdbscan`` or
-    ``single_linkage`` on a point set. ``place``: where in the arena a graph's forest goes (see
-:func:`.graphs.run_task`). The summary says when the worker began and how long it
+    ``single_linkage`` on a point set. The summary says when the worker began and how long it
     took (:data:`~.protocol.SERVED`).
     """
     started = time.monotonic()
@@ -206,8 +199,7 @@ def mst(
         point_summary, point_arrays = points.run(task, params or {})
         reply = Reply(point_summary, lambda: worker.write_arrays(point_arrays, result_path))
     else:
-        graph = worker.resident_graph(graph_id)
-        reply = run_task(worker, graph, task, params or {}, result_path, place=place)
+        reply = run_task(worker, worker.resident_graph(graph_id), task, params or {}, result_path)
     reply.payload[SERVED] = (started, (time.monotonic() - started) * 1e3)
     return reply
 

@@ -47,10 +47,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from .arena import ResultArena
 from .ops import handle, run_after, run_oneshots
 from .protocol import (
-    IN_ARENA,
     MAX_COALESCED,
     MST,
     ONESHOT,
@@ -70,18 +68,12 @@ WRITES_BEHIND = 64
 
 
 def main(
-    conn: Connection,
-    heartbeat: Any,
-    config: WorkerConfig,
-    running: Any = None,
-    entered: float | None = None,
-    arena: ResultArena | None = None,
+    conn: Connection, heartbeat: Any, config: WorkerConfig, running: Any = None, entered: float | None = None
 ) -> None:
     """Run the worker process (started through :func:`.entry.main`). ``running``: the shared
     ``RawArray('q', 2)`` of its :class:`~.protocol.RunStamp` (which requests it is computing, read
     by its handle if it dies); ``entered``: ``time.monotonic()`` when the process reached its entry
-    point (its ``ready`` info's ``entered_at``; the imports since then are its ``modules`` step);
-    ``arena``: the memory it shares with the API process for small results (:mod:`.arena`)."""
+    point (its ``ready`` info's ``entered_at``; the imports since then are its ``modules`` step)."""
     modules_ms = 0.0 if entered is None else (time.monotonic() - entered) * 1e3
     entered = time.monotonic() if entered is None else entered
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the API, which stops its workers
@@ -95,7 +87,6 @@ def main(
     try:
         worker = Worker(config)
         worker.stamp = RunStamp(running)
-        worker.arena = arena
         info = start(worker)
         info["entered_at"] = entered
         info["startup_ms"] = {"modules": round(modules_ms, 3), **info["startup_ms"]}
@@ -134,16 +125,15 @@ def _same_jobs(conn: Connection, backlog: deque[Any], args: list[Any]) -> list[t
     taken out of ``backlog`` (which first gets every request already waiting in the pipe).
 
     Identical: the same dataset, task and parameters, and nothing else in between (a weight
-    update, a reload) — so they compute on the same data and have the same result. (Their places
-    in the arena differ; the followers' results go by file.)
+    update, a reload) — so they compute on the same data and have the same result.
     """
     while len(backlog) < MAX_COALESCED and conn.poll():
         backlog.append(received(conn))
-    key = (args[0], *args[2:4])
+    key = (args[0], *args[2:])
     same: list[tuple[int, str]] = []
     while backlog and len(same) < MAX_COALESCED:
         op, rid, *other = backlog[0]
-        if op != MST or (other[0], *other[2:4]) != key:
+        if op != MST or (other[0], *other[2:]) != key:
             break
         backlog.popleft()
         same.append((rid, other[1]))
@@ -324,9 +314,8 @@ def serve_same(
     first = args[1]
     try:
         replies = [(req_id, ok, payload)]
-        # the followers' results say that they shared the computation; theirs are files only
-        shared = {k: v for k, v in payload.items() if k != IN_ARENA} if ok else payload
-        replies += [(rid, ok, dict(shared, coalesced=True) if ok else payload) for rid, _ in same]
+        # the followers' results say that they shared the computation
+        replies += [(rid, ok, dict(payload, coalesced=True) if ok else payload) for rid, _ in same]
         writer.send_all(replies)
     except (OSError, ValueError):
         return False

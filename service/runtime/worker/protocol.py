@@ -56,9 +56,6 @@ STOP = "stop"
 STORED = "stored"
 #: the key of a one-shot reply's forest arrays (``edge_ids``, ``weights``) sent in the reply itself
 INLINE = "arrays"
-#: the key of an MST reply's archive size when the worker put the result at its place in the arena
-#: (:mod:`.arena`; absent: the result is in its file only, once the STORED note says so)
-IN_ARENA = "in_arena"
 #: the key of a one-shot reply's count of one-shots its engine run computed (1: alone)
 BATCH_MEMBERS = "batch_members"
 
@@ -95,8 +92,6 @@ class WorkerConfig:
     oneshot_batch_edges: int = 0
     #: a one-shot forest of at most this many bytes comes back in the reply, not as a file
     oneshot_inline_bytes: int = 0
-    #: bytes of the arena for results the API process creates for this worker (MST_RESULT_MEMORY_BYTES)
-    result_memory_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from ...errors import (
     storage_error,
 )
 from ...storage import npzio
-from .arena import Place, ResultArena
 from .points import ResidentPoints
 from .prediction import ResidentModel
 from .protocol import RunStamp, WorkerConfig
@@ -46,8 +45,6 @@ class Worker:
         self.tmp_dir = Path(config.tmp_dir)
         #: which requests it computes now (its handle reads it if this process dies)
         self.stamp = RunStamp()
-        #: the memory this worker shares with the API process for small results (None: files only)
-        self.arena: ResultArena | None = None
         #: set once the warm-up is done, the kernels' parts included (:func:`.startup.start` may
         #: leave them running after ready); ``warm_up`` is then its report
         self.warmed = threading.Event()
@@ -179,25 +176,6 @@ class Worker:
 
     def write_result(self, forest: Any, result_path: str, write_out: bool = True) -> None:
         self.write_arrays({"edge_ids": forest.edge_ids, "weights": forest.weights}, result_path, write_out)
-
-    def in_arena(self, place: Place | None, arrays: dict[str, Any]) -> memoryview | None:
-        """A result's archive written at its ``place`` in the arena; None when there is no place
-        or it does not fit (the result then goes by file only)."""
-        if place is None or self.arena is None:
-            return None
-        target = self.arena.place(place)
-        size = npzio.write_npz_into(target, arrays)
-        return None if size is None else target[:size]
-
-    def write_bytes(self, data: memoryview, result_path: str) -> None:
-        """A result file from its archive's bytes (:meth:`in_arena`), written out as :meth:`write_arrays`."""
-        tmp = self.tmp_dir / f"{os.path.basename(result_path)}.{os.getpid()}.part"
-        try:
-            npzio.write_bytes_file(tmp, data, write_out=True)
-            os.replace(tmp, result_path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
 
     def write_arrays(self, arrays: dict[str, Any], result_path: str, write_out: bool = True) -> None:
         """A result file, written out to the disk at once (``write_out``: see
