@@ -93,10 +93,6 @@ class CpuGraph:
     def endpoints(self, edge_ids: Any) -> tuple[Any, Any]:
         return self.src[edge_ids], self.dst[edge_ids]
 
-    def take_prepared(self, objective: Objective) -> tuple[Any, Any, float] | None:
-        """Nothing: preparing computes no forest here."""
-        return None
-
     def compute(self, objective: Objective = "min", exclude: Any = None) -> tuple[Any, Any, float]:
         """(edge ids int64 ascending, their weights, milliseconds) of the forest."""
         start = time.perf_counter()

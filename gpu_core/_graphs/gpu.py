@@ -6,20 +6,23 @@ directions there. Each computation then only runs kernels (see
 ``kernels/ecl_mst.cu``) and copies the forest back.
 
 Host round trips. The loop's control stays on the device: worklist sizes live
-in device memory and kernels with nothing to do return at once. The first
-computation on a graph reads the sizes back after every second iteration and
-counts the iterations of each phase; Borůvka rounds under a strict total order
-are deterministic, so later computations replay one captured CUDA graph of
-exactly that many iterations and read back once, at the end, to confirm.
+in device memory, and the whole run (ECL-MST's phases, each an iteration loop, and the
+forest's extraction) is one CUDA graph built with the graph, whose loops are conditional
+WHILE nodes (:mod:`gpu_core._backend.device_loops`) that a kernel ends when the worklists
+are empty. A computation is one graph launch and one read-back, the first as fast as any
+later one. A what-if (edges left out) and drivers without conditional nodes (before CUDA
+12.4) loop on the host instead, reading the sizes back after every second iteration.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import numpy as np
 
+from .._backend import device_loops
 from .._backend.kernels import kernel
 from ..errors import DeviceError, DeviceMemoryError
 from .gpu_csr import BLOCK, CHUNK_SLOTS, GpuCsr, cupy_module, device_errors, device_weight_bound, take_by_u32
@@ -28,8 +31,8 @@ from .order import Objective, edge_order
 BLOCKS_PER_SM = 8
 #: words of the forest bit set one thread of the compaction kernels reads (kernels/ecl_mst.cu)
 TILE_WORDS = 256 * 8
-#: counters on the device: worklist A size, worklist B size, forest size, phase-1 leftover
-SIZE_A, SIZE_B, FOREST_SIZE, PHASE1_LEFT, NUM_COUNTERS = 0, 1, 2, 3, 4
+#: counters on the device: worklist A size, worklist B size, forest size
+SIZE_A, SIZE_B, FOREST_SIZE, NUM_COUNTERS = 0, 1, 2, 3
 #: init_worklist's skip-set argument when no edge is left out (a null pointer)
 NO_SKIP = np.uint64(0)
 
@@ -45,10 +48,17 @@ class GpuGraph(GpuCsr):
         self._stream = cp.cuda.Stream(non_blocking=True)
         sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
         self._max_blocks = sms * BLOCKS_PER_SM
+        self._objective = "min"
+        #: the whole run as one CUDA graph whose loops run on the device, built with the graph (its
+        #: kernels' arguments are this graph's buffers, re-ranked in place for either order)
+        self._run: device_loops.GraphExec | None = None
+        self._loops = device_loops.loops_supported()
         try:
             self._after_caller()  # device arrays given may still be being written on the caller's stream
             with self._stream:
                 self._build(cp, src, dst, weight, num_vertices)
+                if self.num_loop_free:
+                    self._run_graph()
             self._stream.synchronize()
         except cp.cuda.memory.OutOfMemoryError as exc:
             raise DeviceMemoryError(
@@ -56,14 +66,6 @@ class GpuGraph(GpuCsr):
             ) from None
         except device_errors() as exc:
             raise DeviceError(f"CUDA failed while building the graph: {exc}") from None
-        self._objective = "min"
-        #: per order: iteration pairs of phase 1 and of each round of phase 2, learned by the first run
-        self._pairs: dict[str, tuple[int, ...]] = {}
-        #: per order: the captured whole-run CUDA graph, once its plan is known
-        self._graph_exec: dict[str, Any] = {}
-        #: (objective, forest size, ms) of the forest prepare() computed, while the buffers hold it
-        self._prepared: tuple[str, int, float] | None = None
-        self._can_capture = True
 
     # -- building -----------------------------------------------------------------------
     def _build(self, cp: Any, src: Any, dst: Any, weight: Any, num_vertices: int | None) -> None:
@@ -129,21 +131,24 @@ class GpuGraph(GpuCsr):
              NO_SKIP if skip is None else skip, np.uint32(rank_end)),
         )  # fmt: skip
 
-    def _launch_pair(self) -> None:
-        """Two iterations of Algorithm 2's loop: worklist A -> B, then B -> A."""
+    def _launch_pair(self, loop: int | None = None) -> None:
+        """Two iterations of Algorithm 2's loop: worklist A -> B, then B -> A. ``loop``: the handle of
+        the device loop (:meth:`_append_loop`) whose body this is; its second link decides whether
+        the loop goes on."""
         grid = self._grid(self._capacity)
         slot = self.layout.slot
         select, link = kernel(f"select_lightest<{slot}>"), kernel(f"link_lightest<{slot}>")
         size_a, size_b = self._counter(SIZE_A), self._counter(SIZE_B)
-        for items, size, next_items, next_size, lightest, lightest_next in (
-            (self._items_a, size_a, self._items_b, size_b, self._lightest0, self._lightest1),
-            (self._items_b, size_b, self._items_a, size_a, self._lightest1, self._lightest0),
+        handle, in_loop = np.uint64(loop or 0), loop is not None
+        for items, size, next_items, next_size, lightest, lightest_next, ends_pair in (
+            (self._items_a, size_a, self._items_b, size_b, self._lightest0, self._lightest1, False),
+            (self._items_b, size_b, self._items_a, size_a, self._lightest1, self._lightest0, in_loop),
         ):
             select(grid, (BLOCK,), (items, size, next_items, next_size, self._parent, lightest))
             link(
                 grid, (BLOCK,),
                 (next_items, next_size, self._parent, lightest, lightest_next, size, self.rank_to_id,
-                 self._in_forest),
+                 self._in_forest, handle, np.int32(ends_pair)),
             )  # fmt: skip
 
     def _launch_extract(self) -> None:
@@ -185,12 +190,12 @@ class GpuGraph(GpuCsr):
                 else:
                     self.weight = cp.array(weight, copy=True)
                     self._forest_weights = cp.empty(max(self.num_vertices, 1), dtype=self.weight.dtype)
-                self._pairs.clear()
-                self._graph_exec.clear()  # plans and captured runs belong to the old weights
-                self._prepared = None
+                    self._run = None  # its kernels read the old weight buffers: built again below
                 self.weight_bound = device_weight_bound(self.weight)
                 self._rerank(edge_order(cp, self.weight, "min"))
                 self._objective = "min"
+                if self.num_loop_free:
+                    self._run_graph()
             self._stream.synchronize()
         except cp.cuda.memory.OutOfMemoryError as exc:
             raise DeviceMemoryError(f"out of device memory while re-ranking new weights: {exc}") from None
@@ -198,89 +203,77 @@ class GpuGraph(GpuCsr):
             raise DeviceError(f"CUDA failed while re-ranking new weights: {exc}") from None
 
     # -- running ------------------------------------------------------------------------
-    def _run_phase_stepwise(self, second_phase: bool, skip: Any, rank_end: int = 0) -> int:
+    def _run_phase_stepwise(self, second_phase: bool, skip: Any, rank_end: int = 0) -> None:
         self._launch_init(second_phase, skip, rank_end)
-        pairs = 0
         while True:
             self._launch_pair()
-            pairs += 1
             counters = self._read_counters()
             if counters[SIZE_A] == 0 and counters[SIZE_B] == 0:
-                return pairs
+                return
 
-    def _run_stepwise(self, skip: Any = None) -> tuple[int, ...]:
-        """Run with a read-back every two iterations; the iteration pairs of phase 1 and of each
-        round of phase 2."""
+    def _run_stepwise(self, skip: Any = None) -> None:
+        """Run with a read-back every two iterations (a what-if, or a driver without device loops)."""
         self._launch_reset()
-        pairs = [self._run_phase_stepwise(False, skip)]
+        self._run_phase_stepwise(False, skip)
         for end in self.layout.phase_ends:
-            pairs.append(self._run_phase_stepwise(True, skip, end))
+            self._run_phase_stepwise(True, skip, end)
         self._launch_extract()
-        return tuple(pairs)
 
-    def _capture(self, plan: tuple[int, ...]) -> Any:
+    def _append_loop(self, run: device_loops.LoopGraph) -> None:
+        """Pairs of iterations for as long as the worklists hold items, decided on the device."""
+        loop = run.append_while()
+        loop.body(device_loops.capture(self._stream, lambda: self._launch_pair(loop.handle)))
+
+    def _build_run(self) -> device_loops.GraphExec:
+        """The whole run as one CUDA graph: reset and phase 1's worklist, its loop, each round of
+        phase 2 (worklist, loop), the forest's extraction."""
         stream = self._stream
-        ends = self.layout.phase_ends
-        stream.begin_capture()
-        try:
+        run = device_loops.LoopGraph()
+
+        def first_phase() -> None:
             self._launch_reset()
             self._launch_init(second_phase=False)
-            for _ in range(plan[0]):
-                self._launch_pair()
-            # Remember what phase 1 left, so the run can confirm it ended where it was planned to.
-            self._counter(PHASE1_LEFT).data.copy_from_device_async(self._counter(SIZE_A).data, 4, stream)
-            for round_, (end, pairs) in enumerate(zip(ends, plan[1:], strict=True)):
-                self._launch_init(second_phase=True, rank_end=end)
-                for _ in range(pairs):
-                    self._launch_pair()
-                if round_ < len(ends) - 1:  # and what each round but the last left
-                    kernel("note_leftover")(
-                        (1,), (1,),
-                        (self._counters, np.int32(SIZE_A), np.int32(SIZE_B), np.int32(PHASE1_LEFT)),
-                    )  # fmt: skip
-            self._launch_extract()
-        finally:
-            graph = stream.end_capture()
-        return graph
+
+        run.append(device_loops.capture(stream, first_phase))
+        self._append_loop(run)
+        for end in self.layout.phase_ends:
+            run.append(device_loops.capture(stream, functools.partial(self._launch_init, True, rank_end=end)))
+            self._append_loop(run)
+        run.append(device_loops.capture(stream, self._launch_extract))
+        executable = run.instantiate()
+        executable.upload(stream)
+        return executable
+
+    def _run_graph(self) -> device_loops.GraphExec | None:
+        """The run's CUDA graph (built once), or None where the driver has no device loops."""
+        if self._run is None and self._loops:
+            try:
+                self._run = self._build_run()
+            except device_loops.DriverError:
+                self._loops = False  # the host loop, with its read-backs, does the same work
+        return self._run
 
     def _run_device(self, stop: Any, skip: Any) -> np.ndarray[Any, np.dtype[np.uint32]]:
         """Run ECL-MST and the extraction of the forest on the stream, record ``stop`` after them,
-        and read the counters back (the one synchronization of a planned run).
+        and read the counters back (the one synchronization of a run on the device's loops).
 
-        A run with ``skip`` (edges left out) is a one-off: stepwise, and it teaches no plan.
+        A run with ``skip`` (edges left out) is a one-off: stepwise.
         """
-        key = self._objective
-        if skip is None:
-            if key in self._pairs and key not in self._graph_exec:
-                self.prepare(key)
-            graph_exec = self._graph_exec.get(key)
-            if graph_exec is not None:
-                graph_exec.launch(self._stream)
-                stop.record(self._stream)
-                counters = self._read_counters()
-                if counters[SIZE_A] == 0 and counters[SIZE_B] == 0 and counters[PHASE1_LEFT] == 0:
-                    return counters
-                del self._graph_exec[key]  # not as planned: fall back to the stepwise run below
-        pairs = self._run_stepwise(skip)
-        if skip is None:
-            self._pairs[key] = pairs
+        run = self._run_graph() if skip is None else None
+        if run is not None:
+            run.launch(self._stream)
+        else:
+            self._run_stepwise(skip)
         stop.record(self._stream)
         return self._read_counters()
 
     def prepare(self, objective: Objective = "min") -> None:
-        """Run once and capture the run as a CUDA graph, so the next computation replays it."""
+        """Rank for ``objective`` and build the run's CUDA graph now, so no computation pays for them."""
         self._ensure_order(objective)
-        key = self._objective
-        if key not in self._pairs and self.num_loop_free:
-            ids, _, elapsed_ms = self.compute(objective)
-            self._prepared = (key, int(ids.shape[0]), elapsed_ms)  # capturing below runs nothing
-        if key not in self._graph_exec and key in self._pairs and self._can_capture:
+        if self.num_loop_free:
             cp = cupy_module()
             with cp.cuda.Device(self.device_id), self._stream:
-                try:
-                    self._graph_exec[key] = self._capture(self._pairs[key])
-                except device_errors():
-                    self._can_capture = False
+                self._run_graph()
 
     def _skip_mask(self, exclude: Any) -> Any:
         """A bit set by rank of the (loop-free) edges among ``exclude``, for init_worklist."""
@@ -294,21 +287,12 @@ class GpuGraph(GpuCsr):
         bits = cp.packbits(padded.reshape(-1, 8)[:, ::-1].ravel())  # little-endian bits in each byte
         return bits.view(cp.uint32)
 
-    def take_prepared(self, objective: Objective) -> tuple[Any, Any, float] | None:
-        """The forest :meth:`prepare` computed for ``objective``, once, if the buffers still hold it."""
-        held, self._prepared = self._prepared, None
-        if held is None or held[0] != objective or self._objective != objective:
-            return None
-        _, count, elapsed_ms = held
-        return self._forest[:count], self._forest_weights[:count], elapsed_ms
-
     def compute(self, objective: Objective = "min", exclude: Any = None) -> tuple[Any, Any, float]:
         """Run on the device: (edge ids int64 ascending, their weights, milliseconds).
 
         The two arrays are views of this graph's device buffers, valid until its next computation.
         """
         cp = cupy_module()
-        self._prepared = None  # the buffers are about to hold this run's forest
         if self.num_loop_free == 0:
             return cp.empty(0, dtype=cp.int64), self.weight[:0], 0.0
         try:

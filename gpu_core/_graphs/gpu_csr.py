@@ -266,10 +266,11 @@ class GpuCsr:
     def _rerank(self, order: Any) -> None:
         """Re-rank the edges by ``order`` (every edge id, in the new order): the CSR keeps its shape.
 
-        Only what depends on the order is rebuilt, in place (so captured CUDA graphs of other
-        orders stay valid): the rank map, each slot's rank, and within every row the split
-        between the slots under the filter threshold and the rest: a stable partition per row
-        (kernels ``assign_ranks`` and ``partition_rows``); nothing is sorted but the edges.
+        Only what depends on the order is rebuilt, in place (so the run's CUDA graph, whose kernels
+        read these buffers, stays valid for either order): the rank map, each slot's rank, and
+        within every row the split between the slots under the filter threshold and the rest: a
+        stable partition per row (kernels ``assign_ranks`` and ``partition_rows``); nothing is
+        sorted but the edges.
         """
         cp = cupy_module()
         m, k, n = self.num_edges, self.num_loop_free, self.num_vertices

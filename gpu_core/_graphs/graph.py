@@ -33,8 +33,6 @@ class _Prepared(Protocol):
 
     def compute(self, objective: Objective = "min", exclude: Any = None) -> tuple[Any, Any, float]: ...
 
-    def take_prepared(self, objective: Objective) -> tuple[Any, Any, float] | None: ...
-
     def set_weights(self, weight: Any, edge_ids: Any = None) -> None: ...
 
     def endpoints(self, edge_ids: Any) -> tuple[Any, Any]: ...
@@ -106,13 +104,10 @@ class Graph:
         return self._weights_version
 
     def prepare(self, objective: str = "min") -> None:
-        """Do now the one-time work of the first computation (of ``objective``'s forest).
+        """Do now the one-time work of a first computation of ``objective``'s forest.
 
-        On the GPU the first computation reads the worklist sizes back every two
-        iterations to learn how many iterations the graph takes, and the second
-        one captures the whole run as a CUDA graph; later computations replay it
-        with a single read-back. ``prepare`` does both, so that no request pays
-        for them. The CPU backend has nothing to prepare.
+        On the GPU: rank the edges in that order when the graph holds the other one (the run's
+        CUDA graph is built with the graph and serves both). The CPU backend ranks its edges.
         """
         self._impl.prepare(check_objective(objective))
 
@@ -123,22 +118,14 @@ class Graph:
         skip = None if exclude is None else edge_ids_argument(xp, exclude, self.num_edges, "exclude")
         return self._impl.compute(chosen, skip)
 
-    def minimum_spanning_forest(
-        self, *, objective: str = "min", exclude: Any = None, reuse_prepared: bool = False
-    ) -> SpanningForest:
+    def minimum_spanning_forest(self, *, objective: str = "min", exclude: Any = None) -> SpanningForest:
         """The minimum (or, with ``objective="max"``, maximum) spanning forest.
 
         ``objective="max"`` orders edges by ``(-weight, edge_id)``: heavier first, ties by the
         lower edge id. ``exclude``: edge ids to leave out of this computation only (a what-if:
-        failed links), the graph itself unchanged. ``reuse_prepared``: on the GPU, :meth:`prepare`
-        computes the forest once (to learn its run); the first computation after it may take that
-        forest instead of computing it again (``compute_ms`` is then the time of that run). Only
-        once: later computations run.
+        failed links), the graph itself unchanged.
         """
-        held = None
-        if reuse_prepared and exclude is None:
-            held = self._impl.take_prepared(check_objective(objective))
-        ids, weights, elapsed_ms = held if held is not None else self._forest_arrays(objective, exclude)
+        ids, weights, elapsed_ms = self._forest_arrays(objective, exclude)
         ids_host, weights_host = self._impl.to_host(ids, weights)
         bound = self._impl.weight_bound
         return make_forest(ids_host, weights_host, self.num_vertices, self.backend, elapsed_ms, bound)

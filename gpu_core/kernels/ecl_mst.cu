@@ -17,8 +17,8 @@
 //
 // Worklists. Items are 3-tuples {u, v, rank} stored as one struct (the paper's
 // "tuples" optimization), u and v being set representatives (its "implicit path
-// compression"). Two worklists alternate; their sizes live on the device, so the
-// host launches iterations without reading anything back.
+// compression"). Two worklists alternate; their sizes live on the device, and the
+// loops run there too (link_lightest's `loop`), so a run reads nothing back until it ends.
 //
 // One iteration is two kernels:
 //   select_lightest  find the sets of both endpoints, drop edges inside one set,
@@ -31,6 +31,14 @@
 // `lightest` has two copies used in alternate iterations, and link_lightest clears
 // the copy the next iteration will use at the endpoints of its own items, which
 // are all the sets the next iteration can touch.
+
+// cudaGraphSetConditional (a builtin of the CUDA runtime's device side, no device runtime library
+// needed). NVRTC does not declare it and the toolkit wheels' header cannot be included there.
+#if defined(__CUDACC_RTC__)
+typedef unsigned long long cudaGraphConditionalHandle;
+extern "C" __device__ __attribute__((cudart_builtin)) void cudaGraphSetConditional(cudaGraphConditionalHandle handle,
+                                                                                   unsigned int value);
+#endif
 
 #define FULL_MASK 0xffffffffu
 
@@ -244,12 +252,6 @@ __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __re
   }
 }
 
-// After a phase (or a round of the second): what its worklists still hold, added up. A planned
-// (replayed) run is confirmed only when this stays zero.
-extern "C" __global__ void note_leftover(unsigned* counters, int size_a, int size_b, int left) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) counters[left] += counters[size_a] + counters[size_b];
-}
-
 // Algorithm 2, lines 13-23. Slot: the index type of worklist positions.
 template <typename Slot>
 __global__ void select_lightest(const Item* __restrict__ items, const unsigned* __restrict__ num_items,
@@ -279,12 +281,20 @@ __global__ void select_lightest(const Item* __restrict__ items, const unsigned* 
 
 // Algorithm 2, lines 26-33, plus the clearing of the other `lightest` copy and of the
 // size of the worklist the next iteration fills.
+//
+// `loop`: in the run's CUDA graph (gpu_core/_backend/device_loops.py) the second link of every
+// pair of iterations decides whether its loop goes on, another pair while the worklist it links
+// holds items (the next select reads it; the other worklist is the one this kernel empties).
+// Elsewhere `ends_pair` is 0 and `loop` unused.
 template <typename Slot>
 __global__ void link_lightest(const Item* __restrict__ items, const unsigned* __restrict__ num_items,
                               int* parent, const unsigned* __restrict__ lightest, unsigned* lightest_next,
                               unsigned* __restrict__ num_refill, const unsigned* __restrict__ rank_to_id,
-                              unsigned* __restrict__ in_forest) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) *num_refill = 0u;
+                              unsigned* __restrict__ in_forest, cudaGraphConditionalHandle loop, int ends_pair) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *num_refill = 0u;
+    if (ends_pair) cudaGraphSetConditional(loop, *num_items != 0u);
+  }
   const Slot size = static_cast<Slot>(*num_items);
   for (Slot first = warp_start(); first < size; first += grid_stride()) {
     const Slot i = first + lane_id();
@@ -643,9 +653,10 @@ template __global__ void select_lightest<int>(const Item*, const unsigned*, Item
 template __global__ void select_lightest<long long>(const Item*, const unsigned*, Item*, unsigned*, const int*,
                                                     unsigned*);
 template __global__ void link_lightest<int>(const Item*, const unsigned*, int*, const unsigned*, unsigned*,
-                                            unsigned*, const unsigned*, unsigned*);
+                                            unsigned*, const unsigned*, unsigned*, cudaGraphConditionalHandle, int);
 template __global__ void link_lightest<long long>(const Item*, const unsigned*, int*, const unsigned*, unsigned*,
-                                                  unsigned*, const unsigned*, unsigned*);
+                                                  unsigned*, const unsigned*, unsigned*, cudaGraphConditionalHandle,
+                                                  int);
 template __global__ void assign_ranks<int>(const long long*, const unsigned*, const bool*, int, unsigned*, unsigned*);
 template __global__ void assign_ranks<long long>(const long long*, const unsigned*, const bool*, long long,
                                                  unsigned*, unsigned*);

@@ -122,7 +122,7 @@ def load_graph(
         shard = parse_shard_format(fmt)
         graph.set_weights(replaced if shard is None else replaced[shard[0] : shard[1]])
         steps.lap("weights")
-    graph.prepare()  # the first run's one-time work (GPU: iteration count, CUDA graph) happens here
+    graph.prepare()  # a first computation's one-time work (the CPU backend's ranking) happens here
     steps.lap("prepare")
     worker.graphs[graph_id] = graph
     return {**worker.graph_summary(graph), "timings_ms": steps.ms}
@@ -155,7 +155,7 @@ def replace_weights(
             f.flush()
             os.fsync(f.fileno())
         steps.lap("save")
-    graph.prepare()  # learn and capture the new order's run now, not on the next job's path
+    graph.prepare()  # the new weights' one-time work now, not on the next job's path
     steps.lap("prepare")
     summary = worker.graph_summary(graph)
     summary["weights_version"] = expected + 1
@@ -219,7 +219,7 @@ def run_task(
     of the graph's edges, when they are not its positions (the union graph of :meth:`merge`)."""
     if task == "mst":
         forest = graph.minimum_spanning_forest(
-            objective=params.get("objective", "min"), exclude=params.get("exclude"), reuse_prepared=True
+            objective=params.get("objective", "min"), exclude=params.get("exclude")
         )
         if edge_ids is not None:
             forest = dataclasses.replace(forest, edge_ids=edge_ids[forest.edge_ids])

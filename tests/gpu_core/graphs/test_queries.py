@@ -206,32 +206,26 @@ def test_cuts_follow_the_tie_rule_and_components(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_the_prepared_forest_is_taken_once_and_never_stale(backend: str, dtype: np.dtype[Any]) -> None:
-    """``reuse_prepared``: the first forest after ``prepare`` may be the one it computed, but only
-    while the device buffers still hold it for the same weights and objective."""
+def test_forests_after_prepare_what_ifs_and_new_weights_are_exact(backend: str, dtype: np.dtype[Any]) -> None:
+    """``prepare`` in any order between what-ifs, new weights (of another dtype too: the run's CUDA
+    graph reads the new buffers) and either objective: every forest is the oracle's."""
     rng = np.random.default_rng(11)
     for graph in graphs(dtype):
         g = gpu_core.Graph(*graph.arrays, graph.num_vertices, backend=backend)  # type: ignore[arg-type]
         g.prepare()
-        prepared = g.minimum_spanning_forest(reuse_prepared=True)
-        assert prepared.edge_ids.tolist() == kruskal(graph)
-        assert getattr(g._impl, "_prepared", None) is None  # taken once: the next one runs
-        again = g.minimum_spanning_forest(reuse_prepared=True)
-        assert again.edge_ids.tolist() == kruskal(graph)
-        assert again.weights.tolist() == prepared.weights.tolist()
-        # a what-if after prepare overwrites the buffers: the next forest must not be that one
+        assert g.minimum_spanning_forest().edge_ids.tolist() == kruskal(graph)
         out = rng.choice(graph.num_edges, size=max(graph.num_edges // 4, 1), replace=False)
         g.prepare()
         assert g.minimum_spanning_forest(exclude=out).edge_ids.tolist() == kruskal(graph, exclude=out)
-        assert g.minimum_spanning_forest(reuse_prepared=True).edge_ids.tolist() == kruskal(graph)
-        # new weights after prepare: the prepared forest belongs to the old ones
+        assert g.minimum_spanning_forest().edge_ids.tolist() == kruskal(graph)
         new = graph.weight[rng.permutation(graph.num_edges)]
-        g.prepare()
         g.set_weights(new)
-        assert g.minimum_spanning_forest(reuse_prepared=True).edge_ids.tolist() == kruskal(graph, new)
-        # the other objective: prepared for min, asked for max
-        g.prepare()
-        got = g.minimum_spanning_forest(objective="max", reuse_prepared=True).edge_ids.tolist()
-        assert got == kruskal(graph, new, objective="max")
+        assert g.minimum_spanning_forest().edge_ids.tolist() == kruskal(graph, new)
         g.prepare("max")
-        assert g.minimum_spanning_forest(reuse_prepared=True).edge_ids.tolist() == kruskal(graph, new)
+        assert g.minimum_spanning_forest().edge_ids.tolist() == kruskal(graph, new)
+        assert g.maximum_spanning_forest().edge_ids.tolist() == kruskal(graph, new, objective="max")
+        other = new.astype(np.float64 if dtype.kind == "i" else np.int64)  # new buffers
+        g.set_weights(other)
+        got = g.minimum_spanning_forest()
+        assert got.edge_ids.tolist() == kruskal(graph, other)
+        assert got.weights.dtype == other.dtype

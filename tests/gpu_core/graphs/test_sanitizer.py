@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent(
     for g in graphs:
         cpu = gpu_core.Graph(g.src, g.dst, g.weight, g.num_vertices, backend="cpu").minimum_spanning_forest()
         prepared = gpu_core.Graph(g.src, g.dst, g.weight, g.num_vertices, backend="gpu")
-        for _ in range(2):  # the second run replays the captured CUDA graph
+        for _ in range(2):  # the run's CUDA graph, with its loops on the device
             gpu = prepared.minimum_spanning_forest()
             assert np.array_equal(gpu.edge_ids, cpu.edge_ids), g
         # the queries: a re-rank to the max order and back, a what-if (skip set), labels, new weights

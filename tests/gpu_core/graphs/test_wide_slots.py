@@ -133,7 +133,7 @@ def test_wide_and_narrow_give_the_same_forest(
         cpu = gpu_core.Graph(g.src, g.dst, g.weight, g.num_vertices, backend="cpu").minimum_spanning_forest()
         for wide in (False, True):
             graph = _gpu(g, wide=wide)
-            for _ in range(3):  # stepwise, then captured, then replayed
+            for _ in range(3):  # the run graph, the same every time
                 got = graph.minimum_spanning_forest()
                 assert np.array_equal(got.edge_ids, cpu.edge_ids), (g, wide)
                 assert np.array_equal(got.weights, cpu.weights), (g, wide)
