@@ -24,6 +24,12 @@ NAME_EXPRESSIONS: tuple[str, ...] = (
     "gather_weights<unsigned>",
     "gather_weights<unsigned long long>",
 )
+#: the build of KERNEL_FILE whose ``link_lightest`` can end a loop of the run's CUDA graph on the
+#: device (``cudaGraphSetConditional``, :mod:`.device_loops`): a symbol the driver resolves when it
+#: loads a module and drivers before CUDA 12.4 lack, so only graphs that run on the device's loops
+#: load this build, and everything else (the host's loop included) the plain one
+LOOPS_NAME_EXPRESSIONS: tuple[str, ...] = tuple(f"link_lightest<{slot}>" for slot in SLOT_TYPES)
+LOOPS_OPTIONS: tuple[str, ...] = ("-std=c++17", "-DMST_DEVICE_LOOPS=1")
 #: the point-set kernels (Euclidean and mutual-reachability trees)
 EMST_FILE = "emst.cu"
 #: points per leaf of the point hierarchy (kLeaf in emst.cu): one point per leaf, as ArborX has it,
@@ -77,10 +83,10 @@ def kernel_source(name: str = KERNEL_FILE) -> str:
 
 
 @functools.cache
-def _module(device_id: int, file: str = KERNEL_FILE) -> Any:
+def _module(device_id: int, file: str = KERNEL_FILE, loops: bool = False) -> Any:
     import cupy
 
-    name_expressions, options = FILES[file]
+    name_expressions, options = (LOOPS_NAME_EXPRESSIONS, LOOPS_OPTIONS) if loops else FILES[file]
     with cupy.cuda.Device(device_id):
         module = cupy.RawModule(
             code=kernel_source(file), options=options, name_expressions=name_expressions or None
@@ -89,8 +95,13 @@ def _module(device_id: int, file: str = KERNEL_FILE) -> Any:
     return module
 
 
-def kernel(name: str, file: str = KERNEL_FILE) -> Any:
-    """The compiled kernel ``name`` (a ``cupy.RawKernel``) of ``file`` for the current device."""
+def kernel(name: str, file: str = KERNEL_FILE, *, loops: bool = False) -> Any:
+    """The compiled kernel ``name`` (a ``cupy.RawKernel``) of ``file`` for the current device.
+
+    ``loops``: ``link_lightest`` from the build that ends device loops (:data:`LOOPS_OPTIONS`).
+    """
+    if loops and (file != KERNEL_FILE or name not in LOOPS_NAME_EXPRESSIONS):
+        raise ValueError(f"{name} of {file} has no device-loop build")
     import cupy
 
-    return _module(cupy.cuda.Device().id, file).get_function(name)
+    return _module(cupy.cuda.Device().id, file, loops).get_function(name)

@@ -137,9 +137,9 @@ class GpuGraph(GpuCsr):
         the loop goes on."""
         grid = self._grid(self._capacity)
         slot = self.layout.slot
-        select, link = kernel(f"select_lightest<{slot}>"), kernel(f"link_lightest<{slot}>")
-        size_a, size_b = self._counter(SIZE_A), self._counter(SIZE_B)
         handle, in_loop = np.uint64(loop or 0), loop is not None
+        select, link = kernel(f"select_lightest<{slot}>"), kernel(f"link_lightest<{slot}>", loops=in_loop)
+        size_a, size_b = self._counter(SIZE_A), self._counter(SIZE_B)
         for items, size, next_items, next_size, lightest, lightest_next, ends_pair in (
             (self._items_a, size_a, self._items_b, size_b, self._lightest0, self._lightest1, False),
             (self._items_b, size_b, self._items_a, size_a, self._lightest1, self._lightest0, in_loop),

@@ -33,11 +33,17 @@
 // are all the sets the next iteration can touch.
 
 // cudaGraphSetConditional (a builtin of the CUDA runtime's device side, no device runtime library
-// needed). NVRTC does not declare it and the toolkit wheels' header cannot be included there.
+// needed) ends the run's device loops. It is a symbol the driver resolves when it loads the module,
+// and drivers before CUDA 12.4 have none, so it is compiled in only with MST_DEVICE_LOOPS: the build
+// of this file that graphs running on the device's loops load (gpu_core/_backend/kernels.py); every
+// other kernel, and link_lightest in the host's loop, come from the build without it.
+// NVRTC does not declare it and the toolkit wheels' header cannot be included there.
 #if defined(__CUDACC_RTC__)
 typedef unsigned long long cudaGraphConditionalHandle;
+#if defined(MST_DEVICE_LOOPS)
 extern "C" __device__ __attribute__((cudart_builtin)) void cudaGraphSetConditional(cudaGraphConditionalHandle handle,
                                                                                    unsigned int value);
+#endif
 #endif
 
 #define FULL_MASK 0xffffffffu
@@ -285,7 +291,7 @@ __global__ void select_lightest(const Item* __restrict__ items, const unsigned* 
 // `loop`: in the run's CUDA graph (gpu_core/_backend/device_loops.py) the second link of every
 // pair of iterations decides whether its loop goes on, another pair while the worklist it links
 // holds items (the next select reads it; the other worklist is the one this kernel empties).
-// Elsewhere `ends_pair` is 0 and `loop` unused.
+// Elsewhere `ends_pair` is 0 and `loop` unused; without MST_DEVICE_LOOPS both are unused.
 template <typename Slot>
 __global__ void link_lightest(const Item* __restrict__ items, const unsigned* __restrict__ num_items,
                               int* parent, const unsigned* __restrict__ lightest, unsigned* lightest_next,
@@ -293,7 +299,9 @@ __global__ void link_lightest(const Item* __restrict__ items, const unsigned* __
                               unsigned* __restrict__ in_forest, cudaGraphConditionalHandle loop, int ends_pair) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     *num_refill = 0u;
+#if defined(MST_DEVICE_LOOPS)
     if (ends_pair) cudaGraphSetConditional(loop, *num_items != 0u);
+#endif
   }
   const Slot size = static_cast<Slot>(*num_items);
   for (Slot first = warp_start(); first < size; first += grid_stride()) {

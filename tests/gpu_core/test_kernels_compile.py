@@ -46,6 +46,31 @@ def test_kernel_compiles_with_nvcc(source: Path, arch: str, tmp_path: Path) -> N
     assert out.stat().st_size > 0
 
 
+def _ptx(source: Path, options: tuple[str, ...], tmp_path: Path) -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    out = tmp_path / f"{source.stem}.{len(options)}.ptx"
+    cmd = [nvcc, *options, "-arch=sm_90", "-ptx", "-I", str(KERNELS), "-o", str(out), str(source)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return out.read_text()
+
+
+@pytest.mark.slow
+def test_only_the_device_loop_build_needs_the_drivers_conditional_nodes(tmp_path: Path) -> None:
+    """``cudaGraphSetConditional`` is a symbol the driver resolves when it loads a module, and
+    drivers before CUDA 12.4 lack it: a module that names it fails to load there. Only the build
+    that graphs running on the device's loops load may name it; the plain build (every other
+    kernel, and the host's loop) must not, or no graph could be built on those drivers."""
+    from gpu_core._backend.kernels import FILES, KERNEL_FILE, LOOPS_OPTIONS
+
+    source = KERNELS / KERNEL_FILE
+    symbol = ".extern .func cudaGraphSetConditional"
+    assert symbol not in _ptx(source, FILES[KERNEL_FILE][1], tmp_path)
+    assert symbol in _ptx(source, LOOPS_OPTIONS, tmp_path)
+
+
 def test_the_gpu_backend_has_kernels_to_compile() -> None:
     if GPU_BACKEND.exists():
         assert kernel_files(), f"the GPU backend exists but there are no .cu files under {KERNELS}"

@@ -94,3 +94,34 @@ def test_runs_on_device_loops_and_on_the_host_loop_equal_kruskal(
             assert g.minimum_spanning_forest().edge_ids.tolist() == kruskal(graph)
         assert g.maximum_spanning_forest().edge_ids.tolist() == kruskal(graph, objective="max")
         assert g.minimum_spanning_forest().edge_ids.tolist() == kruskal(graph)
+
+
+@pytest.mark.parametrize("device_loops_on", [True, False], ids=["device-loops", "host-loop"])
+def test_only_runs_on_device_loops_load_the_build_that_ends_them(
+    device_loops_on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build of ecl_mst.cu that names ``cudaGraphSetConditional`` fails to load on drivers before
+    CUDA 12.4, so a graph there (host loop: builds, runs, what-ifs, the other order) must never ask
+    for it, and a graph on device loops must take its loops' ``link_lightest`` from it (the plain
+    one never ends a loop: the run would not stop)."""
+    pytest.importorskip("cupy")
+    from gpu_core._backend import device_loops, kernels
+
+    if device_loops_on and not device_loops.loops_supported():
+        pytest.skip("this driver has no conditional graph nodes")
+    if not device_loops_on:
+        monkeypatch.setattr(device_loops, "loops_supported", lambda: False)
+    asked: list[tuple[str, bool]] = []
+    original = kernels._module
+
+    def recording(device_id: int, file: str = kernels.KERNEL_FILE, loops: bool = False) -> Any:
+        asked.append((file, loops))
+        return original(device_id, file, loops)
+
+    monkeypatch.setattr(kernels, "_module", recording)
+    graph = rmat_graph(11, 8, seed=5, dtype=np.int32)
+    g = gpu_core.Graph(*graph.arrays, graph.num_vertices, backend="gpu")
+    assert g.minimum_spanning_forest().edge_ids.tolist() == kruskal(graph)
+    assert g.maximum_spanning_forest().edge_ids.tolist() == kruskal(graph, objective="max")
+    g.minimum_spanning_forest(exclude=np.arange(0, graph.num_edges, 3))
+    assert ((kernels.KERNEL_FILE, True) in asked) == device_loops_on
