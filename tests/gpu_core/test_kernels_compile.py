@@ -35,25 +35,24 @@ def test_kernel_files_exist_once_the_gpu_backend_does() -> None:
 def test_kernel_compiles_with_nvcc(source: Path, arch: str, tmp_path: Path) -> None:
     """Each kernel for each architecture on its own (so parallel test processes share them out), every
     warning an error, as CI's nvcc step did before this test took it over."""
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc is not on PATH")
     out = tmp_path / f"{source.stem}.{arch}.cubin"
-    cmd = [nvcc, "-std=c++17", f"-arch={arch}", "--Werror", "all-warnings", "-cubin"]
-    cmd += ["-I", str(KERNELS), "-o", str(out), str(source)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
+    _nvcc(source, out, "-std=c++17", f"-arch={arch}", "--Werror", "all-warnings", "-cubin")
     assert out.stat().st_size > 0
 
 
-def _ptx(source: Path, options: tuple[str, ...], tmp_path: Path) -> str:
+def _nvcc(source: Path, out: Path, *options: str) -> None:
+    """nvcc ``options`` on ``source`` (the kernels' folder on the include path) into ``out``."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not on PATH")
-    out = tmp_path / f"{source.stem}.{len(options)}.ptx"
-    cmd = [nvcc, *options, "-arch=sm_90", "-ptx", "-I", str(KERNELS), "-o", str(out), str(source)]
+    cmd = [nvcc, *options, "-I", str(KERNELS), "-o", str(out), str(source)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def _ptx(source: Path, options: tuple[str, ...], tmp_path: Path) -> str:
+    out = tmp_path / f"{source.stem}.{len(options)}.ptx"
+    _nvcc(source, out, *options, "-arch=sm_90", "-ptx")
     return out.read_text()
 
 
