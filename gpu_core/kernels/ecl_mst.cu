@@ -221,9 +221,14 @@ __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __re
     }
     const int set_v = (kSecondPhase && beg < end) ? parent[v] : v;
 
-    // Thread path: fewer than kWarpDegree slots, the same number of steps in every lane.
+    // Thread path: fewer than kWarpDegree slots, the same number of steps in every lane: as many
+    // as the warp's longest such row has (most rows are far shorter than kWarpDegree - 1).
     const bool by_thread = end - beg < kWarpDegree;
-    for (int j = 0; j < kWarpDegree - 1; ++j) {
+    int steps = by_thread ? static_cast<int>(end - beg) : 0;
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+      steps = max(steps, __shfl_xor_sync(FULL_MASK, steps, offset));
+    }
+    for (int j = 0; j < steps; ++j) {
       Item item{};
       const bool push =
           by_thread && beg + j < end &&
@@ -309,14 +314,19 @@ __global__ void link_lightest(const Item* __restrict__ items, const unsigned* __
     if (i < size) {
       const Item e = items[i];
       const unsigned r = e.rank;
-      if (lightest[e.u] == r || lightest[e.v] == r) {
-        link_sets(parent, e.u, e.v);
+      // Every load this item needs is issued before the link's chain of dependent accesses. The
+      // next iteration's copy only ever gets kNoEdge here, so a value read early is either kNoEdge
+      // still or worth clearing (many items share an endpoint: look before writing).
+      const bool joins = lightest[e.u] == r || lightest[e.v] == r;
+      const bool clear_u = lightest_next[e.u] != kNoEdge;
+      const bool clear_v = lightest_next[e.v] != kNoEdge;
+      if (joins) {
         const unsigned edge_id = rank_to_id[r];
+        link_sets(parent, e.u, e.v);
         atomicOr(&in_forest[edge_id >> 5], 1u << (edge_id & 31));
       }
-      // Clear the next iteration's copy; many items share an endpoint, so look before writing.
-      if (lightest_next[e.u] != kNoEdge) lightest_next[e.u] = kNoEdge;
-      if (lightest_next[e.v] != kNoEdge) lightest_next[e.v] = kNoEdge;
+      if (clear_u) lightest_next[e.u] = kNoEdge;
+      if (clear_v) lightest_next[e.v] = kNoEdge;
     }
   }
 }
