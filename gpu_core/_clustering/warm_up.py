@@ -8,6 +8,12 @@ of coordinates but on the list width and, for CuPy's reductions, on the size cla
 and the clusters: so two-blob sets of 47 and 700 points in 2-D, every list width that fits, from
 CuPy and from NumPy, and each selection once (H200, 2026-11-25: the first model of 47 2-D points
 after the point sets' warm-up loaded 8 modules, one of min_samples=100 on 700 points another).
+
+A membership vector has one entry per cluster, and CuPy's CUB reductions over a row compile a
+kernel per block size, which follows the row's width: the two-blob models have few clusters, so the
+rows of every width class are reduced on their own (H200, 2026-11-27: membership vectors of
+models of 5,000 uniform 1-D and 2-D points, a few hundred clusters each, compiled nanmax's and
+argmax's kernels for 64 and 128 threads in a request).
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ from .estimator import HDBSCAN, all_points_membership_vectors, approximate_predi
 MODEL_SETS: tuple[tuple[int, int], ...] = tuple(
     (n, k) for n in (47, 700) for k in (1, 2, 5, 10, 20, 60, 120, 240) if k < n
 )
+#: row widths, one in each class CuPy's CUB reductions compile a kernel for: a block of clp2(width /
+#: 4) threads, at least 32 and at most 512 (cupy/_core/_cub_reduction.pyx, _get_cub_block_specs)
+ROW_WIDTHS: tuple[int, ...] = (100, 200, 400, 800, 1100)
+
 #: the selections the estimator can make: by excess of mass on the device (the defaults), by
 #: leaves with an epsilon, the root allowed, a largest size
 SELECTIONS: tuple[dict[str, Any], ...] = (
@@ -46,6 +56,7 @@ def model_parts() -> list[Part]:
         selections = SELECTIONS if i == 0 else SELECTIONS[:1]
         parts.append((f"models n={n} min_samples={k}", partial(_models, n, k, selections)))
     parts.append(("models: one blob, the root selected", _one_blob))
+    parts.append(("models: membership reductions of every row width", _row_reductions))
     return parts
 
 
@@ -79,3 +90,21 @@ def _one_blob() -> None:
 
     points = np.random.default_rng(3).random((40, 3))
     _fit_and_predict(cupy.asarray(points), cupy.asarray(points[:7] + 0.01), 5, SELECTIONS[2])
+
+
+def _row_reductions() -> None:
+    """The reductions ``gpu_core._clustering.prediction`` makes over rows of one entry per cluster
+    (or per exemplar slot), float64, on one row and on several, for each of :data:`ROW_WIDTHS`."""
+    import cupy
+
+    for width in ROW_WIDTHS:
+        for rows in (1, 9):
+            values = cupy.asarray(np.random.default_rng(width).random((rows, width)))
+            values.sum(axis=1, keepdims=True)
+            values.max(axis=1)
+            values.min(axis=1)
+            cupy.nanmax(values, axis=1, keepdims=True)
+            cupy.nanmax(values)
+            cupy.argmax(values, axis=1)
+            cupy.argmin(values, axis=1)
+            values[:, None, :].min(axis=2)  # each query against each cluster's exemplar slots
