@@ -77,7 +77,7 @@ __device__ __forceinline__ int find_root(const int* __restrict__ parent, int v) 
   return v;
 }
 
-// Same, while other threads may be linking: every read goes to memory.
+// Same, while other threads may be writing `parent` (prepare_second_phase): every read goes to memory.
 __device__ __forceinline__ int find_root_live(const volatile int* parent, int v) {
   int p = parent[v];
   while (p != v) {
@@ -87,16 +87,19 @@ __device__ __forceinline__ int find_root_live(const volatile int* parent, int v)
   return v;
 }
 
-// Lock-free union: the root with the larger id is linked under the smaller one,
-// so parent pointers always decrease and never form a cycle.
+// Lock-free union of the sets of a and b, roots when their item was selected (others may have
+// linked them since). A root is only ever linked under a smaller id, so parent pointers always
+// decrease and never form a cycle, and each set's root is its smallest vertex. No walk to the
+// current roots first: the CAS on the larger id's pointer either links it or returns its new
+// parent, and the union goes on from there (one dependent access fewer for most links).
 __device__ void link_sets(int* parent, int a, int b) {
-  while (true) {
-    a = find_root_live(parent, a);
-    b = find_root_live(parent, b);
-    if (a == b) return;
+  while (a != b) {
     const int hi = max(a, b);
     const int lo = min(a, b);
-    if (atomicCAS(&parent[hi], hi, lo) == hi) return;
+    const int seen = atomicCAS(&parent[hi], hi, lo);
+    if (seen == hi) return;
+    a = lo;
+    b = seen;
   }
 }
 
