@@ -115,9 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     record["clusters"] = int(fast[0].max()) + 1
     if args.numpy:
         record["numpy"], ref = measure(args.n, u, v, w, *params, False, max(1, args.repeats // 2))
-        record["identical"] = bool(
-            np.array_equal(fast[0], ref[0]) and fast[1].tobytes() == ref[1].tobytes()
-        )
+        record["identical"] = bool(np.array_equal(fast[0], ref[0]) and fast[1].tobytes() == ref[1].tobytes())
         record["speedup"] = record["numpy"]["host_ms"] / record["compiled"]["host_ms"]
     print(json.dumps(record, indent=1))
     if args.out:

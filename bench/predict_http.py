@@ -67,8 +67,6 @@ def percentile(values: list[float], q: float) -> float:
 ROUTE_PARTS = ("lookup", "receive", "worker", "encode")
 
 
-
-
 class Timings:
     """The ``Server-Timing`` parts of the answers of one measurement, for their means."""
 

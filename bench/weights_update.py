@@ -125,9 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 _check(client.delete(f"/v1/graphs/{graph['id']}"), 204)
             os.sync()
             t0 = time.perf_counter()
-            put = _check(
-                client.put(f"/v1/graphs/{resident}/weights", **_body(npy_bodies[which], NPZ)), 200
-            )
+            put = _check(client.put(f"/v1/graphs/{resident}/weights", **_body(npy_bodies[which], NPZ)), 200)
             t1 = time.perf_counter()
             job, _ = _mst_request(client, resident, 600)
             done_ms = (time.perf_counter() - t0) * 1e3

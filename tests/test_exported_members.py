@@ -115,4 +115,3 @@ def test_errors_module_exports_its_error_classes() -> None:
 def test_version_matches_the_project() -> None:
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
     assert gpu_core.__version__ == pyproject["project"]["version"]
-

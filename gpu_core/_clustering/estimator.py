@@ -123,9 +123,7 @@ class HDBSCAN:
         return self
 
     def __repr__(self) -> str:
-        defaults = {
-            name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()
-        }
+        defaults = {name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()}
         changed = [f"{k}={v!r}" for k, v in self.get_params().items() if not _same(v, defaults[k])]
         return f"{type(self).__name__}({', '.join(changed)})"
 

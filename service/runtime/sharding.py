@@ -96,9 +96,7 @@ class ShardStep:
     async def _ask(self, worker: WorkerCalls) -> Any:
         await worker.ensure_resident(self.graph_id)
         worker.touch(self.graph_id)
-        summary, stored = await worker.request_with_note(
-            MST, self.graph_id, self.out, "mst", self.params
-        )
+        summary, stored = await worker.request_with_note(MST, self.graph_id, self.out, "mst", self.params)
         await stored
         return summary
 

@@ -11,6 +11,7 @@ from typing import Literal
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
+
 def new_id(prefix: str) -> str:
     """A random, non-sequential id such as ``g_3kq0...``: 128 bits from :mod:`secrets`."""
     return f"{prefix}_{secrets.token_hex(16)}"

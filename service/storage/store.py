@@ -471,5 +471,3 @@ class Store:
                 path.unlink(missing_ok=True)
         # a succeeded job whose result file is missing stays succeeded: it is computed again if asked for
         return self.jobs_with_status("queued"), failed
-
-

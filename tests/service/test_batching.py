@@ -254,9 +254,7 @@ def test_gpu_one_shots_at_once_are_exact(server_factory: ServerFactory) -> None:
     """On a GPU worker: many one-shots at once (batched, their forests sent back
     in the replies; one larger than MST_ONESHOT_INLINE_BYTES, through a file) each answer exactly
     the CPU backend's forest of the graph alone."""
-    server = server_factory(
-        MST_BACKEND="gpu", MST_ONESHOT_INLINE_BYTES="40000", MST_MAX_EDGES="1000000"
-    )
+    server = server_factory(MST_BACKEND="gpu", MST_ONESHOT_INLINE_BYTES="40000", MST_MAX_EDGES="1000000")
     assert server.client.get("/readyz").json()["workers"][0]["backend"] == "gpu"
     members = [random_graph(200 + i, 2500, 10_000, dtype=np.int32, num_weights=None) for i in range(40)]
     members.append(random_graph(300, 5000, 20_000, dtype=np.int32, num_weights=None))  # ~60 kB: a file

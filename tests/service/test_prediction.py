@@ -213,7 +213,11 @@ def test_unknown_and_deleted_models_are_404(live: LiveServer) -> None:
     base = f"/v1/points/{record['id']}/models"
     assert live.client.get(f"{base}/{model['id']}").json()["num_clusters"] == model["num_clusters"]
     assert [m["id"] for m in live.client.get(base).json()["models"]] == [model["id"]]
-    for url in (f"{base}/m_{'0' * 32}/predict", f"{base}/nonsense/predict", f"/v1/points/p_{'0' * 32}/models/{model['id']}/predict"):  # noqa: E501
+    for url in (
+        f"{base}/m_{'0' * 32}/predict",
+        f"{base}/nonsense/predict",
+        f"/v1/points/p_{'0' * 32}/models/{model['id']}/predict",
+    ):
         response = live.client.post(url, json={"points": [[0.0, 0.0]]})
         assert response.status_code == 404, response.text
     other = upload(live, points)  # a model belongs to its own point set only
@@ -302,9 +306,7 @@ def test_model_and_prediction_admission_507_413_with_the_numbers(server_factory:
     assert problem["needed_bytes"] == fit_bytes(n, d, 200, "cpu", index_built=False) > cap
     # a point set larger than the worker is a 413 with the numbers, before its coordinates are copied
     big = np.random.default_rng(1).random((200_000, d))
-    response = server.client.post(
-        "/v1/points", content=_npz(big), headers={"content-type": OCTET}
-    )
+    response = server.client.post("/v1/points", content=_npz(big), headers={"content-type": OCTET})
     assert response.status_code == 413, response.text
     problem = response.json()
     needed = 8 * big.size + gpu_core.estimate_point_set_bytes(200_000, d, backend="cpu").resident
@@ -363,7 +365,6 @@ def test_gpu_predictions_equal_the_librarys(server_factory: ServerFactory) -> No
         response = predict(server.client, record["id"], model["id"], new)
         assert response.status_code == 200, response.text
         check_equal(response.json(), library(points, new, params, backend="gpu"))
-
 
 
 def test_the_bundled_clients_models_and_predictions(live: LiveServer) -> None:

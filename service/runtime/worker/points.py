@@ -307,4 +307,3 @@ def warm_up(backend: str, dimensions: tuple[int, ...] = WARM_UP_DIMENSIONS, sing
         model = ResidentPoints(coords.astype(np.float32), backend).fit("warm-up-single", WARM_UP_MODELS[2])
         model.predict(coords[:7] + 0.01, membership=True)
         model.predict(coords[:2], membership=False)
-

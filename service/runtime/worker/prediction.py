@@ -44,7 +44,10 @@ def fit_bytes(num_points: int, dims: int, min_samples: int, backend: str, index_
     import gpu_core
 
     estimate = gpu_core.estimate_point_set_bytes(
-        num_points, dims, min_samples=min_samples, backend=backend  # type: ignore[arg-type]
+        num_points,
+        dims,
+        min_samples=min_samples,
+        backend=backend,  # type: ignore[arg-type]
     )
     tree = estimate.peak - (estimate.resident if index_built else 0)
     return int(tree + FIT_BYTES_PER_POINT * num_points)
