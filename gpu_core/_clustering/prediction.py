@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._points.estimate import estimate_point_set_bytes
 from .._points.index import PointIndex, build_point_index
 from .._points.neighbours import index_coordinates, kth_distances, query_neighbours
 from .dendrogram_labels import _module_of, _to_host
@@ -223,8 +224,7 @@ def _exemplar_distances(data: PredictionData, points: Array) -> Array:
     """
     xp = _module_of(points)
     count, labels = int(points.shape[0]), data.num_labels
-    slots = int(data.pad.size)
-    if count * slots * int(points.shape[1]) <= (DENSE_DEVICE if xp is not np else DENSE_HOST):
+    if not searches_exemplars(data, count, on_host=xp is np):
         return _dense_exemplar_distances(data, points, data.pad)
     out = xp.empty((count, labels))
     for label, (lo, hi, index) in enumerate(_exemplar_indexes(data)):
@@ -243,6 +243,35 @@ def _exemplar_distances(data: PredictionData, points: Array) -> Array:
 DENSE_DEVICE = 1 << 28
 DENSE_HOST = 1 << 22
 DENSE_EXEMPLARS = 64
+
+
+def searches_exemplars(data: PredictionData, count: int, on_host: bool) -> bool:
+    """Whether membership vectors of ``count`` points search the exemplars' indexes (built on the
+    first such request, kept while ``data`` lives) rather than compute every distance."""
+    return count * int(data.pad.size) * data.dimensions > (DENSE_HOST if on_host else DENSE_DEVICE)
+
+
+def exemplar_index_bytes(data: PredictionData) -> int:
+    """Bytes the exemplars' indexes built for ``data`` hold (0 before a request searched them)."""
+    with _INDEXES_LOCK:
+        built = _INDEXES.get(data, [])
+    return sum(int(index.nbytes) for _, _, index in built if index is not None)
+
+
+def exemplar_index_build_bytes(data: PredictionData, backend: Literal["cpu", "gpu"]) -> int:
+    """An upper bound of the bytes building the exemplars' indexes of ``data`` allocates (0 when
+    they are built, or none would be): an index of the exemplars of every cluster of more than
+    :data:`DENSE_EXEMPLARS`, a tree on it, and their copy."""
+    with _INDEXES_LOCK:
+        if data in _INDEXES:
+            return 0
+    sizes = _to_host(_module_of(data.exemplars).bincount(data.exemplar_label, minlength=data.num_labels))
+    count = int(sizes[sizes > DENSE_EXEMPLARS].sum())
+    if count == 0:
+        return 0
+    estimate = estimate_point_set_bytes(count, data.dimensions, backend=backend)
+    return int(estimate.peak + count * data.dimensions * data.exemplars.dtype.itemsize)
+
 
 #: the exemplars' indexes of each prediction data: (start, stop, index or None) per label
 _INDEXES: weakref.WeakKeyDictionary[PredictionData, list[tuple[int, int, PointIndex | None]]] = (

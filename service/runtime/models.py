@@ -189,8 +189,9 @@ class Models:
         if steps is not None:
             steps.lap("worker")
             steps.add(_round_trip(sent, replied, summary), "")
-        if "fit" in summary.get("timings_ms", {}):  # fitted again: the point set holds it now
-            self._resize(model.points_id, summary)
+        # fitted again, or the exemplars' indexes built by a membership request: the point set's
+        # worker holds more now
+        self._resize(model.points_id, summary)
         return summary, arrays
 
 

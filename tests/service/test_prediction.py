@@ -347,6 +347,35 @@ def test_a_models_bytes_count_against_the_device_quota(server_factory: ServerFac
     assert server.client.get(f"/v1/points/{record['id']}/models").json()["models"] == []
 
 
+def test_exemplar_indexes_built_by_a_membership_request_count_on_the_worker(live: LiveServer) -> None:
+    """Membership vectors of many points search indexes of the exemplars, built by the first such
+    request and kept with the model: the point set's bytes on its worker grow by what the
+    library's same indexes hold, once; a request of few points computes every distance instead."""
+    from gpu_core._clustering import prediction
+
+    points, params = blobs(n=8000), {"min_cluster_size": 40, "min_samples": 4}
+    record = upload(live, points)
+    model = fit(live.client, record["id"], params)
+
+    def held() -> int:
+        return int(live.client.get(f"/v1/points/{record['id']}").json()["residency"]["device_bytes"])
+
+    start = held()
+    few, many = queries(5, 20), queries(6, 3000)
+    for new in (few, many, many):
+        response = predict(live.client, record["id"], model["id"], new)
+        assert response.status_code == 200, response.text
+        if new is few:
+            assert held() == start
+    library_model = gpu_core.HDBSCAN(**params, prediction_data=True, backend="cpu").fit(points)  # type: ignore[arg-type]
+    data = library_model.prediction_data_
+    assert prediction.searches_exemplars(data, len(many), on_host=True)  # the premise
+    assert not prediction.searches_exemplars(data, len(few), on_host=True)
+    gpu_core.membership_vector(library_model, many)
+    grown = prediction.exemplar_index_bytes(data)
+    assert grown > 0 and held() == start + grown
+
+
 def _npz(points: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, points=points)

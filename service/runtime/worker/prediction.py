@@ -13,7 +13,9 @@ Memory: a fit needs the tree of its ``min_samples`` on the index
 (:func:`gpu_core.estimate_point_set_bytes`'s ``peak``) and, beside it, the model's other stages
 (:data:`FIT_BYTES_PER_POINT`); it keeps the prediction data (:attr:`ResidentModel.nbytes`). A
 prediction needs its query points, their neighbour lists and, for membership vectors, a few
-arrays of one value per point and cluster (:func:`predict_bytes`).
+arrays of one value per point and cluster (:func:`predict_bytes`); the first membership request
+that searches the exemplars' indexes builds them (:meth:`ResidentModel.membership_build_bytes`),
+and the model keeps them.
 """
 
 from __future__ import annotations
@@ -106,8 +108,21 @@ class ResidentModel:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the model holds beside its point set's index (the prediction data)."""
-        return int(self.data.nbytes)
+        """Bytes the model holds beside its point set's index: the prediction data and, once a
+        membership request searched them, the exemplars' indexes (kept while the model lives)."""
+        from gpu_core._clustering.prediction import exemplar_index_bytes
+
+        return int(self.data.nbytes) + exemplar_index_bytes(self.data)
+
+    def membership_build_bytes(self, queries: int) -> int:
+        """Bytes membership vectors of ``queries`` points allocate beside :func:`predict_bytes`:
+        the exemplars' indexes where this request is the first to search them, else 0."""
+        from gpu_core._clustering.prediction import exemplar_index_build_bytes, searches_exemplars
+
+        backend = self.index.backend
+        if not searches_exemplars(self.data, queries, on_host=backend != "gpu"):
+            return 0
+        return exemplar_index_build_bytes(self.data, backend)
 
     @property
     def neighbours(self) -> int:

@@ -146,6 +146,8 @@ class Worker:
             return
         q, d = int(shape[0]), int(shape[1])
         needed = predict_bytes(q, d, model.neighbours, model.num_clusters, membership)
+        if membership:
+            needed += model.membership_build_bytes(q)
         what = f"a prediction of {q} points" + (" with membership vectors" if membership else "")
         self.check_room(needed, what, "to be computed", point_set=True)
 

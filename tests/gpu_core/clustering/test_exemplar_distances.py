@@ -4,7 +4,7 @@ backends, and the indexes are built once per model."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -85,3 +85,30 @@ def test_exemplar_indexes_are_built_once_per_model(backend: Any, monkeypatch: py
     assert count > 0
     again = _host(gpu_core.all_points_membership_vectors(model))
     assert len(built) == count and np.array_equal(first, again)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_exemplar_indexes_bytes_are_counted_and_bounded_before(backend: Any) -> None:
+    """Before a search: nothing held, a bound of the build; after: what the indexes hold, within
+    that bound, and nothing more to build."""
+    model = _model(backend)
+    data = model.prediction_data_
+    name: Literal["cpu", "gpu"] = "cpu" if backend == "cpu" else "gpu"
+    count = 2000
+    assert prediction.searches_exemplars(data, count, on_host=name == "cpu")  # the premise
+    assert not prediction.searches_exemplars(data, 1, on_host=name == "cpu")
+    assert prediction.exemplar_index_bytes(data) == 0
+    bound = prediction.exemplar_index_build_bytes(data, name)
+    assert bound > 0
+    queries = np.random.default_rng(2).uniform(-14, 14, size=(count, 2))
+    if backend == "gpu":
+        import cupy
+
+        queries = cupy.asarray(queries)
+    gpu_core.membership_vector(model, queries)
+    indexes = [index for _, _, index in prediction._INDEXES[data] if index is not None]
+    assert indexes, "a search built the large clusters' indexes"
+    held = prediction.exemplar_index_bytes(data)
+    assert held == sum(index.nbytes for index in indexes) > 0
+    assert held <= bound
+    assert prediction.exemplar_index_build_bytes(data, name) == 0
