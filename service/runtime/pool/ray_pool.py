@@ -179,6 +179,9 @@ class RayWorkerHandle(WorkerHandle):
             cause = getattr(exc, "cause", None) or exc
             self._lost(generation, f"failed to start: {type(cause).__name__}: {cause}")
             return
+        # the start's answer is a sign of life: the heartbeat's age counts from it, not from the
+        # spawn (a start is judged by MST_WORKER_START_TIMEOUT_S, however long its imports took)
+        self._beat_at = time.monotonic()
         self._on_message(generation, ("ready", info))
         self._background(self._beat_loop(actor, generation))
 
