@@ -190,8 +190,12 @@ class Models:
             steps.lap("worker")
             steps.add(_round_trip(sent, replied, summary), "")
         # fitted again, or the exemplars' indexes built by a membership request: the point set's
-        # worker holds more now
+        # worker holds more now, and the model's record (its owner's device quota counts it) says so
         self._resize(model.points_id, summary)
+        held = int(summary.get("model_bytes", model.model_bytes))
+        if held != model.model_bytes:
+            self._store.set_model_bytes(model.id, held)
+            self._cache[model.id] = replace(model, model_bytes=held)
         return summary, arrays
 
 

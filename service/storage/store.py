@@ -376,6 +376,10 @@ class Store:
             ).fetchall()
         return [ModelRecord(**dict(r)) for r in rows]
 
+    def set_model_bytes(self, model_id: str, model_bytes: int) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE models SET model_bytes = ? WHERE id = ?", (model_bytes, model_id))
+
     def delete_model(self, model_id: str) -> bool:
         with self._tx() as db:
             return db.execute("DELETE FROM models WHERE id = ?", (model_id,)).rowcount > 0

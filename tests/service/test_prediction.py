@@ -349,8 +349,9 @@ def test_a_models_bytes_count_against_the_device_quota(server_factory: ServerFac
 
 def test_exemplar_indexes_built_by_a_membership_request_count_on_the_worker(live: LiveServer) -> None:
     """Membership vectors of many points search indexes of the exemplars, built by the first such
-    request and kept with the model: the point set's bytes on its worker grow by what the
-    library's same indexes hold, once; a request of few points computes every distance instead."""
+    request and kept with the model: the point set's bytes on its worker and the model's record
+    grow by what the library's same indexes hold, once; a request of few points computes every
+    distance instead."""
     from gpu_core._clustering import prediction
 
     points, params = blobs(n=8000), {"min_cluster_size": 40, "min_samples": 4}
@@ -374,6 +375,9 @@ def test_exemplar_indexes_built_by_a_membership_request_count_on_the_worker(live
     gpu_core.membership_vector(library_model, many)
     grown = prediction.exemplar_index_bytes(data)
     assert grown > 0 and held() == start + grown
+    # the model's record too (its owner's device quota counts it)
+    record_now = live.client.get(f"/v1/points/{record['id']}/models/{model['id']}").json()
+    assert record_now["model_bytes"] == model["model_bytes"] + grown
 
 
 def _npz(points: np.ndarray) -> bytes:

@@ -160,6 +160,7 @@ def predict(
     return {
         "num_points": int(arrays["labels"].shape[0]),
         "num_clusters": model.num_clusters,
+        "model_bytes": model.nbytes,  # grows once a membership request built the exemplars' indexes
         "device_bytes": points.nbytes,
         INLINE: arrays,
         "timings_ms": steps.ms,
