@@ -265,7 +265,7 @@ def exemplar_index_build_bytes(data: PredictionData, backend: Literal["cpu", "gp
     with _INDEXES_LOCK:
         if data in _INDEXES:
             return 0
-    sizes = _to_host(_module_of(data.exemplars).bincount(data.exemplar_label, minlength=data.num_labels))
+    sizes = _exemplar_counts(data)
     count = int(sizes[sizes > DENSE_EXEMPLARS].sum())
     if count == 0:
         return 0
@@ -280,13 +280,21 @@ _INDEXES: weakref.WeakKeyDictionary[PredictionData, list[tuple[int, int, PointIn
 _INDEXES_LOCK = threading.Lock()
 
 
+def _exemplar_counts(data: PredictionData) -> np.ndarray[Any, Any]:
+    """How many exemplars each label has (on the host), in label order."""
+    counts: np.ndarray[Any, Any] = _to_host(
+        _module_of(data.exemplars).bincount(data.exemplar_label, minlength=data.num_labels)
+    )
+    return counts
+
+
 def _exemplar_indexes(data: PredictionData) -> list[tuple[int, int, PointIndex | None]]:
     with _INDEXES_LOCK:
         known = _INDEXES.get(data)
         if known is not None:
             return known
         xp = _module_of(data.exemplars)
-        sizes = _to_host(xp.bincount(data.exemplar_label, minlength=data.num_labels))
+        sizes = _exemplar_counts(data)
         stops = np.cumsum(sizes)
         built: list[tuple[int, int, PointIndex | None]] = []
         for size, stop in zip(sizes.tolist(), stops.tolist(), strict=True):
