@@ -207,7 +207,7 @@ def run_uniform(args: argparse.Namespace) -> dict[str, Any]:
     if args.wide:
         from gpu_core._graphs import layout as _layout
 
-        _layout.WIDE_SLOTS_FROM = 0
+        _layout.WIDE_EDGES_FROM = 0
     start = time.perf_counter()
     src, dst, weight = uniform_device_graph(n, m, args.seed)
     cp.cuda.Device().synchronize()
@@ -236,7 +236,7 @@ def run_rmat(args: argparse.Namespace) -> dict[str, Any]:
     if args.wide:
         from gpu_core._graphs import layout as _layout
 
-        _layout.WIDE_SLOTS_FROM = 0
+        _layout.WIDE_EDGES_FROM = 0
     spec = GraphSpec(f"rmat-{args.scale}-float", "rmat", (("scale", args.scale), ("edge_factor", 8)), "float")
     edges, _ = load_or_make(spec, Path(args.cache) if args.cache else None)
     cp = _cupy()

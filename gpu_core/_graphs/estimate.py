@@ -8,12 +8,12 @@ with ``k = m`` (no self-loops: an upper bound). Two numbers:
   worst, as a host upload makes them), the sorts' scratch included. A build needs
   ``peak`` free bytes; afterwards it keeps ``resident``.
 
-GPU layouts (``layout``): graphs of fewer than 2^31 slots index them with 32 bits; larger
-ones with 64 bits and worklists half the size (``slot_layout``). The build's phases, in
-bytes per edge (``w`` the weight's itemsize, ``I`` the input's device copies, 16 + w):
+GPU layouts (``layout``): graphs of fewer than 2^30 loop-free edges index their slots (one per
+edge) with 32 bits; larger ones with 64 bits and worklists half the size (``slot_layout``).
+The build's phases, in bytes per edge (``w`` the weight's itemsize, ``I`` the input's device copies, 16 + w):
 ranking (4-byte weights) ``I + w + 16`` (the 64-bit keys and the sort's scratch),
 (8-byte weights) ``I + w + 2w + 16`` (CuPy's argsort: a copy of the keys, int64 ids and
-the sort's pairs); endpoints by rank ``I + w + 12``; the CSR ``w + 28`` plus the sorted
+the sort's pairs); endpoints by rank ``I + w + 12``; the CSR ``w + 20`` plus the sorted
 chunk's keys and scratch (16 bytes per slot of one of ``csr_pieces`` chunks); and then the
 resident graph. ``peak`` is the largest of them. Measured on the GPU by
 ``tests/gpu_core/graphs/test_estimate.py`` (CuPy's pool, a counting allocator); the CPU backend
@@ -77,9 +77,9 @@ def _gpu_bytes(n: int, m: int, w: int, layout: SlotLayout) -> MemoryEstimate:
     resident = (
         m * w  # weights in input order
         + 4 * k  # rank -> edge id
-        + 16 * k  # adjacency: (column, rank) of both directions
+        + 8 * k  # adjacency: (larger endpoint, rank), one slot per edge
         + s * (2 * n + 1)  # row_ptr and split
-        + 2 * s * (2 * k // 256 + 1)  # heavy-row chunks (at most one per 256 slots)
+        + 2 * s * (k // 256 + 1)  # heavy-row chunks (at most one per 256 slots)
         + 2 * 12 * layout.capacity  # the two worklists
         + nv * (4 + 4 + 4 + 8 + w)  # lightest x2, parent, forest ids, forest weights
         + 4 * max((m + 31) // 32, 1)  # forest bit set
@@ -91,10 +91,10 @@ def _gpu_bytes(n: int, m: int, w: int, layout: SlotLayout) -> MemoryEstimate:
     sort_scratch = 16 * m if w == 4 else (2 * w + 24) * m
     ranking = inputs + w * m + sort_scratch
     endpoints = inputs + w * m + 12 * k  # rank -> id and both endpoints by rank
-    slots = 2 * k
+    slots = k
     chunk = -(-slots // csr_pieces(slots)) if slots else 0
     rows = 2 * s * (n + 1) + 8 * nv  # row_ptr, split and the row counts
-    csr = w * m + 28 * k + rows + 16 * chunk  # + one chunk's keys and their sort's scratch
+    csr = w * m + 20 * k + rows + 16 * chunk  # + one chunk's keys and their sort's scratch
     return MemoryEstimate(resident=resident, peak=max(ranking, endpoints, csr, resident) + GPU_OVERHEAD)
 
 

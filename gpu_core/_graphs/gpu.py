@@ -1,8 +1,8 @@
 """The CuPy backend: ECL-MST on a graph that stays resident in device memory.
 
 Building a :class:`GpuGraph` uploads the edge list once, validates it on the
-device, ranks the edges by ``(weight, edge_id)`` and builds the CSR of both
-directions there. Each computation then only runs kernels (see
+device, ranks the edges by ``(weight, edge_id)`` and builds there a CSR holding each
+edge once, in the row of its smaller endpoint. Each computation then only runs kernels (see
 ``kernels/ecl_mst.cu``) and copies the forest back.
 
 Host round trips. The loop's control stays on the device: worklist sizes live

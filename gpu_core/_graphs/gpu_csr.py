@@ -1,4 +1,5 @@
-"""The graph's structure on the device: the CSR of both directions in the order of the edges' ranks.
+"""The graph's structure on the device: a CSR holding each edge once, in the row of its smaller
+endpoint, in the order of the edges' ranks.
 
 :class:`GpuCsr` holds what a build makes of an edge list (the weights in input order, the map from
 rank to edge id, the rows, each row's split at the filter threshold, the heavy rows' chunks) and
@@ -152,9 +153,10 @@ class GpuCsr:
         self.split = self.row_ptr[:-1] + light[:n].astype(slot_dtype)
         del light
 
-        # CSR of both directions, rows in ascending rank order, one chunk of rows at a time.
+        # CSR of each edge once (the row of its smaller endpoint; ECL-MST takes every edge from that
+        # end only), rows in ascending rank order, one chunk of rows at a time.
         self._release(cp)
-        self.adj = cp.empty((2 * k, 2), dtype=cp.int32)
+        self.adj = cp.empty((k, 2), dtype=cp.int32)
         self._fill_rows(cp, u, v, k)
         del u, v
         self._release(cp)
@@ -211,8 +213,8 @@ class GpuCsr:
         if not k:
             return
         n = self.num_vertices
-        pieces = csr_pieces(2 * k)
-        slots = 2 * k
+        pieces = csr_pieces(k)
+        slots = k
         targets = cp.arange(1, pieces, dtype=cp.int64) * (slots // pieces)
         cuts = cp.searchsorted(self.row_ptr, targets.astype(self.row_ptr.dtype), side="left").astype(cp.int64)
         bounds = [0, *(int(c) for c in cuts.get()), n]
@@ -288,9 +290,9 @@ class GpuCsr:
             (order, upto, nonloop, np.int64(m) if self.wide else np.int32(m), rank_of_id, new_rank_to_id),
         )  # fmt: skip
         del order, upto, nonloop
-        slot_rank = cp.empty(2 * k, dtype=cp.uint32)  # every slot's new rank, one pass
+        slot_rank = cp.empty(k, dtype=cp.uint32)  # every slot's new rank, one pass
         kernel("slot_ranks")(
-            self._grid(2 * k), (BLOCK,), (self.adj, np.int64(2 * k), self.rank_to_id, rank_of_id, slot_rank)
+            self._grid(k), (BLOCK,), (self.adj, np.int64(k), self.rank_to_id, rank_of_id, slot_rank)
         )
         del rank_of_id
         moved = cp.empty_like(self.adj)
@@ -321,17 +323,14 @@ class GpuCsr:
         cp = cupy_module()
         self._after_caller()
         with cp.cuda.Device(self.device_id), self._stream:
-            slots = 2 * self.num_loop_free
-            slot = cp.arange(slots, dtype=self.row_ptr.dtype)
+            slot = cp.arange(self.num_loop_free, dtype=self.row_ptr.dtype)
             row = cp.searchsorted(self.row_ptr[1:], slot, side="right").astype(cp.int32)
-            col = self.adj[:, 0]
-            once = row < col
-            ranks = cp.ascontiguousarray(self.adj.view(cp.uint32)[:, 1][once])
+            ranks = cp.ascontiguousarray(self.adj.view(cp.uint32)[:, 1])
             ids = take_by_u32(cp, self.rank_to_id, ranks).astype(cp.int64)
             src = cp.zeros(self.num_edges, dtype=cp.int32)
             dst = cp.zeros(self.num_edges, dtype=cp.int32)
-            src[ids] = row[once]
-            dst[ids] = col[once]
+            src[ids] = row
+            dst[ids] = self.adj[:, 0]
             edge_ids = cp.asarray(edge_ids)
             ends = src[edge_ids], dst[edge_ids]
         self._stream.synchronize()  # the caller reads them on its own stream

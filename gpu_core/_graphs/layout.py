@@ -1,8 +1,8 @@
 """How a graph is laid out on the device: 32-bit or 64-bit slot indices, and the worklists' size.
 
-The CSR stores both directions of every loop-free edge, ``2k`` slots. Graphs of fewer than
-``2**31`` slots index them with 32 bits (today's layout, the fastest); larger ones with 64
-bits (``row_ptr``, ``split``, the heavy-row chunks, worklist positions), up to ``2**32 - 1``
+The CSR stores every loop-free edge once, in the row of its smaller endpoint: ``k`` slots.
+Graphs of fewer than ``2**30`` loop-free edges index them with 32 bits (the fastest); larger ones
+with 64 bits (``row_ptr``, ``split``, the heavy-row chunks, worklist positions), up to ``2**32 - 1``
 edges, since ranks and edge ids stay 32-bit (unsigned). The kernels are templates on the
 index type (``kernels/ecl_mst.cu``), picked per graph when it is built.
 
@@ -11,7 +11,9 @@ edge when the first phase takes only the ``n`` lightest edges. A 64-bit graph is
 where memory is what limits: its worklists hold half the edges (12 bytes per edge less), and
 its second phase runs in rounds of at most that many ranks each (``phase_ends``): a round
 takes the ranks below its end, the earlier rounds' edges being inside one set by then. The
-forest is the same whatever the rounds (the order is total).
+forest is the same whatever the rounds (the order is total). (The switch stays at ``2**30``
+edges, where it was when the CSR held both directions, ``2**31`` slots: graphs that large are
+the ones memory limits, and the half-size worklists are what lets them fit.)
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from dataclasses import dataclass
 
 from .forest import filter_threshold
 
-#: graphs with at least this many slots (2 per loop-free edge) take 64-bit slot indices
-WIDE_SLOTS_FROM = 2**31
+#: graphs with at least this many loop-free edges take 64-bit slot indices and half-size worklists
+WIDE_EDGES_FROM = 2**30
 #: most edges the GPU backend takes: ranks and edge ids are 32-bit unsigned
 MAX_GPU_EDGES = 2**32 - 1
 #: the CSR build sorts the keys of at most about this many slots at once (8 bytes each, as much scratch)
@@ -54,11 +56,11 @@ class SlotLayout:
 def slot_layout(num_vertices: int, num_loop_free: int, wide_from: int | None = None) -> SlotLayout:
     """The layout of a graph of ``num_vertices`` vertices and ``num_loop_free`` loop-free edges.
 
-    ``wide_from``: the slot count from which 64-bit indices are used (``WIDE_SLOTS_FROM``
+    ``wide_from``: the loop-free edge count from which the 64-bit layout is used (``WIDE_EDGES_FROM``
     unless given: tests force the 64-bit layout on small graphs with it).
     """
     k = num_loop_free
-    wide = 2 * k >= (WIDE_SLOTS_FROM if wide_from is None else wide_from)
+    wide = k >= (WIDE_EDGES_FROM if wide_from is None else wide_from)
     threshold = filter_threshold(num_vertices, k)
     if not wide:
         ends: tuple[int, ...] = (k,) if threshold < k else ()

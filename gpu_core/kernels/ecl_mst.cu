@@ -6,9 +6,12 @@
 // (int64 and float64 included), so the loop compares 32-bit ranks only and maps
 // ranks back to edge ids at the end.
 //
-// Graph. CSR of both directions: row_ptr[n + 1] and adj[slot] = {neighbor, rank},
-// the slots of every row in ascending rank order (so the edges under a rank
-// threshold are a prefix of each row).
+// Graph. A CSR holding every loop-free edge once, in the row of its smaller endpoint:
+// row_ptr[n + 1] and adj[slot] = {larger endpoint, rank}, the slots of every row in
+// ascending rank order (so the edges under a rank threshold are a prefix of each row).
+// The paper's input is the symmetric CSR, whose init takes each edge from its smaller
+// endpoint only; the other direction is never read, so it is not stored: half the slots
+// to scan in both fills and 8 bytes less per edge.
 //
 // Slot indices. A graph of 2 * k < 2^31 slots indexes them (row_ptr, split, worklist
 // positions) with `int`; a larger one with `long long` (the kernels that touch slots are
@@ -155,7 +158,7 @@ extern "C" __global__ void prepare_second_phase(int n, int* parent, unsigned* __
 }
 
 // Whether slot edge e of vertex v (whose set is set_v) goes on the worklist, and as what.
-// Each undirected edge is taken once, from its smaller endpoint. In the second phase
+// Every slot is an edge to a larger vertex (each edge is stored once). In the second phase
 // both endpoints are replaced by their sets and edges inside one set are filtered out.
 // `skip` (null in ordinary runs): a bit set by rank of edges left out of this run (a what-if).
 // The second phase may run in several rounds of rank ranges (64-bit graphs, whose worklists
@@ -164,7 +167,6 @@ extern "C" __global__ void prepare_second_phase(int n, int* parent, unsigned* __
 template <bool kSecondPhase>
 __device__ __forceinline__ bool take_slot(int v, int set_v, int2 e, const int* __restrict__ parent,
                                           const unsigned* __restrict__ skip, unsigned rank_end, Item& item) {
-  if (v >= e.x) return false;  // only process in one direction
   const unsigned rank = static_cast<unsigned>(e.y);
   if (kSecondPhase && rank >= rank_end) return false;
   if (skip != nullptr && ((skip[rank >> 5] >> (rank & 31)) & 1u)) return false;
@@ -546,7 +548,7 @@ __global__ void gather_weights(const long long* __restrict__ forest, const unsig
 // first: a 64-bit key (order-preserving bits of a 4-byte weight : edge id) per edge, sorted
 // once; self-loops get the largest key and end up last. Then the slots are bucketed by row
 // range, one chunk of rows at a time, each chunk's keys {row - first row : rank} sorted, so
-// the scratch is one chunk's keys, not all 2k slots'.
+// the scratch is one chunk's keys, not all k slots'.
 
 namespace {
 
@@ -592,26 +594,23 @@ __global__ void gather_ids(const Id* __restrict__ table, const unsigned* __restr
   }
 }
 
-// Slots of every row (degree) and those of rank below the threshold (light), both directions.
+// Slots of every row (degree) and those of rank below the threshold (light): one slot per
+// edge, in the row of its smaller endpoint.
 extern "C" __global__ void count_rows(const int* __restrict__ u, const int* __restrict__ v, long long k,
                                       unsigned threshold, unsigned* __restrict__ degree,
                                       unsigned* __restrict__ light) {
   for (long long r = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; r < k; r += grid_stride()) {
-    const int a = u[r];
-    const int b = v[r];
-    atomicAdd(&degree[a], 1u);
-    atomicAdd(&degree[b], 1u);
-    if (r < threshold) {
-      atomicAdd(&light[a], 1u);
-      atomicAdd(&light[b], 1u);
-    }
+    const int row = min(u[r], v[r]);
+    atomicAdd(&degree[row], 1u);
+    if (r < threshold) atomicAdd(&light[row], 1u);
   }
 }
 
 constexpr int kBucketPerThread = 8;  // ranks per thread per tile of bucket_slots
 
-// The slots of rows [row_lo, row_hi) as keys {row - row_lo : rank}, appended to `keys` in no
-// particular order (the caller sorts them): one atomicAdd per tile of kScanBlock * 8 ranks.
+// The slots of rows [row_lo, row_hi) as keys {row - row_lo : rank} (an edge's row: its smaller
+// endpoint), appended to `keys` in no particular order (the caller sorts them): one atomicAdd per
+// tile of kScanBlock * 8 ranks.
 extern "C" __global__ void __launch_bounds__(kScanBlock)
     bucket_slots(const int* __restrict__ u, const int* __restrict__ v, long long k, int row_lo, int row_hi,
                  unsigned long long* __restrict__ keys, unsigned long long* __restrict__ count) {
@@ -623,8 +622,8 @@ extern "C" __global__ void __launch_bounds__(kScanBlock)
     for (int j = 0; j < kBucketPerThread; ++j) {
       const long long r = first + j;
       if (r < k) {
-        mine += (u[r] >= row_lo && u[r] < row_hi);
-        mine += (v[r] >= row_lo && v[r] < row_hi);
+        const int row = min(u[r], v[r]);
+        mine += (row >= row_lo && row < row_hi);
       }
     }
     int total;
@@ -636,17 +635,15 @@ extern "C" __global__ void __launch_bounds__(kScanBlock)
       const long long r = first + j;
       if (r < k) {
         const unsigned long long rank = static_cast<unsigned long long>(r);
-        const int a = u[r];
-        const int b = v[r];
-        if (a >= row_lo && a < row_hi) keys[at++] = (static_cast<unsigned long long>(a - row_lo) << 32) | rank;
-        if (b >= row_lo && b < row_hi) keys[at++] = (static_cast<unsigned long long>(b - row_lo) << 32) | rank;
+        const int row = min(u[r], v[r]);
+        if (row >= row_lo && row < row_hi) keys[at++] = (static_cast<unsigned long long>(row - row_lo) << 32) | rank;
       }
     }
     __syncthreads();  // tile_base is rewritten by the next tile
   }
 }
 
-// Sorted keys of rows [row_lo, ...) -> adj[first_slot + i] = {neighbour, rank}.
+// Sorted keys of rows [row_lo, ...) -> adj[first_slot + i] = {the edge's larger endpoint, rank}.
 template <typename Slot>
 __global__ void write_slots(const unsigned long long* __restrict__ keys, Slot count, Slot first_slot, int row_lo,
                             const int* __restrict__ u, const int* __restrict__ v, int2* __restrict__ adj) {

@@ -81,7 +81,7 @@ def test_compute_sanitizer(tool: str) -> None:
 #: the same script with every graph in the 64-bit slot layout and the CSR sorted in chunks
 WIDE_SCRIPT = (
     "import gpu_core._graphs.layout as layout\n"
-    "layout.WIDE_SLOTS_FROM = 0\n"
+    "layout.WIDE_EDGES_FROM = 0\n"
     "layout.CSR_SPLIT_FROM = 0\n" + SCRIPT
 )
 
