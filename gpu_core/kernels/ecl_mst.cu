@@ -61,11 +61,6 @@ struct Item {
 namespace {
 
 constexpr int kWarpSize = 32;
-// Vertices with at least this many slots to scan are processed by a whole warp.
-#ifndef MST_WARP_DEGREE
-#define MST_WARP_DEGREE 16
-#endif
-constexpr int kWarpDegree = MST_WARP_DEGREE;
 constexpr unsigned kNoEdge = 0xffffffffu;
 
 __device__ __forceinline__ int lane_id() { return threadIdx.x & (kWarpSize - 1); }
@@ -193,6 +188,41 @@ __device__ __forceinline__ void warp_scan(int v, int set_v, Slot beg, Slot end, 
   }
 }
 
+// The slots [beg, end) of the warp's 32 rows (one per lane) as one stream of sum(end - beg)
+// positions: lane l takes positions t + l, t = 0, 32, ..., and finds its position's row by a
+// binary search over the lanes' inclusive prefix sums of their row lengths (shuffles). Every
+// lane has work in every step however the lengths are spread, and the warp's loads cover
+// neighbouring slots. Rows must be shorter than 2^31 / 32 slots. Every lane must call it.
+template <bool kSecondPhase, typename Slot>
+__device__ __forceinline__ void warp_rows(int v, int set_v, Slot beg, Slot end, const int2* __restrict__ adj,
+                                          const int* __restrict__ parent, const unsigned* __restrict__ skip,
+                                          unsigned rank_end, Item* __restrict__ worklist,
+                                          unsigned* __restrict__ worklist_size) {
+  const int lane = lane_id();
+  const int length = static_cast<int>(end - beg);
+  int upto = length;  // inclusive prefix sum over the lanes
+  for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+    const int y = __shfl_up_sync(FULL_MASK, upto, offset);
+    if (lane >= offset) upto += y;
+  }
+  const int total = __shfl_sync(FULL_MASK, upto, kWarpSize - 1);
+  for (int first = 0; first < total; first += kWarpSize) {
+    const int at = first + lane;
+    int row = 0;  // the number of lanes whose rows end at or before `at`: the lane of its row
+    for (int step = kWarpSize / 2; step > 0; step >>= 1) {
+      if (__shfl_sync(FULL_MASK, upto, row + step - 1) <= at) row += step;
+    }
+    const int row_v = __shfl_sync(FULL_MASK, v, row);
+    const int row_set = __shfl_sync(FULL_MASK, set_v, row);
+    const Slot row_beg = __shfl_sync(FULL_MASK, beg, row);
+    const int row_first = __shfl_sync(FULL_MASK, upto - length, row);
+    Item item{};
+    const bool push = at < total && take_slot<kSecondPhase>(row_v, row_set, adj[row_beg + (at - row_first)],
+                                                            parent, skip, rank_end, item);
+    warp_push(push, item, worklist, worklist_size);
+  }
+}
+
 // Algorithm 2, lines 1-11: fill the first worklist from the CSR.
 //
 // Filtering (average degree >= 4): the first phase takes the edges with rank below the
@@ -200,14 +230,13 @@ __device__ __forceinline__ void warp_scan(int v, int set_v, Slot beg, Slot end, 
 // the second phase takes slots [split[v], row_ptr[v + 1]) after the first phase has run
 // and prepare_second_phase has pointed every vertex at its root (one read finds a set).
 //
-// Hybrid parallelism. A vertex with fewer than kWarpDegree slots to scan is handled by
-// its own thread, a larger one by the whole warp, its slots spread over the lanes. The
-// paper switches at 4; on an H200 16 was faster on every graph measured (a 1024x1024
-// grid, whose inner vertices have degree 4, ran 2x faster); see bench/NOTES.md.
-// Rows of `chunk` or more slots (the hubs of skewed graphs) would leave one warp
-// working long after the rest have finished, so they are cut into chunks of `chunk`
-// slots, listed once per graph in heavy_chunks = {row, first slot}, one warp a chunk.
-// heavy_chunks holds {row, first slot} pairs as two Slot values each.
+// Load balance. Each warp takes 32 consecutive rows and spreads their slots over its lanes
+// (warp_rows), whatever the rows' lengths: the paper gives short rows a thread each and long
+// ones a warp (its hybrid parallelism), which leaves lanes idle while the warp's longest short
+// row goes on, and reads each row's slots from one lane, 32 rows apart. Rows of `chunk` or
+// more slots (the hubs of skewed graphs) would leave one warp working long after the rest have
+// finished, so they are cut into chunks of `chunk` slots, listed once per graph in
+// heavy_chunks = {row, first slot} (two Slot values each), one warp a chunk.
 template <bool kSecondPhase, typename Slot>
 __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __restrict__ split,
                               const int2* __restrict__ adj, int n, int chunk,
@@ -215,9 +244,8 @@ __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __re
                               const int* __restrict__ parent, Item* __restrict__ worklist,
                               unsigned* __restrict__ worklist_size, const unsigned* __restrict__ skip,
                               unsigned rank_end) {
-  const int lane = lane_id();
   for (int first = warp_start(); first < n; first += grid_stride()) {
-    const int v = first + lane;
+    const int v = first + lane_id();
     Slot beg = 0;
     Slot end = 0;
     if (v < n && row_ptr[v + 1] - row_ptr[v] < chunk) {
@@ -225,31 +253,7 @@ __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __re
       end = kSecondPhase ? row_ptr[v + 1] : split[v];
     }
     const int set_v = (kSecondPhase && beg < end) ? parent[v] : v;
-
-    // Thread path: fewer than kWarpDegree slots, the same number of steps in every lane: as many
-    // as the warp's longest such row has (most rows are far shorter than kWarpDegree - 1).
-    const bool by_thread = end - beg < kWarpDegree;
-    int steps = by_thread ? static_cast<int>(end - beg) : 0;
-    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
-      steps = max(steps, __shfl_xor_sync(FULL_MASK, steps, offset));
-    }
-    for (int j = 0; j < steps; ++j) {
-      Item item{};
-      const bool push =
-          by_thread && beg + j < end &&
-          take_slot<kSecondPhase>(v, set_v, adj[beg + j], parent, skip, rank_end, item);
-      warp_push(push, item, worklist, worklist_size);
-    }
-
-    // Warp path: the warp takes its larger rows one after the other.
-    unsigned pending = __ballot_sync(FULL_MASK, !by_thread);
-    while (pending) {
-      const int owner = __ffs(pending) - 1;
-      pending &= pending - 1;
-      warp_scan<kSecondPhase, Slot>(__shfl_sync(FULL_MASK, v, owner), __shfl_sync(FULL_MASK, set_v, owner),
-                                    __shfl_sync(FULL_MASK, beg, owner), __shfl_sync(FULL_MASK, end, owner),
-                                    adj, parent, skip, rank_end, worklist, worklist_size);
-    }
+    warp_rows<kSecondPhase, Slot>(v, set_v, beg, end, adj, parent, skip, rank_end, worklist, worklist_size);
   }
 
   // Chunks of the heavy rows, one warp each.
