@@ -116,8 +116,11 @@ class GpuGraph(GpuCsr):
         )  # fmt: skip
 
     def _launch_init(self, second_phase: bool, skip: Any = None, rank_end: int = 0) -> None:
-        """Fill worklist A from the CSR; ``skip``: a bit set by rank of edges to leave out (what-if);
-        ``rank_end``: the second phase takes the ranks below it (a round, ``SlotLayout.phase_ends``)."""
+        """Fill worklist B from the CSR and offer every item's rank to its sets' minima (``lightest0``):
+        what the first iteration's select would do with the worklist, so the phase goes on with that
+        iteration's link (:meth:`_launch_phase_start`). ``skip``: a bit set by rank of edges to leave
+        out (what-if); ``rank_end``: the second phase takes the ranks below it (a round,
+        ``SlotLayout.phase_ends``)."""
         n = self.num_vertices
         if second_phase:
             kernel("prepare_second_phase")(
@@ -127,24 +130,32 @@ class GpuGraph(GpuCsr):
         kernel(name)(
             self._grid(n), (BLOCK,),
             (self.row_ptr, self.split, self.adj, np.int32(n), np.int32(CHUNK_SLOTS), self.heavy_chunks,
-             np.int32(self.heavy_chunks.shape[0]), self._parent, self._items_a, self._counter(SIZE_A),
-             NO_SKIP if skip is None else skip, np.uint32(rank_end)),
+             np.int32(self.heavy_chunks.shape[0]), self._parent, self._items_b, self._counter(SIZE_B),
+             self._lightest0, NO_SKIP if skip is None else skip, np.uint32(rank_end)),
         )  # fmt: skip
 
-    def _launch_pair(self, loop: int | None = None) -> None:
+    def _launch_phase_start(self, second_phase: bool, skip: Any = None, rank_end: int = 0) -> None:
+        """A phase's worklist with its minima, then the rest of its first pair of iterations."""
+        self._launch_init(second_phase, skip, rank_end)
+        self._launch_pair(first_select=False)
+
+    def _launch_pair(self, loop: int | None = None, first_select: bool = True) -> None:
         """Two iterations of Algorithm 2's loop: worklist A -> B, then B -> A. ``loop``: the handle of
         the device loop (:meth:`_append_loop`) whose body this is; its second link decides whether
-        the loop goes on."""
+        the loop goes on. ``first_select=False``: B and its minima come from the phase's fill."""
         grid = self._grid(self._capacity)
         slot = self.layout.slot
         handle, in_loop = np.uint64(loop or 0), loop is not None
         select, link = kernel(f"select_lightest<{slot}>"), kernel(f"link_lightest<{slot}>", loops=in_loop)
         size_a, size_b = self._counter(SIZE_A), self._counter(SIZE_B)
-        for items, size, next_items, next_size, lightest, lightest_next, ends_pair in (
-            (self._items_a, size_a, self._items_b, size_b, self._lightest0, self._lightest1, False),
-            (self._items_b, size_b, self._items_a, size_a, self._lightest1, self._lightest0, in_loop),
+        for step, (items, size, next_items, next_size, lightest, lightest_next, ends_pair) in enumerate(
+            (
+                (self._items_a, size_a, self._items_b, size_b, self._lightest0, self._lightest1, False),
+                (self._items_b, size_b, self._items_a, size_a, self._lightest1, self._lightest0, in_loop),
+            )
         ):
-            select(grid, (BLOCK,), (items, size, next_items, next_size, self._parent, lightest))
+            if step or first_select:
+                select(grid, (BLOCK,), (items, size, next_items, next_size, self._parent, lightest))
             link(
                 grid, (BLOCK,),
                 (next_items, next_size, self._parent, lightest, lightest_next, size, self.rank_to_id,
@@ -204,12 +215,12 @@ class GpuGraph(GpuCsr):
 
     # -- running ------------------------------------------------------------------------
     def _run_phase_stepwise(self, second_phase: bool, skip: Any, rank_end: int = 0) -> None:
-        self._launch_init(second_phase, skip, rank_end)
+        self._launch_phase_start(second_phase, skip, rank_end)
         while True:
-            self._launch_pair()
             counters = self._read_counters()
             if counters[SIZE_A] == 0 and counters[SIZE_B] == 0:
                 return
+            self._launch_pair()
 
     def _run_stepwise(self, skip: Any = None) -> None:
         """Run with a read-back every two iterations (a what-if, or a driver without device loops)."""
@@ -225,19 +236,21 @@ class GpuGraph(GpuCsr):
         loop.body(device_loops.capture(self._stream, lambda: self._launch_pair(loop.handle)))
 
     def _build_run(self) -> device_loops.GraphExec:
-        """The whole run as one CUDA graph: reset and phase 1's worklist, its loop, each round of
-        phase 2 (worklist, loop), the forest's extraction."""
+        """The whole run as one CUDA graph: reset, phase 1's worklist and first pair of iterations,
+        its loop, each round of phase 2 (worklist, first pair, loop), the forest's extraction."""
         stream = self._stream
         run = device_loops.LoopGraph()
 
         def first_phase() -> None:
             self._launch_reset()
-            self._launch_init(second_phase=False)
+            self._launch_phase_start(second_phase=False)
 
         run.append(device_loops.capture(stream, first_phase))
         self._append_loop(run)
         for end in self.layout.phase_ends:
-            run.append(device_loops.capture(stream, functools.partial(self._launch_init, True, rank_end=end)))
+            run.append(
+                device_loops.capture(stream, functools.partial(self._launch_phase_start, True, rank_end=end))
+            )
             self._append_loop(run)
         run.append(device_loops.capture(stream, self._launch_extract))
         executable = run.instantiate()

@@ -30,6 +30,8 @@
 //                    by a plain load first: most atomics would not lower it);
 //   link_lightest    an edge that is the lightest of either endpoint set joins the
 //                    sets (lock-free, atomicCAS) and enters the forest (a bit per edge id).
+// A phase's first select is folded into its fill: init_worklist offers every item it pushes to
+// its sets' minima, so the phase starts with a link.
 // The paper's third kernel (clearing the minima) is folded into link_lightest:
 // `lightest` has two copies used in alternate iterations, and link_lightest clears
 // the copy the next iteration will use at the endpoints of its own items, which
@@ -115,6 +117,13 @@ __device__ __forceinline__ void warp_push(bool active, const T& value, T* __rest
   if (active) list[base + __popc(mask & ((1u << lane) - 1u))] = value;
 }
 
+// An item's rank offered as the lightest edge of both its sets. Atomic guards: a plain load first
+// (most atomics would not lower it); a stale value is only ever too large.
+__device__ __forceinline__ void offer_lightest(unsigned* lightest, const Item& item) {
+  if (lightest[item.u] > item.rank) atomicMin(&lightest[item.u], item.rank);
+  if (lightest[item.v] > item.rank) atomicMin(&lightest[item.v], item.rank);
+}
+
 // First index a warp handles in a grid-stride loop, and the stride. Whole warps
 // iterate together so the warp primitives always see all 32 lanes.
 __device__ __forceinline__ int warp_start() { return blockIdx.x * blockDim.x + (threadIdx.x & ~(kWarpSize - 1)); }
@@ -179,11 +188,12 @@ template <bool kSecondPhase, typename Slot>
 __device__ __forceinline__ void warp_scan(int v, int set_v, Slot beg, Slot end, const int2* __restrict__ adj,
                                           const int* __restrict__ parent, const unsigned* __restrict__ skip,
                                           unsigned rank_end, Item* __restrict__ worklist,
-                                          unsigned* __restrict__ worklist_size) {
+                                          unsigned* __restrict__ worklist_size, unsigned* lightest) {
   for (Slot chunk = beg; chunk < end; chunk += kWarpSize) {
     const Slot s = chunk + lane_id();
     Item item{};
     const bool push = s < end && take_slot<kSecondPhase>(v, set_v, adj[s], parent, skip, rank_end, item);
+    if (push) offer_lightest(lightest, item);
     warp_push(push, item, worklist, worklist_size);
   }
 }
@@ -197,7 +207,7 @@ template <bool kSecondPhase, typename Slot>
 __device__ __forceinline__ void warp_rows(int v, int set_v, Slot beg, Slot end, const int2* __restrict__ adj,
                                           const int* __restrict__ parent, const unsigned* __restrict__ skip,
                                           unsigned rank_end, Item* __restrict__ worklist,
-                                          unsigned* __restrict__ worklist_size) {
+                                          unsigned* __restrict__ worklist_size, unsigned* lightest) {
   const int lane = lane_id();
   const int length = static_cast<int>(end - beg);
   int upto = length;  // inclusive prefix sum over the lanes
@@ -219,6 +229,7 @@ __device__ __forceinline__ void warp_rows(int v, int set_v, Slot beg, Slot end, 
     Item item{};
     const bool push = at < total && take_slot<kSecondPhase>(row_v, row_set, adj[row_beg + (at - row_first)],
                                                             parent, skip, rank_end, item);
+    if (push) offer_lightest(lightest, item);
     warp_push(push, item, worklist, worklist_size);
   }
 }
@@ -242,8 +253,8 @@ __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __re
                               const int2* __restrict__ adj, int n, int chunk,
                               const Slot* __restrict__ heavy_chunks, int num_heavy_chunks,
                               const int* __restrict__ parent, Item* __restrict__ worklist,
-                              unsigned* __restrict__ worklist_size, const unsigned* __restrict__ skip,
-                              unsigned rank_end) {
+                              unsigned* __restrict__ worklist_size, unsigned* lightest,
+                              const unsigned* __restrict__ skip, unsigned rank_end) {
   for (int first = warp_start(); first < n; first += grid_stride()) {
     const int v = first + lane_id();
     Slot beg = 0;
@@ -253,7 +264,8 @@ __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __re
       end = kSecondPhase ? row_ptr[v + 1] : split[v];
     }
     const int set_v = (kSecondPhase && beg < end) ? parent[v] : v;
-    warp_rows<kSecondPhase, Slot>(v, set_v, beg, end, adj, parent, skip, rank_end, worklist, worklist_size);
+    warp_rows<kSecondPhase, Slot>(v, set_v, beg, end, adj, parent, skip, rank_end, worklist, worklist_size,
+                                  lightest);
   }
 
   // Chunks of the heavy rows, one warp each.
@@ -268,7 +280,8 @@ __global__ void init_worklist(const Slot* __restrict__ row_ptr, const Slot* __re
     const Slot end = min(first_slot + chunk, hi);
     if (beg >= end) continue;  // uniform across the warp
     const int set_v = kSecondPhase ? parent[v] : v;
-    warp_scan<kSecondPhase, Slot>(v, set_v, beg, end, adj, parent, skip, rank_end, worklist, worklist_size);
+    warp_scan<kSecondPhase, Slot>(v, set_v, beg, end, adj, parent, skip, rank_end, worklist, worklist_size,
+                                  lightest);
   }
 }
 
@@ -289,10 +302,7 @@ __global__ void select_lightest(const Item* __restrict__ items, const unsigned* 
       if (p != q) {
         push = true;
         item = Item{p, q, e.rank};
-        const unsigned r = e.rank;
-        // Atomic guards: a plain load first; a stale value is only ever too large.
-        if (lightest[p] > r) atomicMin(&lightest[p], r);
-        if (lightest[q] > r) atomicMin(&lightest[q], r);
+        offer_lightest(lightest, item);
       }
     }
     warp_push(push, item, next_items, num_next);
@@ -662,15 +672,15 @@ __global__ void write_slots(const unsigned long long* __restrict__ keys, Slot co
 
 // Explicit instantiations, so nvcc compile checks cover the templates too.
 template __global__ void init_worklist<false, int>(const int*, const int*, const int2*, int, int, const int*, int,
-                                                   const int*, Item*, unsigned*, const unsigned*, unsigned);
+                                                   const int*, Item*, unsigned*, unsigned*, const unsigned*, unsigned);
 template __global__ void init_worklist<true, int>(const int*, const int*, const int2*, int, int, const int*, int,
-                                                  const int*, Item*, unsigned*, const unsigned*, unsigned);
+                                                  const int*, Item*, unsigned*, unsigned*, const unsigned*, unsigned);
 template __global__ void init_worklist<false, long long>(const long long*, const long long*, const int2*, int, int,
                                                          const long long*, int, const int*, Item*, unsigned*,
-                                                         const unsigned*, unsigned);
+                                                         unsigned*, const unsigned*, unsigned);
 template __global__ void init_worklist<true, long long>(const long long*, const long long*, const int2*, int, int,
                                                         const long long*, int, const int*, Item*, unsigned*,
-                                                        const unsigned*, unsigned);
+                                                        unsigned*, const unsigned*, unsigned);
 template __global__ void select_lightest<int>(const Item*, const unsigned*, Item*, unsigned*, const int*, unsigned*);
 template __global__ void select_lightest<long long>(const Item*, const unsigned*, Item*, unsigned*, const int*,
                                                     unsigned*);
