@@ -102,9 +102,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--jobs-parts",
-        choices=("all", "jobs", "coalesced", "oneshot"),
-        help="jobs benchmark: run only its distinct-graph levels (jobs), its one-graph levels "
-        "(coalesced) or its one-shot level (default all)",
+        choices=("all", "jobs", "one-request", "coalesced", "oneshot"),
+        help="jobs benchmark: run only its distinct-graph levels (jobs), the same with a job and its "
+        "result in one request (one-request), its one-graph levels (coalesced) or its one-shot level "
+        "(default all)",
     )
     p.add_argument("--jobs-rmat-scale", type=int, help="jobs benchmark: RMAT scale of its resident graphs")
     p.add_argument("--jobs-graphs", type=int, help="jobs benchmark: distinct resident graphs")

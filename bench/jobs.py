@@ -1,6 +1,6 @@
 """Jobs benchmark: many small jobs at once against one ``python -m service`` (issues 12 and 25).
 
-Three parts, on one server:
+Four parts, on one server:
 
 * ``jobs`` (the headline): at each client count, every client loops
   ``POST /v1/graphs/{id}/mst?wait=30`` on its **own** resident graph (RMAT 2^16 in the full suite,
@@ -10,6 +10,11 @@ Three parts, on one server:
   users' graphs sees. Every forest is checked against the expected arrays (computed once with the
   CPU backend, an engine independent of the worker's GPU kernels). A job's latency is both
   requests together.
+* ``one-request``: the headline's loop with each job and its result in ONE request: ``POST
+  .../mst?wait=30`` with ``Accept: application/octet-stream``, answered with the npz once the job
+  succeeded (what the bundled client's ``forest()`` does). Distinct graphs as above, at
+  ``one_request_clients``; reported beside the headline, labelled (a protocol, not a shortcut: any
+  client may ask so).
 * ``coalesced``: the same loop with every client on ONE graph. Identical jobs waiting back to back
   are answered by one computation (``MST_COALESCE_JOBS``), so this measures that shortcut for a
   hot graph; it is reported beside the headline, labelled, never as it.
@@ -27,8 +32,8 @@ Targets (on one H200): >= 1,500 jobs/s at 64 clients on 64 distinct graphs with 
 The server's settings come from the environment (``MST_*``), so the same benchmark measures a
 switch, e.g. ``MST_DISPATCH_DEPTH=1`` (one job at a time per worker, the old dispatch).
 
-Just past 500 lines: the three parts (distinct graphs, coalesced, one-shot) share the clients, the
-checks and the Server-Timing means.
+Past 500 lines: the four parts (distinct graphs in two requests or one, coalesced, one-shot) share
+the clients, the checks and the Server-Timing means.
 """
 
 from __future__ import annotations
@@ -76,8 +81,11 @@ class JobsSpec:
     graphs: int = 64
     #: client counts of the ``coalesced`` part (every client on one graph)
     coalesced_clients: tuple[int, ...] = (64,)
-    #: which parts run: ``jobs`` (distinct graphs), ``coalesced`` (one graph), ``oneshot``
-    parts: tuple[str, ...] = ("jobs", "coalesced", "oneshot")
+    #: client counts of the ``one-request`` part (distinct graphs, a job and its result in one request)
+    one_request_clients: tuple[int, ...] = (64,)
+    #: which parts run: ``jobs`` (distinct graphs), ``one-request`` (the same, one request a job),
+    #: ``coalesced`` (one graph), ``oneshot``
+    parts: tuple[str, ...] = ("jobs", "one-request", "coalesced", "oneshot")
 
 
 QUICK_JOBS = JobsSpec(
@@ -189,11 +197,16 @@ class _Tally:
                 self.samples.append(what[:300])
 
 
-def _job_loop(conn: Conn, graph_id: str, check: _Checker, stop: float, tally: _Tally) -> None:
+def _job_loop(
+    conn: Conn, graph_id: str, check: _Checker, stop: float, tally: _Tally, one_request: bool = False
+) -> None:
     submit = f"/v1/graphs/{graph_id}/mst?wait=30"
     accept = {"accept": NPZ}
     while time.monotonic() < stop:
         t0 = time.perf_counter()
+        if one_request:
+            _one_request_job(conn, submit, check, t0, tally)
+            continue
         try:
             status, body = conn.call("POST", submit)
             if status != 200:
@@ -218,6 +231,24 @@ def _job_loop(conn: Conn, graph_id: str, check: _Checker, stop: float, tally: _T
             tally.mismatches += not good
             tally.server_timing(submitted)
             tally.server_timing(conn.server_timing, "result-")
+
+
+def _one_request_job(conn: Conn, submit: str, check: _Checker, t0: float, tally: _Tally) -> None:
+    """One job and its result in one request (``Accept: application/octet-stream`` on the submission)."""
+    try:
+        status, body = conn.call("POST", submit, headers={"accept": NPZ})
+    except Exception as exc:
+        tally.error(f"{type(exc).__name__}: {exc}")
+        return
+    ms = (time.perf_counter() - t0) * 1e3
+    if status != 200 or body[:1] == b"{":  # a job's JSON: not finished, or not succeeded
+        tally.error(f"submit {status}: {body[:200]!r}")
+        return
+    good = check(body)
+    with tally.lock:
+        tally.ms.append(ms)
+        tally.mismatches += not good
+        tally.server_timing(conn.server_timing)
 
 
 def _oneshot_loop(
@@ -250,7 +281,8 @@ def _client_process(
     """One client process: ``threads`` connections, started together with the other processes."""
     tally = _Tally()
     conns = [Conn(port) for _ in range(threads)]
-    if mode == "jobs":  # work: (graph id, expected forest) of each of this process's clients
+    jobs = mode in ("jobs", "one-request")
+    if jobs:  # work: (graph id, expected forest) of each of this process's clients
         checkers = [_Checker(expected) for _, expected in work]
     else:
         graphs = [[(body, _Checker(exp)) for body, exp in work] for _ in range(threads)]
@@ -258,9 +290,9 @@ def _client_process(
     stop = time.monotonic() + duration_s
     workers = []
     for t in range(threads):
-        if mode == "jobs":
+        if jobs:
             target: Callable[..., None] = _job_loop
-            args: tuple[Any, ...] = (conns[t], work[t][0], checkers[t], stop, tally)
+            args: tuple[Any, ...] = (conns[t], work[t][0], checkers[t], stop, tally, mode == "one-request")
         else:
             target, args = _oneshot_loop, (conns[t], graphs[t], stop, tally, first + t)
         workers.append(threading.Thread(target=target, args=args, daemon=True))
@@ -290,7 +322,7 @@ def run_level(
     ``work[c % len(work)]``, and each process gets only its clients' entries."""
 
     def args_of(share: int, first: int) -> tuple[Any, ...]:
-        mine = [work[(first + t) % len(work)] for t in range(share)] if mode == "jobs" else work
+        mine = [work[(first + t) % len(work)] for t in range(share)] if mode != "oneshot" else work
         return (port, mode, share, duration_s, mine, first)
 
     parts, elapsed, procs = run_client_processes(_client_process, clients, processes, duration_s, args_of)
@@ -377,10 +409,12 @@ def run_jobs_benchmark(
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
     jobs_part, coalesced_part = "jobs" in spec.parts, "coalesced" in spec.parts
-    oneshot_part = "oneshot" in spec.parts
+    oneshot_part, one_request_part = "oneshot" in spec.parts, "one-request" in spec.parts
     count = 0
     if jobs_part:
         count = min(spec.graphs, max(spec.clients, default=1))
+    if one_request_part:
+        count = max(count, min(spec.graphs, max(spec.one_request_clients, default=1)))
     if coalesced_part:
         count = max(count, 1)
     what = [f"{count} RMAT 2^{spec.rmat_scale} graphs (one seed each)"] if count else []
@@ -394,6 +428,7 @@ def run_jobs_benchmark(
     log_path = None if log_dir is None else log_dir / f"{spec.name}.log"
     levels: list[dict[str, Any]] = []
     coalesced: list[dict[str, Any]] = []
+    one_request: list[dict[str, Any]] = []
     oneshot: dict[str, Any] | None = None
     first: dict[str, Any] = {}
     with started_server(backend, log_path, 300.0, limits) as (base, proc):
@@ -422,6 +457,18 @@ def run_jobs_benchmark(
                 f"mismatches {level['mismatches']}, server CPU ms per job {level['cpu_ms_per_job']}, "
                 f"Server-Timing means (ms) {level['server_timing_ms']}"
             )
+        for clients in spec.one_request_clients if one_request_part else ():
+            cpu_before = server_cpu_s(proc.pid, worker_pids)
+            level = run_level(port, "one-request", clients, spec.processes, spec.duration_s, resident)
+            level["cpu_ms_per_job"] = _cpu_ms_per(level, cpu_before, server_cpu_s(proc.pid, worker_pids))
+            level["graphs"] = min(clients, len(resident))
+            one_request.append(level)
+            log(
+                f"[{spec.name}] one request a job: {clients:>3} clients on {level['graphs']} graphs: "
+                f"{level['per_s']} jobs/s, p50 {level['p50_ms']} ms, p99 {level['p99_ms']} ms, errors "
+                f"{level['errors']}, mismatches {level['mismatches']}, server CPU ms per job "
+                f"{level['cpu_ms_per_job']}, Server-Timing means (ms) {level['server_timing_ms']}"
+            )
         for clients in spec.coalesced_clients if coalesced_part else ():
             level = run_level(port, "jobs", clients, spec.processes, spec.duration_s, resident[:1])
             level["graphs"] = 1
@@ -447,7 +494,7 @@ def run_jobs_benchmark(
                 f"{oneshot['batch_members_mean']}, server CPU ms per request {oneshot['cpu_ms_per_request']}"
             )
     at64 = next((lv for lv in levels if lv["clients"] == 64 and lv["graphs"] == 64), None)
-    measured = [*levels, *coalesced, *([oneshot] if oneshot is not None else [])]
+    measured = [*levels, *one_request, *coalesced, *([oneshot] if oneshot is not None else [])]
     checks: dict[str, Any] = {
         "all_checked_equal": all(lv["mismatches"] == 0 for lv in measured),
         "no_errors": all(lv["errors"] == 0 for lv in measured),
@@ -472,6 +519,7 @@ def run_jobs_benchmark(
         "spec": {
             "clients": list(spec.clients),
             "coalesced_clients": list(spec.coalesced_clients),
+            "one_request_clients": list(spec.one_request_clients),
             "duration_s": spec.duration_s,
             "parts": list(spec.parts),
             "graph": f"rmat-{spec.rmat_scale} ({num_edges} edges)" if count else None,
@@ -481,6 +529,7 @@ def run_jobs_benchmark(
             "client_processes": spec.processes,
         },
         "levels": levels,
+        "one_request": one_request,
         "coalesced": coalesced,
         "oneshot": oneshot,
         "checks": checks,
@@ -501,6 +550,7 @@ def table(record: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     parts = [("jobs, distinct graphs", lv) for lv in record.get("levels", [])]
+    parts += [("jobs, distinct graphs, one request each", lv) for lv in record.get("one_request", [])]
     parts += [("jobs, coalesced (one graph)", lv) for lv in record.get("coalesced", [])]
     if record.get("oneshot"):
         parts.append(("one-shot", record["oneshot"]))

@@ -80,6 +80,21 @@ CACHE_QUERY = Query(
 )
 #: ``responses=`` of the job submissions
 SUBMITTED: dict[int | str, dict[str, Any]] = {
-    200: {"model": JobOut, "description": "The job finished within ?wait= seconds (or came from the cache)."},
+    200: {
+        "model": JobOut,
+        "description": (
+            "The job finished within ?wait= seconds (or came from the cache). Where the request's "
+            "Accept asks for a binary result (application/octet-stream, or "
+            f"{ARROW_STREAM_MEDIA_TYPE}, preferred to JSON) and the job succeeded, the answer is its "
+            "result instead, as GET /v1/jobs/{id}/result gives it (its summary in X-MST-* headers), "
+            "with Location naming the job: one round trip for a job and its result. Otherwise, "
+            "whatever the Accept, the job."
+        ),
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/JobOut"}},
+            "application/octet-stream": {"schema": BINARY_SCHEMA},
+            ARROW_STREAM_MEDIA_TYPE: {"schema": BINARY_SCHEMA},
+        },
+    },
     **problems(404, 422, 429, 503),
 }

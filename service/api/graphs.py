@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 
 from ..errors import InvalidParamsError
 from ..models import (
@@ -120,11 +120,13 @@ async def submit_job(
         Objective, Query(description="'min' (default) or 'max': the maximum spanning forest.")
     ] = "min",
     cache: Annotated[bool, CACHE_QUERY] = False,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
-    """Queue a spanning-forest job: 202 with the job, or 200 with the job finished within ?wait."""
+    """Queue a spanning-forest job: 202 with the job, or 200 with the job finished within ?wait
+    (with its result instead where Accept asks for a binary one and the job succeeded)."""
     params = {} if objective == "min" else {"objective": objective}
     services, owner = services_of(request), owner_of(request.scope)
-    return await submit_response(services, graph_id, wait, owner, params=params, cache=cache)
+    return await submit_response(services, graph_id, wait, owner, params=params, cache=cache, accept=accept)
 
 
 @router.post(
@@ -141,6 +143,7 @@ async def submit_task(
     job: JobRequest,
     wait: Annotated[float, WAIT_QUERY] = 0.0,
     cache: Annotated[bool, CACHE_QUERY] = False,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
     """Queue a job on the graph: a forest (``mst``: min or max, optionally without some edges),
     ``components``, ``clusters`` (k or a threshold) or the single-linkage ``dendrogram``."""
@@ -156,7 +159,7 @@ async def submit_task(
                 field="params.exclude",
                 index=bad,
             )
-    return await submit_response(services, graph_id, wait, owner, job.task, params, cache)
+    return await submit_response(services, graph_id, wait, owner, job.task, params, cache, accept=accept)
 
 
 def _weights_body(description: str, json_schema: str) -> dict[str, Any]:

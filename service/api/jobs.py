@@ -11,15 +11,7 @@ from ..timing import Steps
 from .auth import owner_of
 from .deps import JobsDep, OwnerDep, checked_job_id, services_of
 from .docs import RESULT_CONTENT, RESULT_DESCRIPTION, problems
-from .encoders import (
-    arrow_result,
-    job_out,
-    job_response,
-    job_summary,
-    json_result,
-    negotiate,
-    npz_response,
-)
+from .encoders import job_out, job_response, negotiate, result_response
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -60,16 +52,7 @@ async def get_job_result(
     representation = negotiate(accept)  # 406 before anything is looked up
     steps = Steps()
     job, path = await services.jobs.result_path(checked_job_id(job_id), owner, steps)
-    summary = job_summary(job)
-    response: Response
-    if representation == "npz":
-        filename = f"{job.id}.npz"
-        byte_range = request.headers.get("range")
-        response = await npz_response(path, summary, filename=filename, byte_range=byte_range)
-    elif representation == "arrow":
-        response = await arrow_result(path, summary, filename=f"{job.id}.arrows")
-    else:
-        response = json_result(path, summary, job_id=job.id, graph_id=job.graph_id)
+    response = await result_response(representation, job, path, byte_range=request.headers.get("range"))
     steps.lap("encode")
     response.headers["Server-Timing"] = steps.header()
     return response

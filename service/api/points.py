@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 
 from ..models import JobOut, PointSetList, PointSetOut, PointsFormat, PointsJobRequest
 from .auth import owner_of
@@ -112,6 +112,7 @@ async def submit_points_job(
     job: PointsJobRequest,
     wait: Annotated[float, WAIT_QUERY] = 0.0,
     cache: Annotated[bool, CACHE_QUERY] = False,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
     """Queue ``emst`` (``min_samples``), ``hdbscan`` (``min_cluster_size``, ``min_samples``,
     ``cluster_selection_method``, ``cluster_selection_epsilon``) or ``single_linkage``. A clustering
@@ -119,4 +120,6 @@ async def submit_points_job(
     a tree of another ``min_samples`` reuses the spatial index an earlier job built (``reused_index``)."""
     services, owner = services_of(request), owner_of(request.scope)
     params = task_params(job.task, job.params)
-    return await submit_response(services, points_id, wait, owner, job.task, params, cache, checked_points_id)
+    return await submit_response(
+        services, points_id, wait, owner, job.task, params, cache, checked_points_id, accept=accept
+    )

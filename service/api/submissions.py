@@ -1,5 +1,6 @@
 """Submitting a job, shared by the graph and point-set routers: its parameters checked, its answer
-(202 with the job, or 200 with the job finished within ``?wait=``)."""
+(202 with the job, or 200 with the job finished within ``?wait=``, or with its result when the
+request's Accept asks for a binary one)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from typing import Any
 from fastapi import Response, status
 from pydantic import ValidationError
 
-from ..errors import InvalidParamsError
+from ..errors import InvalidParamsError, NotAcceptableError
 from ..models import TASK_PARAMS
 from ..timing import Steps
 from .deps import Services, checked_graph_id
-from .encoders import job_response
+from .encoders import job_response, negotiate, result_response
 
 
 def task_params(task: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -33,6 +34,20 @@ def task_params(task: str, params: dict[str, Any]) -> dict[str, Any]:
     return chosen
 
 
+def inline_result(accept: str | None) -> str | None:
+    """The binary representation (``"npz"`` or ``"arrow"``) a submission's Accept asks its answer to
+    be, the job's result in place of the job, or None: the job's JSON, as a submission has always
+    answered (no Accept, one that prefers JSON, or one that allows none of the result's
+    representations: no 406 here, the job is still submitted)."""
+    if accept is None:
+        return None
+    try:
+        representation = negotiate(accept)
+    except NotAcceptableError:
+        return None
+    return None if representation == "json" else representation
+
+
 async def submit_response(
     services: Services,
     graph_id: str,
@@ -42,12 +57,16 @@ async def submit_response(
     params: dict[str, Any] | None = None,
     cache: bool = False,
     checked: Callable[[str], str] = checked_graph_id,
+    accept: str | None = None,
 ) -> Response:
     """Submit a job of ``owner`` and wait up to ``wait`` s for it.
 
     ``checked``: the id-shape check of the dataset's kind (graphs; point sets pass theirs).
     With ``wait``, the answer's ``Server-Timing`` says where the time went
-    (:meth:`~service.runtime.jobs.JobTimes.steps`).
+    (:meth:`~service.runtime.jobs.JobTimes.steps`). ``accept``: the request's Accept; where it
+    asks for a binary result (:func:`inline_result`) and the job succeeds within the wait, the
+    answer is its result, as ``GET /v1/jobs/{id}/result`` gives it (one round trip instead of
+    two), with ``Location`` naming the job; otherwise the job, as without it.
     """
     started = time.monotonic()
     job = services.jobs.submit(
@@ -60,10 +79,21 @@ async def submit_response(
                 job = services.jobs.publish(job.id)  # its id goes out with this 202
     finally:
         times = services.jobs.times.pop(job.id, None)
-    code = status.HTTP_200_OK if job.finished else status.HTTP_202_ACCEPTED
-    response = job_response(job, code, {"Location": f"/v1/jobs/{job.id}"})
+    steps = Steps()
     if times is not None:
-        steps = Steps()
         steps.add(times.steps(started, time.monotonic()), "")
+    representation = inline_result(accept) if wait > 0 else None
+    if representation is not None and job.status == "succeeded":
+        result_steps = Steps()
+        job, path = await services.jobs.result_path(job.id, owner, result_steps)
+        response = await result_response(representation, job, path)
+        result_steps.lap("encode")
+        steps.add(result_steps.ms, "result-")
+        response.headers["Location"] = f"/v1/jobs/{job.id}"
+        response.headers["Content-Location"] = f"/v1/jobs/{job.id}/result"
+    else:
+        code = status.HTTP_200_OK if job.finished else status.HTTP_202_ACCEPTED
+        response = job_response(job, code, {"Location": f"/v1/jobs/{job.id}"})
+    if steps.ms:
         response.headers["Server-Timing"] = steps.header()
     return response

@@ -2,9 +2,10 @@
 
 >>> with Client("http://127.0.0.1:8000", api_key=key) as mst: # doctest: +SKIP
 ...     graph = mst.upload_arrays(src, dst, weight)
-...     job = mst.submit(graph["id"], wait=30)
-...     forest = mst.result(job["id"])                          # arrays, via the binary npz
+...     forest = mst.forest(graph["id"], wait=30)            # one request: the job and its npz
 ...     forest.total_weight, forest.edge_ids[:5]
+...     job = mst.submit(graph["id"], wait=30)                 # or the job, then its result
+...     forest = mst.result(job["id"])
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,10 +252,51 @@ class Client:
         forest = _forest_from_npz(self._check(response), body)
         if output == "forest":
             return forest
+        return self._converted(forest, output, source, lambda: str(self.job(job_id)["graph_id"]))
+
+    def forest(
+        self,
+        graph_id: str,
+        *,
+        wait: float = 600.0,
+        objective: str = "min",
+        cache: bool = False,
+        output: str = "forest",
+        source: Any = None,
+    ) -> Any:
+        """A spanning forest of a resident graph in one round trip: the job submitted with ``?wait=``
+        and ``Accept: application/octet-stream``, answered with its result once it succeeded (a job
+        still running when the wait ends is waited for and its result fetched). ``output`` and
+        ``source``: as :meth:`result`. A job that fails raises :class:`ClientError`."""
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}.")
+        params: dict[str, Any] = {"wait": wait}
+        if objective != "min":
+            params["objective"] = objective
+        if cache:
+            params["cache"] = "true"
+        response, body = read_response(
+            self._http, "POST", f"/v1/graphs/{graph_id}/mst", params=params,
+            headers={"accept": f"{OCTET}, application/json;q=0.5"}, progress=self.progress,
+        )  # fmt: skip
+        self._check(response)
+        if response.headers.get("content-type") == OCTET:
+            forest: Forest = _forest_from_npz(response, body)
+        else:  # the job: still running when the wait ended, or finished without a forest
+            job = json.loads(bytes(body))
+            if job["status"] in ("queued", "running"):
+                job = self.wait(job["id"], timeout=max(wait, 600.0))
+            forest = self.result(job["id"])  # a job that did not succeed: the result route's 409
+        if output == "forest":
+            return forest
+        return self._converted(forest, output, source, lambda: graph_id)
+
+    def _converted(self, forest: Forest, output: str, source: Any, graph_of: Callable[[], str]) -> Any:
+        """``forest`` as a NetworkX graph or SciPy matrix, by ``source`` or the graph this client uploaded."""
         if source is not None:
             edges = graph_source(source) if not isinstance(source, GraphSource) else source
         else:
-            graph_id = self.job(job_id)["graph_id"]
+            graph_id = graph_of()
             if graph_id not in self._sources:
                 raise ValueError(
                     f"graph {graph_id} was not uploaded by this client with upload_graph(); pass "

@@ -19,6 +19,7 @@ TINY = JobsSpec(
     processes=2,
     graphs=3,
     coalesced_clients=(3,),
+    one_request_clients=(3,),
 )
 
 
@@ -51,7 +52,10 @@ def test_jobs_benchmark_runs_and_checks_every_forest() -> None:
     assert record["spec"]["graphs"] == 3
     (coalesced,) = record["coalesced"]
     assert coalesced["clients"] == 3 and coalesced["graphs"] == 1
-    for level in [*levels, coalesced, record["oneshot"]]:
+    (one_request,) = record["one_request"]  # a job and its result in one request, distinct graphs
+    assert one_request["clients"] == 3 and one_request["graphs"] == 3
+    assert {"queue", "compute", "result-store", "result-encode"} <= set(one_request["server_timing_ms"])
+    for level in [*levels, one_request, coalesced, record["oneshot"]]:
         assert level["completed"] > 0 and level["errors"] == 0 and level["mismatches"] == 0
         assert 0 < level["p50_ms"] <= level["p99_ms"] <= level["max_ms"]
     for level in levels:  # where the server's time went, from the answers' Server-Timing, and its CPU
@@ -62,6 +66,7 @@ def test_jobs_benchmark_runs_and_checks_every_forest() -> None:
     text = table(record)
     assert "| one-shot | 3 |" in text
     assert "| jobs, distinct graphs | 3 | 3 |" in text and "| jobs, coalesced (one graph) | 3 | 1 |" in text
+    assert "| jobs, distinct graphs, one request each | 3 | 3 |" in text
 
 
 def test_distinct_graph_clients_check_their_own_forests() -> None:
