@@ -104,4 +104,5 @@ def test_jobs_table_leads_with_distinct_graphs() -> None:
     table = _docs_gen().jobs_table()
     rows = [line for line in table.splitlines()[2:]]
     assert "own resident graph" in rows[0]
-    assert "coalesced" in rows[1]
+    assert "one request" in rows[1] and "coalesced" not in rows[1]  # the same distinct graphs
+    assert "coalesced" in rows[2]

@@ -132,13 +132,17 @@ def _level(levels: Iterable[dict[str, Any]], clients: int) -> dict[str, Any]:
 #: lanes-h200/nofast{1,2,3}.json, median 678 jobs/s, p99 126 ms. The same code on other H200
 #: machines of the device pool (2026-11-25, after-standby-wait-*: the bench now waits for the
 #: standby workers to be warm) ran 643-735 jobs/s: the API process's CPU per job differs between
-#: machines (1.0-1.6 ms), and it is the limit
+#: machines (1.0-1.6 ms), and it is the limit. one-request-2026-11-27: main at b31b168 (the engine's
+#: changes of that day and one-request submissions; its two-request level is this protocol)
 DISTINCT_RUNS = (
     "jobs-h200/after-api-cpu-1.json",
     "jobs-h200/after-standby-wait-1.json",
     "jobs-h200/after-standby-wait-2.json",
     "jobs-h200/after-standby-wait-3.json",
+    "jobs-h200/one-request-2026-11-27.json",
 )
+#: the same 64 distinct graphs, each job and its result in one request (Accept on the submission)
+ONE_REQUEST_RUN = "jobs-h200/one-request-2026-11-27.json"
 #: 64 clients on one graph (identical jobs coalesced), and one-shots batched, with the defaults
 SAME_GRAPH_RUN = "jobs-h200/before-jobs-default.json"
 
@@ -159,6 +163,8 @@ def _runs(rates: list[float]) -> str:
 def jobs_table() -> str:
     """Jobs/s of 64 clients on an H200: distinct graphs first, then the coalesced and one-shot figures."""
     rate, p99, rates = _distinct()
+    one = _level(_jobs(ONE_REQUEST_RUN)["one_request"], 64)
+    assert one["graphs"] == 64 and one["errors"] == 0 and one["mismatches"] == 0
     same = _jobs(SAME_GRAPH_RUN)
     coalesced = _level(same["coalesced"], 64)
     oneshot = same["oneshot"]
@@ -170,6 +176,9 @@ def jobs_table() -> str:
             f"`POST .../mst?wait=30` + binary result) | **{_num(rate)}** ({_runs(rates)}) | {_num(p99)} | "
             + ", ".join(f"`{run}`" for run in DISTINCT_RUNS)
             + " |",
+            f"| the same jobs, each in **one request**: `POST .../mst?wait=30` with `Accept: "
+            f"application/octet-stream`, answered with the binary result (the bundled client's `forest()`) | "
+            f"{_num(one['per_s'])} (one run) | {_num(one['p99_ms'])} | `{ONE_REQUEST_RUN}` |",
             f"| jobs, all clients on one graph: identical jobs **coalesced** into one computation | "
             f"{_num(coalesced['per_s'])} (one run) | {_num(coalesced['p99_ms'])} | `{SAME_GRAPH_RUN}` |",
             f"| one-shot `POST /v1/mst` of 10^4 edges, batched | {_num(oneshot['per_s'])} (one run) | "
