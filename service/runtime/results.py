@@ -42,11 +42,14 @@ from .worker.protocol import MST
 log = logging.getLogger("service.runtime.jobs")
 
 
-def task_args(job: JobRecord, result_path: str) -> tuple[Any, ...]:
-    """The worker's MST request arguments of a job (its task and parameters when not a plain MST)."""
+def task_args(job: JobRecord, result_path: str, inline: bool = False) -> tuple[Any, ...]:
+    """The worker's MST request arguments of a job (its task and parameters when not a plain MST;
+    ``inline``: the result's arrays in the reply too, when small)."""
     args: tuple[Any, ...] = (job.graph_id, result_path)
-    if job.task != "mst" or job.params != "{}":
+    if job.task != "mst" or job.params != "{}" or inline:
         args += (job.task, json.loads(job.params))
+    if inline:
+        args += (True,)
     return args
 
 

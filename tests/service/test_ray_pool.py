@@ -215,8 +215,9 @@ def test_a_graph_sharded_across_the_actors_answers_the_same_forest(ray_server: L
 def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray_server: LiveServer) -> None:
     third = upload(ray_server, GRAPHS[2])
     victim = third["residency"]["worker"]
-    before = workers(ray_server)
+    before = all_ready(ray_server)  # both actors' pids known (this test may be its module's first)
     pid, other = before[victim]["pid"], before[1 - victim]
+    assert pid is not None and other["pid"] is not None, before
     os.kill(pid, signal.SIGSTOP)  # the job is handed to the actor but never answered
     try:
         job_id = ray_server.submit(third["id"]).json()["id"]
