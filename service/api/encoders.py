@@ -245,19 +245,16 @@ def npz_arrays_response(arrays: dict[str, Any], summary: dict[str, Any], filenam
 
 
 async def result_response(
-    representation: str, job: JobRecord, result: Path | dict[str, Any], byte_range: str | None = None
+    representation: str, job: JobRecord, path: Path, byte_range: str | None = None
 ) -> Response:
     """A succeeded job's result as ``representation`` (:func:`negotiate`): what ``GET
-    /v1/jobs/{id}/result`` answers, and a submission's answer when its Accept asks for it.
-    ``result``: its file, or its arrays (a small one the worker's reply carried)."""
+    /v1/jobs/{id}/result`` answers, and a submission's answer when its Accept asks for it."""
     summary = job_summary(job)
     if representation == "npz":
-        if isinstance(result, dict):
-            return npz_arrays_response(result, summary, filename=f"{job.id}.npz")
-        return await npz_response(result, summary, filename=f"{job.id}.npz", byte_range=byte_range)
+        return await npz_response(path, summary, filename=f"{job.id}.npz", byte_range=byte_range)
     if representation == "arrow":
-        return await arrow_result(result, summary, filename=f"{job.id}.arrows")
-    return json_result(result, summary, job_id=job.id, graph_id=job.graph_id)
+        return await arrow_result(path, summary, filename=f"{job.id}.arrows")
+    return json_result(path, summary, job_id=job.id, graph_id=job.graph_id)
 
 
 #: the arrays of each task's result file, and the JSON member each becomes

@@ -66,16 +66,12 @@ async def submit_response(
     (:meth:`~service.runtime.jobs.JobTimes.steps`). ``accept``: the request's Accept; where it
     asks for a binary result (:func:`inline_result`) and the job succeeds within the wait, the
     answer is its result, as ``GET /v1/jobs/{id}/result`` gives it (one round trip instead of
-    two), with ``Location`` naming the job; otherwise the job, as without it. A small result
-    comes in the worker's reply (``MST_ONESHOT_INLINE_BYTES``) and is encoded from there; a larger
-    one is read from its file once the worker has written it.
+    two), with ``Location`` naming the job; otherwise the job, as without it.
     """
     started = time.monotonic()
-    representation = inline_result(accept) if wait > 0 else None
     job = services.jobs.submit(
-        checked(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache,
-        inline=representation is not None,
-    )  # fmt: skip
+        checked(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache
+    )
     try:
         if wait > 0:
             job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
@@ -83,17 +79,14 @@ async def submit_response(
                 job = services.jobs.publish(job.id)  # its id goes out with this 202
     finally:
         times = services.jobs.times.pop(job.id, None)
-        arrays = services.jobs.take_inline(job.id)
     steps = Steps()
     if times is not None:
         steps.add(times.steps(started, time.monotonic()), "")
+    representation = inline_result(accept) if wait > 0 else None
     if representation is not None and job.status == "succeeded":
         result_steps = Steps()
-        if arrays is not None:  # the worker's reply carried them: no file to wait for or read
-            response = await result_response(representation, job, arrays)
-        else:
-            job, path = await services.jobs.result_path(job.id, owner, result_steps)
-            response = await result_response(representation, job, path)
+        job, path = await services.jobs.result_path(job.id, owner, result_steps)
+        response = await result_response(representation, job, path)
         result_steps.lap("encode")
         steps.add(result_steps.ms, "result-")
         response.headers["Location"] = f"/v1/jobs/{job.id}"

@@ -58,7 +58,7 @@ from .pool.dispatch import QueuedRequest, WorkerCalls, await_queued, new_future
 from .results import Results, task_args
 from .sharding import Abandoned, ShardedRun, check_shards, sharded_run
 from .supervisor import Supervisor
-from .worker.protocol import INLINE, MST, SERVED, WEIGHTS
+from .worker.protocol import MST, SERVED, WEIGHTS
 
 log = logging.getLogger("service.runtime.jobs")
 
@@ -218,10 +218,6 @@ class Jobs:
         self._coordinators: set[asyncio.Future[None]] = set()
         #: where the time of the jobs awaited with ``?wait=`` goes, by job id (taken by the answer)
         self.times: dict[str, JobTimes] = {}
-        #: jobs whose submission answers with their result (``inline``): the result's arrays from
-        #: the worker's reply once it came (None before, or when too large for a reply), taken by
-        #: that answer (:meth:`take_inline`); a reply for a job no longer here is not kept
-        self._inline: dict[str, dict[str, Any] | None] = {}
 
     def get(self, job_id: str, owner: str) -> JobRecord:
         """The job's record; 404 when there is none or it is another owner's (the same answer)."""
@@ -245,7 +241,6 @@ class Jobs:
         params: dict[str, Any] | None = None,
         publish: bool = True,
         cache: bool = False,
-        inline: bool = False,
     ) -> JobRecord:
         """Record a queued job of ``owner`` for one of its stored graphs and queue it on the graph's worker.
 
@@ -253,9 +248,7 @@ class Jobs:
         the weights the graph has when it is submitted (see :class:`WeightsTask`). With ``cache``,
         an identical earlier job's stored result answers at once (``cached``, with that job's
         ``compute_ms``). ``publish=False``: the caller waits for the job before it gives the id
-        out; the record is written when the job finishes, or by :meth:`publish`. ``inline``: the
-        caller answers with the result: the worker sends it back in its reply when it is small
-        (``MST_ONESHOT_INLINE_BYTES``), for :meth:`take_inline` (a graph on one worker only).
+        out; the record is written when the job finishes, or by :meth:`publish`.
         """
         if self.graph_owners.get(graph_id) != owner:
             raise dataset_not_found(graph_id)
@@ -291,8 +284,6 @@ class Jobs:
             self.times[job.id] = JobTimes(time.monotonic())
         if handle is not None:
             handle.enqueue(JobTask(self, job.id, graph_id))
-            if inline:
-                self._inline[job.id] = None  # before the job can run: enqueue only queues it
         else:
             self._start_sharded(job)
         self._metrics.jobs_submitted.inc()
@@ -477,11 +468,6 @@ class Jobs:
         steps.lap("store")
         return job, path
 
-    def take_inline(self, job_id: str) -> dict[str, Any] | None:
-        """The result's arrays a job submitted with ``inline`` got in its worker's reply, if they
-        came (else None: not finished, too large, or not asked for); forgets the job either way."""
-        return self._inline.pop(job_id, None)
-
     async def _run(self, task: JobTask, handle: WorkerCalls) -> None:
         times = self.times.get(task.task_id)
         if times is not None:
@@ -490,14 +476,11 @@ class Jobs:
         job = self._transition(task.task_id, _QUEUED, status="running", started_at=time.time())
         if job is None:
             return  # cancelled meanwhile
-        args = task_args(job, str(self._store.result_path(job.id)), inline=job.id in self._inline)
+        args = task_args(job, str(self._store.result_path(job.id)))
         try:
             await handle.ensure_resident(job.graph_id)
             handle.touch(job.graph_id)
             summary, stored = await handle.request_with_note(MST, *args)
-            arrays = summary.pop(INLINE, None)
-            if arrays is not None and job.id in self._inline:
-                self._inline[job.id] = arrays
             if times is not None:
                 times.replied, times.served = time.monotonic(), summary.get(SERVED)
         except Exception as exc:

@@ -42,14 +42,11 @@ from .worker.protocol import MST
 log = logging.getLogger("service.runtime.jobs")
 
 
-def task_args(job: JobRecord, result_path: str, inline: bool = False) -> tuple[Any, ...]:
-    """The worker's MST request arguments of a job (its task and parameters when not a plain MST;
-    ``inline``: the result's arrays in the reply too, when small)."""
+def task_args(job: JobRecord, result_path: str) -> tuple[Any, ...]:
+    """The worker's MST request arguments of a job (its task and parameters when not a plain MST)."""
     args: tuple[Any, ...] = (job.graph_id, result_path)
-    if job.task != "mst" or job.params != "{}" or inline:
+    if job.task != "mst" or job.params != "{}":
         args += (job.task, json.loads(job.params))
-    if inline:
-        args += (True,)
     return args
 
 

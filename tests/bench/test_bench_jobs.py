@@ -54,7 +54,7 @@ def test_jobs_benchmark_runs_and_checks_every_forest() -> None:
     assert coalesced["clients"] == 3 and coalesced["graphs"] == 1
     (one_request,) = record["one_request"]  # a job and its result in one request, distinct graphs
     assert one_request["clients"] == 3 and one_request["graphs"] == 3
-    assert {"queue", "compute", "result-encode"} <= set(one_request["server_timing_ms"])
+    assert {"queue", "compute", "result-store", "result-encode"} <= set(one_request["server_timing_ms"])
     for level in [*levels, one_request, coalesced, record["oneshot"]]:
         assert level["completed"] > 0 and level["errors"] == 0 and level["mismatches"] == 0
         assert 0 < level["p50_ms"] <= level["p99_ms"] <= level["max_ms"]

@@ -17,7 +17,6 @@ from service.client import Client
 from service.timing import parse_header
 from tests.utils.graphs import random_graph
 
-from .conftest import ServerFactory
 from .live import OCTET, LiveServer
 from .oracle import check_forest
 
@@ -49,31 +48,9 @@ def test_a_binary_accept_gets_the_exact_forest_in_the_answer(live: LiveServer, d
     # the same bytes the result route gives
     again = live.client.get(f"{job_url}/result", headers={"accept": OCTET})
     assert again.content == response.content
-    # where the time went: the job's steps, then the result's, encoded from the worker's reply
-    # (a small forest comes back in it: no wait for the result file, no read of it)
+    # where the time went: the job's steps, then the result's
     timing = parse_header(response.headers["server-timing"])
-    assert {"queue", "compute", "result-encode"} <= set(timing) and "result-store" not in timing, timing
-
-
-def test_a_result_too_large_for_the_reply_comes_from_its_file(server_factory: ServerFactory) -> None:
-    """MST_ONESHOT_INLINE_BYTES below the forest's bytes: the answer waits for and reads the result
-    file the worker writes behind its reply; the same bytes."""
-    server = server_factory(MST_ONESHOT_INLINE_BYTES="1000")
-    graph = random_graph(36, 2000, 9000, dtype=np.dtype("float64"), num_weights=50)
-    record = server.upload_npz(graph.src, graph.dst, graph.weight, graph.num_vertices)
-    for _ in range(3):
-        response = server.client.post(
-            f"/v1/graphs/{record['id']}/mst", params={"wait": 30}, headers={"accept": OCTET}
-        )
-        assert response.status_code == 200, response.text
-        timing = parse_header(response.headers["server-timing"])
-        assert "result-store" in timing, timing  # the file's wait: it came from there
-        arrays = _npz(response.content)
-        job = server.client.get(response.headers["location"]).json()
-        check_forest(arrays["edge_ids"], arrays["weights"], job["result"]["total_weight"],
-                     job["result"]["num_components"], graph)  # fmt: skip
-        again = server.client.get(f"{response.headers['location']}/result", headers={"accept": OCTET})
-        assert again.content == response.content
+    assert {"queue", "compute", "result-store", "result-encode"} <= set(timing), timing
 
 
 def test_arrow_on_the_jobs_route_and_points(live: LiveServer) -> None:

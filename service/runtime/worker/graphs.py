@@ -214,19 +214,16 @@ def run_task(
     params: dict[str, Any],
     result_path: str,
     edge_ids: Any = None,
-) -> tuple[Reply, dict[str, Any]]:
-    """A graph task's summary and, behind it, its result file; and the file's arrays. ``edge_ids``:
-    the global id of each of the graph's edges, when they are not its positions (the union graph
-    of :meth:`merge`)."""
+) -> Reply:
+    """A graph task's summary and, behind it, its result file. ``edge_ids``: the global id of each
+    of the graph's edges, when they are not its positions (the union graph of :meth:`merge`)."""
     if task == "mst":
         forest = graph.minimum_spanning_forest(
             objective=params.get("objective", "min"), exclude=params.get("exclude")
         )
         if edge_ids is not None:
             forest = dataclasses.replace(forest, edge_ids=edge_ids[forest.edge_ids])
-        forest_arrays = {"edge_ids": forest.edge_ids, "weights": forest.weights}
-        reply = Reply(forest_summary(forest), lambda: worker.write_arrays(forest_arrays, result_path))
-        return reply, forest_arrays
+        return Reply(forest_summary(forest), lambda: worker.write_result(forest, result_path))
     started = time.perf_counter()
     arrays: dict[str, Any]
     summary: dict[str, Any]
@@ -245,7 +242,7 @@ def run_task(
         clusters = int(labels.max()) + 1 if labels.size else 0
         summary = {"num_edges": graph.num_vertices - clusters, "num_components": clusters}
     summary.update(total_weight=None, compute_ms=(time.perf_counter() - started) * 1e3)
-    return Reply(summary, lambda: worker.write_arrays(arrays, result_path)), arrays
+    return Reply(summary, lambda: worker.write_arrays(arrays, result_path))
 
 
 def forest_summary(forest: Any) -> dict[str, Any]:

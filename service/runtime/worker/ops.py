@@ -185,32 +185,22 @@ def _resident_points(worker: Worker, points_id: str) -> ResidentPoints:
 
 
 def mst(
-    worker: Worker,
-    graph_id: str,
-    result_path: str,
-    task: str = "mst",
-    params: dict[str, Any] | None = None,
-    inline: bool = False,
+    worker: Worker, graph_id: str, result_path: str, task: str = "mst", params: dict[str, Any] | None = None
 ) -> Reply:
     """The result's summary now; its file at ``result_path`` right after the reply.
 
     ``task`` (with ``params``): ``mst`` (objective, exclude), ``components`` (exclude),
     ``clusters`` (k or threshold) or ``dendrogram`` on a graph; ``emst``, ``hdbscan`` or
     ``single_linkage`` on a point set. The summary says when the worker began and how long it
-    took (:data:`~.protocol.SERVED`). ``inline``: the result's arrays in the reply too
-    (:data:`~.protocol.INLINE`) when they take at most ``MST_ONESHOT_INLINE_BYTES``; the file is
-    written all the same.
+    took (:data:`~.protocol.SERVED`).
     """
     started = time.monotonic()
     points = worker.points.get(graph_id)
     if points is not None:
         point_summary, point_arrays = points.run(task, params or {})
         reply = Reply(point_summary, lambda: worker.write_arrays(point_arrays, result_path))
-        arrays = point_arrays
     else:
-        reply, arrays = run_task(worker, worker.resident_graph(graph_id), task, params or {}, result_path)
-    if inline and sum(int(a.nbytes) for a in arrays.values()) <= worker.config.oneshot_inline_bytes:
-        reply.payload[INLINE] = arrays
+        reply = run_task(worker, worker.resident_graph(graph_id), task, params or {}, result_path)
     reply.payload[SERVED] = (started, (time.monotonic() - started) * 1e3)
     return reply
 

@@ -105,4 +105,4 @@ def merge(
         )
     graph, ids = gpu_core.union_graph(forests, num_vertices, backend=worker.backend)
     del forests
-    return run_task(worker, graph, task, params, result_path, edge_ids=ids)[0]
+    return run_task(worker, graph, task, params, result_path, edge_ids=ids)
