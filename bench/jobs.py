@@ -445,30 +445,26 @@ def run_jobs_benchmark(
             resident.append((graph_id, expected))
         del graphs
         conn.close()
-        for clients in spec.clients if jobs_part else ():
+
+        def distinct_level(mode: str, clients: int, label: str) -> dict[str, Any]:
+            """A level of ``clients`` on their own graphs, with the server's CPU per job."""
             cpu_before = server_cpu_s(proc.pid, worker_pids)
-            level = run_level(port, "jobs", clients, spec.processes, spec.duration_s, resident)
+            level = run_level(port, mode, clients, spec.processes, spec.duration_s, resident)
             level["cpu_ms_per_job"] = _cpu_ms_per(level, cpu_before, server_cpu_s(proc.pid, worker_pids))
             level["graphs"] = min(clients, len(resident))
-            levels.append(level)
             log(
-                f"[{spec.name}] {clients:>3} clients on {level['graphs']} graphs: {level['per_s']} jobs/s, "
-                f"p50 {level['p50_ms']} ms, p99 {level['p99_ms']} ms, errors {level['errors']}, "
+                f"[{spec.name}] {label}{clients:>3} clients on {level['graphs']} graphs: {level['per_s']} "
+                f"jobs/s, p50 {level['p50_ms']} ms, p99 {level['p99_ms']} ms, errors {level['errors']}, "
                 f"mismatches {level['mismatches']}, server CPU ms per job {level['cpu_ms_per_job']}, "
                 f"Server-Timing means (ms) {level['server_timing_ms']}"
             )
-        for clients in spec.one_request_clients if one_request_part else ():
-            cpu_before = server_cpu_s(proc.pid, worker_pids)
-            level = run_level(port, "one-request", clients, spec.processes, spec.duration_s, resident)
-            level["cpu_ms_per_job"] = _cpu_ms_per(level, cpu_before, server_cpu_s(proc.pid, worker_pids))
-            level["graphs"] = min(clients, len(resident))
-            one_request.append(level)
-            log(
-                f"[{spec.name}] one request a job: {clients:>3} clients on {level['graphs']} graphs: "
-                f"{level['per_s']} jobs/s, p50 {level['p50_ms']} ms, p99 {level['p99_ms']} ms, errors "
-                f"{level['errors']}, mismatches {level['mismatches']}, server CPU ms per job "
-                f"{level['cpu_ms_per_job']}, Server-Timing means (ms) {level['server_timing_ms']}"
-            )
+            return level
+
+        levels += [distinct_level("jobs", c, "") for c in (spec.clients if jobs_part else ())]
+        one_request += [
+            distinct_level("one-request", c, "one request a job: ")
+            for c in (spec.one_request_clients if one_request_part else ())
+        ]
         for clients in spec.coalesced_clients if coalesced_part else ():
             level = run_level(port, "jobs", clients, spec.processes, spec.duration_s, resident[:1])
             level["graphs"] = 1
