@@ -183,6 +183,18 @@ class _Tally:
         #: the answers' Server-Timing parts: [sum of ms, count] by part (``result-`` for the result's)
         self.timing: dict[str, list[float]] = {}
 
+    def answered(self, t0: float, check: _Checker, body: bytes, *timings: tuple[str, str]) -> None:
+        """A request (or a job's two) answered: its latency since ``t0`` (the check not counted),
+        whether ``body`` holds the right forest, and its answers' ``Server-Timing`` headers, each
+        (header, prefix)."""
+        ms = (time.perf_counter() - t0) * 1e3
+        good = check(body)
+        with self.lock:
+            self.ms.append(ms)
+            self.mismatches += not good
+            for header, prefix in timings:
+                self.server_timing(header, prefix)
+
     def server_timing(self, header: str, prefix: str = "") -> None:
         """Add an answer's ``Server-Timing`` parts (called under :attr:`lock`)."""
         for name, ms in parse_header(header).items():
@@ -221,16 +233,10 @@ def _job_loop(
         except Exception as exc:
             tally.error(f"{type(exc).__name__}: {exc}")
             continue
-        ms = (time.perf_counter() - t0) * 1e3
         if status != 200:
             tally.error(f"result {status}: {body[:200]!r}")
             continue
-        good = check(body)
-        with tally.lock:
-            tally.ms.append(ms)
-            tally.mismatches += not good
-            tally.server_timing(submitted)
-            tally.server_timing(conn.server_timing, "result-")
+        tally.answered(t0, check, body, (submitted, ""), (conn.server_timing, "result-"))
 
 
 def _one_request_job(conn: Conn, submit: str, check: _Checker, t0: float, tally: _Tally) -> None:
@@ -240,15 +246,10 @@ def _one_request_job(conn: Conn, submit: str, check: _Checker, t0: float, tally:
     except Exception as exc:
         tally.error(f"{type(exc).__name__}: {exc}")
         return
-    ms = (time.perf_counter() - t0) * 1e3
     if status != 200 or body[:1] == b"{":  # a job's JSON: not finished, or not succeeded
         tally.error(f"submit {status}: {body[:200]!r}")
         return
-    good = check(body)
-    with tally.lock:
-        tally.ms.append(ms)
-        tally.mismatches += not good
-        tally.server_timing(conn.server_timing)
+    tally.answered(t0, check, body, (conn.server_timing, ""))
 
 
 def _oneshot_loop(
@@ -265,14 +266,10 @@ def _oneshot_loop(
         except Exception as exc:
             tally.error(f"{type(exc).__name__}: {exc}")
             continue
-        ms = (time.perf_counter() - t0) * 1e3
         if status != 200:
             tally.error(f"one-shot {status}: {answer[:200]!r}")
             continue
-        good = check(answer)
-        with tally.lock:
-            tally.ms.append(ms)
-            tally.mismatches += not good
+        tally.answered(t0, check, answer)
 
 
 def _client_process(
