@@ -71,6 +71,18 @@ def _forest_from_npz(response: httpx.Response, body: bytes | memoryview | None =
     )
 
 
+def _mst_query(wait: float, objective: str, cache: bool) -> dict[str, Any]:
+    """The query of a spanning-forest submission: only what differs from the route's defaults."""
+    params: dict[str, Any] = {}
+    if wait:
+        params["wait"] = wait
+    if objective != "min":
+        params["objective"] = objective
+    if cache:
+        params["cache"] = "true"
+    return params
+
+
 class Client:
     """Talks to one service; use as a context manager (or call :meth:`close`)."""
 
@@ -186,13 +198,7 @@ class Client:
         self, graph_id: str, wait: float = 0.0, *, objective: str = "min", cache: bool = False
     ) -> dict[str, Any]:
         """A spanning-forest job (``objective="max"``: the maximum one); ``cache``: see the README."""
-        params: dict[str, Any] = {}
-        if wait:
-            params["wait"] = wait
-        if objective != "min":
-            params["objective"] = objective
-        if cache:
-            params["cache"] = "true"
+        params = _mst_query(wait, objective, cache)
         result: dict[str, Any] = self._check(
             self._http.post(f"/v1/graphs/{graph_id}/mst", params=params or None)
         ).json()
@@ -270,13 +276,8 @@ class Client:
         ``source``: as :meth:`result`. A job that fails raises :class:`ClientError`."""
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}.")
-        params: dict[str, Any] = {"wait": wait}
-        if objective != "min":
-            params["objective"] = objective
-        if cache:
-            params["cache"] = "true"
         response, body = read_response(
-            self._http, "POST", f"/v1/graphs/{graph_id}/mst", params=params,
+            self._http, "POST", f"/v1/graphs/{graph_id}/mst", params=_mst_query(wait, objective, cache),
             headers={"accept": f"{OCTET}, application/json;q=0.5"}, progress=self.progress,
         )  # fmt: skip
         self._check(response)
