@@ -91,8 +91,7 @@ def _gpu_bytes(n: int, m: int, w: int, layout: SlotLayout) -> MemoryEstimate:
     sort_scratch = 16 * m if w == 4 else (2 * w + 24) * m
     ranking = inputs + w * m + sort_scratch
     endpoints = inputs + w * m + 12 * k  # rank -> id and both endpoints by rank
-    slots = k
-    chunk = -(-slots // csr_pieces(slots)) if slots else 0
+    chunk = -(-k // csr_pieces(k)) if k else 0  # k slots: one per edge
     rows = 2 * s * (n + 1) + 8 * nv  # row_ptr, split and the row counts
     csr = w * m + 20 * k + rows + 16 * chunk  # + one chunk's keys and their sort's scratch
     return MemoryEstimate(resident=resident, peak=max(ranking, endpoints, csr, resident) + GPU_OVERHEAD)
