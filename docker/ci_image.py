@@ -352,10 +352,11 @@ def cmdline(pid: int) -> list[str]:
 BUILDAH_LAST_WORDS = re.compile(r"subprocess exited (on \w+|with status \d+)|Error: exit status \d+")
 
 
-def shutdown_ending(name: str, text: str, main_pid: int) -> str:
-    """How the main process ended, read from the container's log; a CheckFailed unless it shut
-    down gracefully (uvicorn's 'Finished server process') and then ended by the SIGTERM (uvicorn
-    re-raises it after its shutdown, as Docker reports exit 143) or with status 0.
+def shutdown_ending(name: str, text: str, main_pid: int, buildah_rc: int) -> str:
+    """How the main process ended, read from the container's log and ``buildah run``'s exit code;
+    a CheckFailed unless it shut down gracefully (uvicorn's 'Finished server process') and then
+    ended by the SIGTERM (uvicorn re-raises it after its shutdown, as Docker reports exit 143) or
+    with status 0.
 
     After that line only buildah may speak: ``buildah-chroot-exec`` reports how the main process
     ended ("subprocess exited on terminated") and exits 1, which its parent reports ("subprocess
@@ -372,7 +373,7 @@ def shutdown_ending(name: str, text: str, main_pid: int) -> str:
     expect(not spoke, f"{name}: printed after its shutdown: {spoke[:5]}")
     if "subprocess exited on terminated" in after:
         return "SIGTERM"
-    if "subprocess exited with status 0" in after:
+    if buildah_rc == 0 or "subprocess exited with status 0" in after:
         return "status 0"
     statuses = [line for line in after if line.startswith("subprocess exited")]
     expect(
@@ -514,7 +515,8 @@ class Container:
         if left:
             self.kill()
             raise CheckFailed(f"{self.name}: processes {left} outlived the main process")
-        ending = shutdown_ending(self.name, self.log_path.read_text(errors="replace"), self.main_pid)
+        text = self.log_path.read_text(errors="replace")
+        ending = shutdown_ending(self.name, text, self.main_pid, self.proc.returncode)
         log(f"{self.name}: stopped by SIGTERM in {took:.1f} s, gracefully ({ending}), no process left")
         return took
 

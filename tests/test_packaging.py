@@ -421,7 +421,15 @@ Error: exit status 1
     ],
 )
 def test_image_check_reads_how_the_service_ended(log: str, ending: str) -> None:
-    assert _ci_image().shutdown_ending("c", log, 2078) == ending
+    assert _ci_image().shutdown_ending("c", log, 2078, 1) == ending
+
+
+def test_image_check_takes_buildahs_exit_0_as_the_main_process_exit_0() -> None:
+    ci_image = _ci_image()
+    log = STOPPED_LOG.split("subprocess exited")[0]  # a process that exits 0: buildah says nothing
+    assert ci_image.shutdown_ending("c", log, 2078, 0) == "status 0"
+    with pytest.raises(ci_image.CheckFailed, match="did not end by SIGTERM"):
+        ci_image.shutdown_ending("c", log, 2078, 1)
 
 
 @pytest.mark.parametrize(
@@ -439,4 +447,4 @@ def test_image_check_reads_how_the_service_ended(log: str, ending: str) -> None:
 def test_image_check_refuses_an_unclean_end(log: str, problem: str) -> None:
     ci_image = _ci_image()
     with pytest.raises(ci_image.CheckFailed, match=problem):
-        ci_image.shutdown_ending("c", log, 2078)
+        ci_image.shutdown_ending("c", log, 2078, 1)
