@@ -15,6 +15,9 @@ each: httpx (the bundled client's library) and the standard library's
 ``http.client``. httpx spends about 0.5 ms of its own per request and 1 ms
 per MB read on the H200 host, so the http.client figures are the ones that
 measure the service.
+* the latency of a job and its result in one request, as the bundled client
+  gets them (``Client.forest()``: ``Accept: application/octet-stream`` on the
+  submission, answered with the ``.npz``, read into arrays by the client);
 * the one-shot ``POST /v1/mst`` (upload + compute + result in one call).
 """
 
@@ -190,6 +193,46 @@ def _expected(edges: Edges) -> dict[str, Any] | None:
     return {"total_weight": float(tree.sum()), "forest_edges": int(tree.nnz)}
 
 
+#: the parts of the record that time a job and its result, each with its forest's check
+LATENCY_PARTS = ("latency", "latency_stdlib", "latency_forest")
+
+
+def forest_latency(
+    base: str, graph_id: str, requests: int, opts: ServiceOptions, expected: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A job and its result as the bundled client gets them: ``Client.forest()``, one request
+    (``POST .../mst?wait=`` with ``Accept: application/octet-stream``, answered with the ``.npz``),
+    the arrays read by the client; end to end per call, against each forest's ``compute_ms``."""
+    from service.client import Client
+
+    with Client(base, timeout=max(600.0, opts.wait_s + 60)) as bundled:
+        for _ in range(2):  # as the two-request parts: the first may load the graph onto the device
+            bundled.forest(graph_id, wait=opts.wait_s)
+        e2e, compute, overhead = [], [], []
+        forest = None
+        for _ in range(requests):
+            t0 = time.perf_counter()
+            forest = bundled.forest(graph_id, wait=opts.wait_s)
+            total = (time.perf_counter() - t0) * 1e3
+            e2e.append(total)
+            compute.append(forest.compute_ms)
+            overhead.append(total - forest.compute_ms)
+    assert forest is not None
+    got = {"total_weight": forest.total_weight, "forest_edges": int(forest.edge_ids.shape[0])}
+    check: dict[str, Any] = {"got": got, "expected": expected}
+    if expected is not None:
+        check["total_weight_agrees"] = float(got["total_weight"]) == expected["total_weight"]
+        check["forest_edges_agree"] = got["forest_edges"] == expected["forest_edges"]
+    return {
+        "requests": requests,
+        "e2e_ms": _with_p99(e2e),
+        "compute_ms": _with_p99(compute),
+        "overhead_ms": _with_p99(overhead),
+        "backend": None,
+        "check": check,
+    }
+
+
 def _guarded(part: str, fn: Callable[[], dict[str, Any]], log: Callable[[str], None]) -> dict[str, Any]:
     try:
         out = fn()
@@ -320,14 +363,17 @@ def measure_service(
         clients = {"latency": (httpx_mst, httpx_fetch), "latency_stdlib": (stdlib_mst, stdlib_fetch)}
         for key, (mst, fetch) in clients.items():
             out[key] = _guarded(key, functools.partial(latency, mst, fetch), log)
+        out["latency_forest"] = _guarded(
+            "latency_forest", functools.partial(forest_latency, base, graph_id, requests, opts, expected), log
+        )
         lat = out["latency"]
         with contextlib.suppress(Exception):  # where the graph lives, as the service reports it
             residency = client.get(f"/v1/graphs/{graph_id}").json().get("residency")
             out["residency"] = residency
-            for key in clients:
+            for key in LATENCY_PARTS:
                 if out[key]["status"] == "ok" and isinstance(residency, dict):
                     out[key]["backend"] = residency.get("backend")
-        for key in clients:
+        for key in LATENCY_PARTS:
             if out[key]["status"] == "ok":
                 r = out[key]
                 log(
@@ -444,9 +490,14 @@ def run_service_benchmark(
         log(f"[service] {spec.name}: ERROR {record['error']}")
         return record
     errors = [k for k, v in record["results"].items() if isinstance(v, dict) and v.get("status") == "error"]
-    check = record["results"].get("latency", {}).get("check", {})
+    checks = {part: record["results"].get(part, {}).get("check", {}) for part in LATENCY_PARTS}
+    wrong = {
+        part: check
+        for part, check in checks.items()
+        if check.get("total_weight_agrees") is False or check.get("num_edges_matches_result") is False
+    }
     if errors:
         record.update(status="error", error=f"failed: {', '.join(errors)}")
-    elif check.get("total_weight_agrees") is False or check.get("num_edges_matches_result") is False:
-        record.update(status="error", error=f"the service's forest does not match: {check}")
+    elif wrong:
+        record.update(status="error", error=f"the service's forest does not match: {wrong}")
     return record

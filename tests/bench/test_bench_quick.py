@@ -85,6 +85,12 @@ def test_service_record(quick_run: tuple[int, Path]) -> None:
     assert 0 < lat["e2e_ms"]["p50"] <= lat["e2e_ms"]["p99"]
     assert lat["compute_ms"]["p50"] > 0 and lat["compute_ms"]["p50"] < lat["e2e_ms"]["p50"]
     assert lat["check"]["total_weight_agrees"] is True and lat["check"]["forest_edges_agree"] is True
+    # the bundled client's one request (Client.forest): timed, and its forest checked the same way
+    one = res["latency_forest"]
+    assert one["status"] == "ok" and one["requests"] == 5 and one["backend"] == lat["backend"]
+    assert 0 < one["compute_ms"]["p50"] < one["e2e_ms"]["p50"] <= one["e2e_ms"]["p99"]
+    assert one["check"]["got"] == lat["check"]["got"]
+    assert one["check"]["total_weight_agrees"] is True and one["check"]["forest_edges_agree"] is True
     assert res["download"]["json"]["mb_per_s"] > 0 and res["download"]["binary"]["mb_per_s"] > 0
     assert res["one_shot"]["npz"]["ms"]["median"] > 0 and res["one_shot"]["json"]["ms"]["median"] > 0
 
