@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from gpu_core._stored_npz import stored_npz
+
 from . import progress as bars
 from .interop import GraphSource, graph_source
 from .progress import ProgressBar
@@ -58,9 +60,20 @@ def npz_bytes(src: Any, dst: Any, weight: Any, num_vertices: int | None = None) 
     return buf.getvalue()
 
 
+def _npz_arrays(data: bytes | memoryview) -> dict[str, np.ndarray[Any, Any]]:
+    """The arrays of an ``.npz`` body: the service's stored archives read where they lie
+    (:func:`gpu_core._stored_npz.stored_npz`, a fraction of ``numpy.load``'s time: 1.4 ms for a
+    forest of 65,535 edges), anything else by ``numpy.load`` (never unpickled)."""
+    arrays = stored_npz(data)
+    if arrays is not None:
+        return arrays
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
 def _forest_from_npz(response: httpx.Response, body: bytes | memoryview | None = None) -> Forest:
-    with np.load(io.BytesIO(response.content if body is None else body), allow_pickle=False) as npz:
-        edge_ids, weights = npz["edge_ids"], npz["weights"]
+    arrays = _npz_arrays(response.content if body is None else body)
+    edge_ids, weights = arrays["edge_ids"], arrays["weights"]
     headers = response.headers
     return Forest(
         edge_ids=edge_ids,
@@ -395,8 +408,7 @@ class Client:
             params={"format": "npz", "membership": "true" if membership else "false"},
             headers=binary_headers(body, accept=OCTET),
         )
-        with np.load(io.BytesIO(self._check(response).content), allow_pickle=False) as npz:
-            return {name: npz[name] for name in npz.files}
+        return _npz_arrays(self._check(response).content)
 
     def result_arrays(self, job_id: str) -> dict[str, np.ndarray[Any, Any]]:
         """The arrays of any succeeded job's result (``edge_ids``/``weights``, ``labels``, ``linkage``)."""
@@ -404,8 +416,7 @@ class Client:
             self._http, "GET", f"/v1/jobs/{job_id}/result", headers={"accept": OCTET}
         )
         self._check(response)
-        with np.load(io.BytesIO(body), allow_pickle=False) as npz:
-            return {name: npz[name] for name in npz.files}
+        return _npz_arrays(body)
 
     def result_json(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._check(self._http.get(f"/v1/jobs/{job_id}/result")).json()

@@ -23,7 +23,6 @@ which matters as every result and every upload is checksummed once.
 
 from __future__ import annotations
 
-import functools
 import io
 import math
 import mmap
@@ -38,6 +37,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from zlib_ng.zlib_ng import crc32
 
+from gpu_core._stored_npz import member_layout
 from gpu_core.formats import EdgeArrays
 
 from .spool import start_write_out
@@ -150,65 +150,14 @@ def map_file(fd: int, size: int) -> mmap.mmap:
     return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
 
 
-def _read_npy_header(head: bytes) -> tuple[tuple[int, ...], bool, np.dtype[Any], int] | None:
-    """(shape, fortran order, dtype, offset of the data) of an ``.npy`` header, None if it is not one.
-
-    The header's dictionary is parsed by numpy (``ast.literal_eval``, ~0.1 ms); requests of one
-    kind repeat the same few headers, so the parse of each distinct header is kept.
-    """
-    if len(head) < 10 or head[:6] != b"\x93NUMPY" or head[6:8] not in (b"\x01\x00", b"\x02\x00"):
-        return None
-    fixed = 10 if head[6] == 1 else 12
-    if len(head) < fixed:
-        return None
-    length = int.from_bytes(head[8:fixed], "little")
-    if fixed + length > len(head):
-        return None
-    parsed = _parse_npy_header(head[: fixed + length])
-    return None if parsed is None else (*parsed, fixed + length)
-
-
-@functools.lru_cache(maxsize=256)
-def _parse_npy_header(head: bytes) -> tuple[tuple[int, ...], bool, np.dtype[Any]] | None:
-    fp = io.BytesIO(head)
-    try:
-        version = np.lib.format.read_magic(fp)
-        reader = (
-            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = reader(fp)
-    except ValueError:
-        return None
-    return tuple(int(x) for x in shape), bool(fortran), dtype
-
-
 def _member_layout(
     view: memoryview, info: zipfile.ZipInfo
 ) -> tuple[int, np.dtype[Any], tuple[int, ...]] | None:
     """(offset of the data in the archive, dtype, shape) of one stored ``.npy`` member whose CRC-32
-    checks, or None when it is not that simple."""
-    start = info.header_offset
-    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1 or start + 30 > len(view):
-        return None
-    sig, *_, name_len, extra_len = _LOCAL.unpack_from(view, start)
-    if sig != b"PK\x03\x04":
-        return None
-    begin = start + 30 + name_len + extra_len
-    end = begin + info.file_size
-    if end > len(view):
-        return None
-    member = view[begin:end]
-    if crc32(member) != info.CRC:
-        return None  # numpy.load says what is wrong
-    parsed = _read_npy_header(bytes(member[: min(len(member), 1 << 16)]))  # the header only
-    if parsed is None:
-        return None
-    shape, fortran, dtype, offset = parsed
-    if dtype.hasobject or (fortran and len(shape) > 1):
-        return None
-    if offset + math.prod(shape) * dtype.itemsize != len(member):
-        return None
-    return begin + offset, dtype, shape
+    checks (:func:`gpu_core._stored_npz.member_layout`), or None when it is not that simple."""
+    stored = info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1
+    name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
+    return member_layout(view, info.header_offset, name, info.file_size, info.CRC, stored=stored)
 
 
 def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | None:

@@ -174,3 +174,30 @@ def test_receive_buffers_are_writable_and_exactly_sized(size: int) -> None:
     if size:
         buffer[-1] = 7
         assert bytes(buffer[-1:]) == b"\x07"
+
+
+def test_npz_bodies_are_read_as_numpy_load_reads_them() -> None:
+    """The client reads the service's stored archives where they lie and leaves anything else to
+    numpy.load: the same arrays either way (aligned, writable), and numpy.load's errors."""
+    import io
+    import zipfile
+
+    from service.client.client import _npz_arrays
+
+    arrays = {"edge_ids": np.arange(70_000, dtype=np.int64), "weights": np.linspace(0, 1, 70_000)}
+    for save in (np.savez, np.savez_compressed):  # read where it lies; decompressed by numpy.load
+        buf = io.BytesIO()
+        save(buf, **arrays)
+        got = _npz_arrays(memoryview(bytearray(buf.getvalue())))
+        assert list(got) == list(arrays)
+        for name, array in arrays.items():
+            assert got[name].dtype == array.dtype and np.array_equal(got[name], array)
+            assert got[name].flags.aligned and got[name].flags.writeable
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    damaged = bytearray(buf.getvalue())
+    damaged[5000] ^= 0xFF  # inside edge_ids: its CRC-32 no longer checks
+    with pytest.raises(zipfile.BadZipFile):
+        _npz_arrays(damaged)
+    with pytest.raises(ValueError, match="pickled"):  # not an archive: never unpickled
+        _npz_arrays(b"not an archive")

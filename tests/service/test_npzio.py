@@ -89,25 +89,6 @@ def test_reader_steps_aside(tmp_path: Path) -> None:
     assert npzio.read_npz(path, ("src",)) is None
 
 
-def test_the_parse_of_a_repeated_npy_header_is_kept(tmp_path: Path) -> None:
-    """Uploads of one kind repeat a few ``.npy`` headers: each distinct one is parsed once."""
-    from service.storage import npzio
-
-    npzio._parse_npy_header.cache_clear()
-    src, weight = np.arange(5, dtype=np.int32), np.ones(5, dtype=np.float64)
-    for i in range(3):
-        path = tmp_path / f"g{i}.npz"
-        np.savez(path, src=src + i, weight=weight + i)
-        got = npzio.read_npz(path, ("src", "weight"))
-        assert got is not None
-        np.testing.assert_array_equal(got["src"], src + i)
-        np.testing.assert_array_equal(got["weight"], weight + i)
-    info = npzio._parse_npy_header.cache_info()
-    assert (info.misses, info.hits) == (2, 4)  # two distinct headers, each met three times
-    assert npzio._read_npy_header(b"\x93NUMPY\x01\x00\xff\x00{'descr'") is None  # cut short
-    assert npzio._read_npy_header(b"\x93NUMPY\x03\x00" + b"\x00" * 8) is None  # unknown version
-
-
 def test_a_result_written_out_at_once_is_the_same_file(tmp_path: Path) -> None:
     """``write_out``: the file handed to the disk at once (``sync_file_range`` on Linux, which must
     accept the call) holds what one left to the kernel's write-back holds."""
