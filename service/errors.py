@@ -58,6 +58,9 @@ class ServiceError(Exception):
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal_error"
     title: ClassVar[str] = "Internal server error"
+    #: what the request made that the client has not heard of yet (a job submitted with ``?wait=``
+    #: whose result could not be sent): the answer's ``Location`` names it
+    location: str | None = None
 
     def __init__(self, message: str, *, field: str | None = None, index: int | None = None) -> None:
         super().__init__(message)

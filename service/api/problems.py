@@ -85,6 +85,8 @@ async def service_error_response(request: Request, exc: Exception) -> JSONRespon
     extra = exc.headers()
     if extra:
         response.headers.update(extra)
+    if exc.location is not None:
+        response.headers["Location"] = exc.location
     return response
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import Response, status
 from pydantic import ValidationError
 
-from ..errors import InvalidParamsError, NotAcceptableError
+from ..errors import InvalidParamsError, NotAcceptableError, ServiceError
 from ..models import TASK_PARAMS
 from ..timing import Steps
 from .deps import Services, checked_graph_id
@@ -85,8 +85,12 @@ async def submit_response(
     representation = inline_result(accept) if wait > 0 else None
     if representation is not None and job.status == "succeeded":
         result_steps = Steps()
-        job, path = await services.jobs.result_path(job.id, owner, result_steps)
-        response = await result_response(representation, job, path)
+        try:
+            job, path = await services.jobs.result_path(job.id, owner, result_steps)
+            response = await result_response(representation, job, path)
+        except ServiceError as exc:  # (its result lost and not computed again): the job is there
+            exc.location = f"/v1/jobs/{job.id}"
+            raise
         result_steps.lap("encode")
         steps.add(result_steps.ms, "result-")
         response.headers["Location"] = f"/v1/jobs/{job.id}"

@@ -185,6 +185,33 @@ def test_a_result_lost_to_a_crash_is_computed_again_and_410_once_its_graph_is_go
     assert server.client.get(f"/v1/jobs/{job['id']}").json()["status"] == "succeeded"
 
 
+def test_a_one_request_job_whose_result_cannot_be_stored_names_the_job_and_keeps_it(
+    server_factory: ServerFactory,
+) -> None:
+    """A job submitted with ``?wait=`` and a binary Accept succeeds, but its result file can be
+    neither written nor computed again (no folder for results): the 503 names the job in
+    ``Location`` (its id was given out nowhere else), the job is stored, succeeded, and its
+    result is computed again once results can be written."""
+    import shutil
+
+    server = server_factory()
+    graph = random_graph(11, 300, 2000)
+    graph_id = server.upload_npz(*graph)["id"]
+    results = server.data_dir / "spool" / "results"
+    shutil.rmtree(results)
+    results.write_bytes(b"")  # a file where the folder of result files was
+    r = server.client.post(f"/v1/graphs/{graph_id}/mst", params={"wait": 30}, headers={"accept": OCTET})
+    assert r.status_code == 503 and r.json()["code"] == "service_unavailable", r.text
+    location = r.headers["location"]
+    job_id = location.removeprefix("/v1/jobs/")
+    assert location == f"/v1/jobs/{job_id}" and job_id in r.json()["detail"]
+    job = server.client.get(location).json()
+    assert job["status"] == "succeeded" and job["result"]["num_components"] >= 1, job
+    results.unlink()
+    results.mkdir()
+    check_result(server, job_id, graph)  # computed again, now that it can be stored
+
+
 def _until(check: Any, timeout_s: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while not check():
