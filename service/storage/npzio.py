@@ -27,7 +27,6 @@ import io
 import math
 import mmap
 import os
-import struct
 import time
 import zipfile
 from collections.abc import Mapping
@@ -37,14 +36,11 @@ from typing import Any, BinaryIO
 import numpy as np
 from zlib_ng.zlib_ng import crc32
 
-from gpu_core._stored_npz import member_layout
+from gpu_core._stored_npz import CENTRAL_ENTRY, END_RECORD, LOCAL_HEADER, UNSUPPORTED_FLAGS, member_layout
 from gpu_core.formats import EdgeArrays
 
 from .spool import start_write_out
 
-_LOCAL = struct.Struct("<4s2B4HL2L2H")  # local file header (30 bytes)
-_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # central directory entry (46 bytes)
-_END = struct.Struct("<4s4H2LH")  # end of central directory (22 bytes)
 _LIMIT = 0xFFFFFFFF  # beyond this an archive needs zip64 records: left to numpy.savez
 _VERSION = 20  # 2.0: what zipfile writes for stored members without zip64
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux
@@ -90,11 +86,13 @@ def write_npz(fileobj: BinaryIO, arrays: Mapping[str, Any]) -> None:
         data = memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         crc = crc32(data, crc32(header))
         size = len(header) + data.nbytes
-        local = _LOCAL.pack(b"PK\x03\x04", _VERSION, 0, 0, 0, clock, date, crc, size, size, len(member), 0)
+        local = LOCAL_HEADER.pack(
+            b"PK\x03\x04", _VERSION, 0, 0, 0, clock, date, crc, size, size, len(member), 0
+        )
         fileobj.write(local + member + header)
         fileobj.write(data)
         central.append(
-            _CENTRAL.pack(
+            CENTRAL_ENTRY.pack(
                 b"PK\x01\x02",
                 _VERSION,
                 3,
@@ -119,7 +117,7 @@ def write_npz(fileobj: BinaryIO, arrays: Mapping[str, Any]) -> None:
         )
         offset += len(local) + len(member) + size
     directory = b"".join(central)
-    end = _END.pack(b"PK\x05\x06", 0, 0, len(central), len(central), len(directory), offset, 0)
+    end = END_RECORD.pack(b"PK\x05\x06", 0, 0, len(central), len(central), len(directory), offset, 0)
     fileobj.write(directory + end)
 
 
@@ -155,7 +153,7 @@ def _member_layout(
 ) -> tuple[int, np.dtype[Any], tuple[int, ...]] | None:
     """(offset of the data in the archive, dtype, shape) of one stored ``.npy`` member whose CRC-32
     checks (:func:`gpu_core._stored_npz.member_layout`), or None when it is not that simple."""
-    stored = info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1
+    stored = info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & UNSUPPORTED_FLAGS
     name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
     return member_layout(view, info.header_offset, name, info.file_size, info.CRC, stored=stored)
 
