@@ -184,7 +184,10 @@ def test_npz_bodies_are_read_as_numpy_load_reads_them() -> None:
 
     from service.client.client import _npz_arrays
 
-    arrays = {"edge_ids": np.arange(70_000, dtype=np.int64), "weights": np.linspace(0, 1, 70_000)}
+    arrays: dict[str, Any] = {
+        "edge_ids": np.arange(70_000, dtype=np.int64),
+        "weights": np.linspace(0, 1, 70_000),
+    }
     for save in (np.savez, np.savez_compressed):  # read where it lies; decompressed by numpy.load
         buf = io.BytesIO()
         save(buf, **arrays)
@@ -198,6 +201,6 @@ def test_npz_bodies_are_read_as_numpy_load_reads_them() -> None:
     damaged = bytearray(buf.getvalue())
     damaged[5000] ^= 0xFF  # inside edge_ids: its CRC-32 no longer checks
     with pytest.raises(zipfile.BadZipFile):
-        _npz_arrays(damaged)
+        _npz_arrays(bytes(damaged))
     with pytest.raises(ValueError, match="pickled"):  # not an archive: never unpickled
         _npz_arrays(b"not an archive")
