@@ -3,6 +3,7 @@
 Layout under the data dir::
 
     mst.sqlite3            graph and job records
+    .reserve               room kept for deletions on a full disk (:mod:`.reserve`)
     spool/tmp/             files being written (removed at start-up)
     spool/trash/           replaced weight files, freed in a thread after the answer (and at start-up)
     spool/graphs/<id>.npz  every stored graph: arrays src, dst, weight (+ num_vertices)
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .records import GraphRecord, JobRecord, JobStatus, ModelRecord
+from .reserve import Reserve
 from .spool import fsync_dir
 
 _SCHEMA = """
@@ -177,8 +179,9 @@ class _Checkpointer:
     """A thread that checkpoints the database's WAL every ``interval_s`` seconds, on a connection
     of its own (``PASSIVE``: it never blocks a writer; the next one finishes)."""
 
-    def __init__(self, path: Path, interval_s: float) -> None:
+    def __init__(self, path: Path, interval_s: float, reserve: Reserve) -> None:
         self._interval_s = interval_s
+        self._reserve = reserve
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sqlite-checkpoints", daemon=True)
@@ -189,6 +192,7 @@ class _Checkpointer:
             while not self._stopping.wait(self._interval_s):
                 with contextlib.suppress(sqlite3.Error):  # busy, or the disk: the next one tries again
                     self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                self._reserve.keep()  # given up for a deletion on a full disk: taken again when there is room
         finally:
             self._db.close()
 
@@ -211,6 +215,9 @@ class Store:
         for folder in (self.data_dir, self.tmp_dir, self.trash_dir, self.graph_dir, self.result_dir):
             folder.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        #: room for the deletions that make room on a full disk (see :mod:`.reserve`)
+        self.reserve = Reserve(self.data_dir)
+        self.reserve.keep()
         self._db = sqlite3.connect(
             self.data_dir / "mst.sqlite3", isolation_level=None, check_same_thread=False, timeout=30
         )
@@ -223,7 +230,7 @@ class Store:
         # their own, not in whichever commit finds the WAL past 1000 pages: that commit is on the
         # API's event loop, and stalled it up to 200 ms under disk load (p99.9 of a job's record
         # insert: 40 ms; with this 4 ms, mean 246 -> 57 us on a shared 2-core host).
-        self._checkpoints = _Checkpointer(self.data_dir / "mst.sqlite3", checkpoint_interval_s)
+        self._checkpoints = _Checkpointer(self.data_dir / "mst.sqlite3", checkpoint_interval_s, self.reserve)
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
 
@@ -345,9 +352,14 @@ class Store:
     def delete_graph(self, graph_id: str, *, remove_payload: bool = True) -> bool:
         """Delete the record, then its payload (unless the caller removes it later); True when there
         was one."""
-        with self._tx() as db:
-            gone = db.execute("DELETE FROM graphs WHERE id = ?", (graph_id,)).rowcount > 0
-            db.execute("DELETE FROM models WHERE points_id = ?", (graph_id,))
+
+        def delete() -> bool:
+            with self._tx() as db:
+                gone = db.execute("DELETE FROM graphs WHERE id = ?", (graph_id,)).rowcount > 0
+                db.execute("DELETE FROM models WHERE points_id = ?", (graph_id,))
+            return gone
+
+        gone = self.reserve.freeing(delete)
         if gone and remove_payload:
             self.graph_path(graph_id).unlink(missing_ok=True)
             self.weights_path(graph_id).unlink(missing_ok=True)
@@ -381,8 +393,11 @@ class Store:
             db.execute("UPDATE models SET model_bytes = ? WHERE id = ?", (model_bytes, model_id))
 
     def delete_model(self, model_id: str) -> bool:
-        with self._tx() as db:
-            return db.execute("DELETE FROM models WHERE id = ?", (model_id,)).rowcount > 0
+        def delete() -> bool:
+            with self._tx() as db:
+                return db.execute("DELETE FROM models WHERE id = ?", (model_id,)).rowcount > 0
+
+        return self.reserve.freeing(delete)
 
     # -- jobs ---------------------------------------------------------------------------------
 

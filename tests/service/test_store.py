@@ -253,3 +253,36 @@ def test_the_wal_is_checkpointed_by_the_stores_thread_never_by_a_commit(tmp_path
     other.close()
     assert len(store.jobs_with_status("succeeded")) == 3000
     store.close()
+
+
+def test_the_reserve_is_kept_given_up_for_a_deletion_on_a_full_disk_and_taken_again(tmp_path: Path) -> None:
+    """``Reserve``: allocated at the store's start; a deletion that finds the disk full runs once
+    more after giving it up; anything else goes through; it is allocated again by ``keep``."""
+    from service.storage.reserve import RESERVE_BYTES, Reserve
+
+    store = Store(tmp_path / "data")
+    try:
+        assert store.reserve.held and store.reserve.path.stat().st_size == RESERVE_BYTES
+    finally:
+        store.close()
+    reserve = Reserve(tmp_path, size=4096)
+    assert not reserve.held and reserve.keep() and reserve.path.stat().st_size == 4096
+    tries: list[bool] = []
+
+    def full_once() -> str:
+        tries.append(reserve.held)
+        if len(tries) == 1:
+            raise sqlite3.OperationalError("database or disk is full")
+        return "deleted"
+
+    assert reserve.freeing(full_once) == "deleted" and tries == [True, False]
+    assert not reserve.held  # given up: a second full disk is the caller's 507
+
+    def failing(message: str) -> Any:
+        raise sqlite3.OperationalError(message)
+
+    with pytest.raises(sqlite3.OperationalError, match="full"):
+        reserve.freeing(lambda: failing("database or disk is full"))
+    with pytest.raises(sqlite3.OperationalError, match="locked"):  # not a full disk: not retried
+        reserve.freeing(lambda: failing("database is locked"))
+    assert reserve.keep() and reserve.held
