@@ -313,10 +313,9 @@ def test_a_full_data_dir_is_507_and_leaves_nothing_half_written(
     assert job["status"] == "succeeded"
     # not a byte left, so that SQLite cannot grow its WAL: deletions still answer (the data dir's
     # reserve is given up for the first, whose files make room for the next)
-    with open(tiny_fs / "filler", "wb", buffering=0) as filler:
-        with pytest.raises(OSError, match="No space left"):
-            while True:
-                filler.write(bytes(4096))
+    with open(tiny_fs / "filler", "wb", buffering=0) as filler, pytest.raises(OSError, match="No space left"):
+        while True:
+            filler.write(bytes(4096))
     assert os.statvfs(tiny_fs).f_bavail == 0
     for graph_id in list(stored)[1:]:  # room again: uploads work
         deleted = server.client.delete(f"/v1/graphs/{graph_id}")
