@@ -219,18 +219,23 @@ def forest_latency(
             overhead.append(total - forest.compute_ms)
     assert forest is not None
     got = {"total_weight": forest.total_weight, "forest_edges": int(forest.edge_ids.shape[0])}
-    check: dict[str, Any] = {"got": got, "expected": expected}
-    if expected is not None:
-        check["total_weight_agrees"] = float(got["total_weight"]) == expected["total_weight"]
-        check["forest_edges_agree"] = got["forest_edges"] == expected["forest_edges"]
     return {
         "requests": requests,
         "e2e_ms": _with_p99(e2e),
         "compute_ms": _with_p99(compute),
         "overhead_ms": _with_p99(overhead),
         "backend": None,
-        "check": check,
+        "check": _forest_check(got, expected),
     }
+
+
+def _forest_check(got: dict[str, Any], expected: dict[str, Any] | None) -> dict[str, Any]:
+    """A latency part's forest (``got``: its total weight and edge count) against SciPy's."""
+    check: dict[str, Any] = {"got": got, "expected": expected}
+    if expected is not None:
+        check["total_weight_agrees"] = float(got["total_weight"]) == expected["total_weight"]
+        check["forest_edges_agree"] = got["forest_edges"] == expected["forest_edges"]
+    return check
 
 
 def _guarded(part: str, fn: Callable[[], dict[str, Any]], log: Callable[[str], None]) -> dict[str, Any]:
@@ -327,12 +332,9 @@ def measure_service(
                 "total_weight": summary.get("total_weight"),
                 "forest_edges": int(result["edge_ids"].shape[0]),
             }
-            check = {"got": got, "expected": expected}
+            check = _forest_check(got, expected)
             if summary.get("num_edges") is not None:
                 check["num_edges_matches_result"] = int(summary["num_edges"]) == got["forest_edges"]
-            if expected is not None:
-                check["total_weight_agrees"] = float(got["total_weight"]) == expected["total_weight"]
-                check["forest_edges_agree"] = got["forest_edges"] == expected["forest_edges"]
             return {
                 "requests": requests,
                 "e2e_ms": _with_p99(e2e),
