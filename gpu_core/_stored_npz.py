@@ -77,13 +77,13 @@ def _parse_npy_header(head: bytes) -> tuple[tuple[int, ...], bool, np.dtype[Any]
 
 
 def member_layout(
-    view: memoryview, header_offset: int, name: bytes, size: int, crc: int, stored: bool = True
+    view: memoryview, header_offset: int, name: bytes, size: int, crc: int
 ) -> tuple[int, np.dtype[Any], tuple[int, ...]] | None:
-    """(offset of the data in the archive, dtype, shape) of one ``.npy`` member whose local header
-    is at ``header_offset`` (named ``name``, ``size`` bytes, stored, CRC-32 ``crc``, as its zip
+    """(offset of the data in the archive, dtype, shape) of one stored ``.npy`` member whose local
+    header is at ``header_offset`` (named ``name``, ``size`` bytes, CRC-32 ``crc``, as its zip
     entry says), or None when it is not that simple, its local header disagrees or its CRC does
     not check (what :mod:`zipfile` checks when it opens a member)."""
-    if not stored or header_offset + LOCAL_HEADER.size > len(view):
+    if header_offset + LOCAL_HEADER.size > len(view):
         return None
     sig, *_, name_len, extra_len = LOCAL_HEADER.unpack_from(view, header_offset)
     named = header_offset + LOCAL_HEADER.size

@@ -153,9 +153,10 @@ def _member_layout(
 ) -> tuple[int, np.dtype[Any], tuple[int, ...]] | None:
     """(offset of the data in the archive, dtype, shape) of one stored ``.npy`` member whose CRC-32
     checks (:func:`gpu_core._stored_npz.member_layout`), or None when it is not that simple."""
-    stored = info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & UNSUPPORTED_FLAGS
+    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & UNSUPPORTED_FLAGS:
+        return None
     name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
-    return member_layout(view, info.header_offset, name, info.file_size, info.CRC, stored=stored)
+    return member_layout(view, info.header_offset, name, info.file_size, info.CRC)
 
 
 def _member(view: memoryview, info: zipfile.ZipInfo) -> np.ndarray[Any, Any] | None:
