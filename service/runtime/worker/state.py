@@ -11,6 +11,7 @@ place. Errors leave the process through :func:`portable`.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import threading
 from pathlib import Path
@@ -31,6 +32,8 @@ from .protocol import RunStamp, WorkerConfig
 
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
     import gpu_core
+
+log = logging.getLogger("service.worker")
 
 
 class Worker:
@@ -192,7 +195,9 @@ class Worker:
 
 
 def portable(exc: BaseException) -> BaseException:
-    """The exception itself when it pickles with its fields, else a WorkerInternalError naming it."""
+    """The exception itself when it pickles with its fields, else a WorkerInternalError naming its
+    type. An unexpected error's own text (a path on the server, say) is for the service's log,
+    written here with its traceback, not for the client's answer."""
     from gpu_core.errors import MSTError
 
     if isinstance(exc, (MSTError, ServiceError)):
@@ -200,7 +205,11 @@ def portable(exc: BaseException) -> BaseException:
     storage = storage_error(exc)  # the spool's file system full or read-only: 507/503, not a bug
     if storage is not None:
         return storage
-    return WorkerInternalError(f"{type(exc).__name__}: {exc}")
+    log.error("worker process %d: unexpected %s", os.getpid(), type(exc).__name__, exc_info=exc)
+    return WorkerInternalError(
+        f"the worker failed with an unexpected {type(exc).__name__} (a bug in the service; its details "
+        "are in the service's log)"
+    )
 
 
 def host_memory() -> tuple[int, int]:
