@@ -420,7 +420,8 @@ class Catalog:
         """Forget the dataset at once (record, placement, queued jobs), then remove its files in a
         thread: they are gone when the answer goes out, and the event loop is not held meanwhile."""
         self.get(graph_id, owner, kind)
-        self._jobs.cancel_for_graph(graph_id)
+        # records written, like the deletion's own: on a full disk the store's reserve makes room
+        self._store.reserve.freeing(lambda: self._jobs.cancel_for_graph(graph_id))
         handle = self._supervisor.holder(graph_id)
         if not self._store.delete_graph(graph_id, remove_payload=False):
             raise GraphNotFoundError(f"no graph has id {graph_id!r}.")

@@ -421,30 +421,35 @@ class Jobs:
             return job
         if job.status != "queued":
             raise JobNotCancellableError(f"job {job_id} is {job.status}; only queued jobs can be cancelled.")
+        # the record first: if it cannot be written (a full disk), the job stays queued as it was
+        done = self._finish(job_id, _QUEUED, "cancelled", None, None)
+        if done is None:  # it was dispatched a moment ago
+            raise JobNotCancellableError(f"job {job_id} has just started; only queued jobs can be cancelled.")
         run = self._sharded_runs.get(job_id)
         if run is not None and not run.started:
             run.withdraw()
         for handle in self._supervisor.workers:
             handle.remove(job_id)
-        done = self._finish(job_id, _QUEUED, "cancelled", None, None)
-        if done is None:  # it was dispatched a moment ago
-            raise JobNotCancellableError(f"job {job_id} has just started; only queued jobs can be cancelled.")
         return done
 
     def cancel_for_graph(self, graph_id: str) -> None:
-        """Cancel the queued jobs of a graph being deleted (a running one finishes)."""
+        """Cancel the queued jobs of a graph being deleted (a running one finishes).
+
+        Each job's record is written before its task leaves the queue: where a write fails (a full
+        disk), the jobs not cancelled yet are still queued, and a second call cancels them.
+        """
         for job_id, run in list(self._sharded_runs.items()):
             if run.graph_id == graph_id and not run.started:
-                run.withdraw()
                 self._finish(job_id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
+                run.withdraw()
         handle = self._supervisor.holder(graph_id)
         if handle is None:
             return
         for task in [
             t for t in handle.dispatch.queued() if isinstance(t, JobTask) and t.graph_id == graph_id
         ]:
-            handle.remove(task.task_id)
             self._finish(task.task_id, _QUEUED, "cancelled", "graph_deleted", "The job's graph was deleted.")
+            handle.remove(task.task_id)
 
     async def result_path(
         self, job_id: str, owner: str, steps: Steps | None = None

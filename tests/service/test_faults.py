@@ -316,10 +316,7 @@ def test_a_full_data_dir_is_507_and_leaves_nothing_half_written(
     assert job["status"] == "succeeded"
     # not a byte left, so that SQLite cannot grow its WAL: deletions still answer (the data dir's
     # reserve is given up for the first, whose files make room for the next)
-    with open(tiny_fs / "filler", "wb", buffering=0) as filler, pytest.raises(OSError, match="No space left"):
-        while True:
-            filler.write(bytes(4096))
-    assert os.statvfs(tiny_fs).f_bavail == 0
+    _fill(tiny_fs)
     for graph_id in list(stored)[1:]:  # room again: uploads work
         deleted = server.client.delete(f"/v1/graphs/{graph_id}")
         assert deleted.status_code == 204, deleted.text
@@ -357,3 +354,39 @@ def test_a_full_data_dir_is_507_and_leaves_nothing_half_written(
     )
     server.stop()
     sqlite_ok(server.data_dir)
+
+
+def _fill(mount: Path) -> None:
+    """Take every byte left on the tmpfs ``mount`` (a file named filler)."""
+    with open(mount / "filler", "wb", buffering=0) as filler, pytest.raises(OSError, match="No space left"):
+        while True:
+            filler.write(bytes(4096))
+    assert os.statvfs(mount).f_bavail == 0
+
+
+def test_deleting_a_graph_with_queued_jobs_on_a_full_disk_cancels_them(
+    server_factory: ServerFactory, tiny_fs: Path
+) -> None:
+    """The graph's queued jobs are cancelled, as records written, when it is deleted: on a full
+    disk too (the reserve makes room for them as for the deletion; they were a 507 before it, the
+    graph left in place). Its worker is stopped (SIGSTOP) so that the jobs wait in the queue."""
+    server = server_factory(tiny_fs / "data", MST_DISPATCH_DEPTH="1")
+    graph, other = random_graph(21, 500, 3_000), random_graph(22, 500, 3_000)
+    graph_id, other_id = server.upload_npz(*graph)["id"], server.upload_npz(*other)["id"]
+    pid = server.worker_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        jobs = [server.submit(graph_id).json()["id"] for _ in range(4)]  # one handed, three queued
+        _fill(tiny_fs)
+        deleted = server.client.delete(f"/v1/graphs/{graph_id}")
+        assert deleted.status_code == 204, deleted.text
+        for job_id in jobs[1:]:
+            job = server.client.get(f"/v1/jobs/{job_id}").json()
+            assert job["status"] == "cancelled" and job["error"]["type"] == "graph_deleted", job
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    (tiny_fs / "filler").unlink()
+    assert server.client.get(f"/v1/graphs/{graph_id}").status_code == 404
+    job = server.submit(other_id, wait=30).json()
+    assert job["status"] == "succeeded", job
+    check_result(server, job["id"], other)
