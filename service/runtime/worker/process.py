@@ -91,7 +91,7 @@ def main(
         info["entered_at"] = entered
         info["startup_ms"] = {"modules": round(modules_ms, 3), **info["startup_ms"]}
     except BaseException as exc:
-        conn.send(("failed", portable(exc)))
+        conn.send(("failed", portable(exc, for_operator=True)))
         conn.close()
         return
     gc.freeze()  # the engine and its warm-up state stay: no full collections walking them per job

@@ -194,10 +194,12 @@ class Worker:
             raise
 
 
-def portable(exc: BaseException) -> BaseException:
+def portable(exc: BaseException, *, for_operator: bool = False) -> BaseException:
     """The exception itself when it pickles with its fields, else a WorkerInternalError naming its
     type. An unexpected error's own text (a path on the server, say) is for the service's log,
-    written here with its traceback, not for the client's answer."""
+    written here with its traceback, not for the client's answer; ``for_operator``: it goes to the
+    service's log only (a failed start, whose cause, a setting say, the operator must read), so
+    the text stays."""
     from gpu_core.errors import MSTError
 
     if isinstance(exc, (MSTError, ServiceError)):
@@ -205,6 +207,8 @@ def portable(exc: BaseException) -> BaseException:
     storage = storage_error(exc)  # the spool's file system full or read-only: 507/503, not a bug
     if storage is not None:
         return storage
+    if for_operator:
+        return WorkerInternalError(f"{type(exc).__name__}: {exc}")
     log.error("worker process %d: unexpected %s", os.getpid(), type(exc).__name__, exc_info=exc)
     return WorkerInternalError(
         f"the worker failed with an unexpected {type(exc).__name__} (a bug in the service; its details "
