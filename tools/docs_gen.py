@@ -106,6 +106,11 @@ def _load(relative: str) -> dict[str, Any]:
     return data
 
 
+def _load_list(relative: str) -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = json.loads((RESULTS / relative).read_text(encoding="utf-8"))
+    return data
+
+
 def _num(value: float) -> str:
     """``value`` for a table: whole and thousands separated from 100 up (1,109), one decimal from 10
     (78.8), else two at most (7.42; 0.9)."""
@@ -141,14 +146,30 @@ DISTINCT_RUNS = (
     "jobs-h200/after-standby-wait-3.json",
     "jobs-h200/one-request-2026-11-27.json",
 )
-#: the same 64 distinct graphs, each job and its result in one request (Accept on the submission)
+#: the same 64 distinct graphs, each job and its result in one request (Accept on the submission):
+#: the benchmark's record at b31b168, then the A/B drivers' runs of the same request path (the
+#: sides named here: a335fa4 in s10, d8d7867 and 4208d5d in one-request-ab-2026-11-27c), each on
+#: an H200 of the device pool
 ONE_REQUEST_RUN = "jobs-h200/one-request-2026-11-27.json"
+ONE_REQUEST_AB_RUNS = {
+    "jobs-h200/memory-results-tried/s10-one-request-ab.json": ("base", "base2"),
+    "jobs-h200/one-request-ab-2026-11-27c/ab.json": ("new", "base", "new2", "base2"),
+}
 #: 64 clients on one graph (identical jobs coalesced), and one-shots batched, with the defaults
 SAME_GRAPH_RUN = "jobs-h200/before-jobs-default.json"
 
 
 def _distinct() -> tuple[float, float, list[float]]:
     levels = [_level(_jobs(run)["levels"], 64) for run in DISTINCT_RUNS]
+    assert all(lv["graphs"] == 64 and lv["errors"] == 0 and lv["mismatches"] == 0 for lv in levels)
+    rates = sorted(lv["per_s"] for lv in levels)
+    return statistics.median(rates), statistics.median(lv["p99_ms"] for lv in levels), rates
+
+
+def _one_request() -> tuple[float, float, list[float]]:
+    levels = [_level(_jobs(ONE_REQUEST_RUN)["one_request"], 64)]
+    for run, sides in ONE_REQUEST_AB_RUNS.items():
+        levels += [lv for lv in _load_list(run) if lv["side"] in sides and lv["clients"] == 64]
     assert all(lv["graphs"] == 64 and lv["errors"] == 0 and lv["mismatches"] == 0 for lv in levels)
     rates = sorted(lv["per_s"] for lv in levels)
     return statistics.median(rates), statistics.median(lv["p99_ms"] for lv in levels), rates
@@ -163,8 +184,8 @@ def _runs(rates: list[float]) -> str:
 def jobs_table() -> str:
     """Jobs/s of 64 clients on an H200: distinct graphs first, then the coalesced and one-shot figures."""
     rate, p99, rates = _distinct()
-    one = _level(_jobs(ONE_REQUEST_RUN)["one_request"], 64)
-    assert one["graphs"] == 64 and one["errors"] == 0 and one["mismatches"] == 0
+    one_rate, one_p99, one_rates = _one_request()
+    one_sources = [ONE_REQUEST_RUN, *ONE_REQUEST_AB_RUNS]
     same = _jobs(SAME_GRAPH_RUN)
     coalesced = _level(same["coalesced"], 64)
     oneshot = same["oneshot"]
@@ -178,7 +199,9 @@ def jobs_table() -> str:
             + " |",
             f"| the same jobs, each in **one request**: `POST .../mst?wait=30` with `Accept: "
             f"application/octet-stream`, answered with the binary result (the bundled client's `forest()`) | "
-            f"{_num(one['per_s'])} (one run) | {_num(one['p99_ms'])} | `{ONE_REQUEST_RUN}` |",
+            f"{_num(one_rate)} ({_runs(one_rates)}) | {_num(one_p99)} | "
+            + ", ".join(f"`{run}`" for run in one_sources)
+            + " |",
             f"| jobs, all clients on one graph: identical jobs **coalesced** into one computation | "
             f"{_num(coalesced['per_s'])} (one run) | {_num(coalesced['p99_ms'])} | `{SAME_GRAPH_RUN}` |",
             f"| one-shot `POST /v1/mst` of 10^4 edges, batched | {_num(oneshot['per_s'])} (one run) | "
