@@ -160,6 +160,15 @@ class Settings(BaseSettings):
         "mode takes one context only: set `off` there (three spares in a row that die before they "
         "are warm switch it off anyway). See docs/operations.md, 'Failures and restarts'.",
     )
+    warm_up: Literal["all", "none"] = Field(
+        default="all",
+        description="`all`: a new worker (at start, after a restart, a standby) runs every task once and "
+        "loads every kernel before it says it is ready, so no request waits for an import or a "
+        "compile (its `startup_ms` in `/readyz` say what that took). `none`: ready after its imports "
+        "and the probe graph; the first request of each kind then loads what it needs itself (on the "
+        "GPU its kernels, from the kernel cache or compiled; on the CPU Numba's HDBSCAN* passes): "
+        "for development and tests, which start many short-lived servers.",
+    )
     worker_pool: Literal["local", "ray"] = Field(
         default="local",
         description="`local`: worker processes on this host, one per GPU. `ray`: each worker is a Ray actor "

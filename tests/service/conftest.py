@@ -9,9 +9,13 @@ import pytest
 
 from .live import LiveServer
 
-#: settings of the shared server: CPU worker, small limits so 413s are cheap to provoke
+#: settings of the shared server: CPU worker, small limits so 413s are cheap to provoke, and no
+#: warm-up of every task at each worker's start (about 1.7 s of CPU each, for some 150 starts in the
+#: suite): the first request of a kind loads what it needs. The warm-up's own tests set
+#: MST_WARM_UP=all (tests/service/test_warm_start.py, test_head_start.py, test_app.py).
 SHARED_ENV = {
     "MST_BACKEND": "cpu",
+    "MST_WARM_UP": "none",
     "MST_HOST": "127.0.0.1",
     "MST_LOG_LEVEL": "warning",
     "MST_MAX_UPLOAD_BYTES": str(2_000_000),

@@ -55,6 +55,7 @@ def test_readyz_waits_for_the_warm_up_of_worker_0_started_before_the_api(tmp_pat
         "MST_BACKEND": "cpu",
         "MST_LOG_LEVEL": "info",
         "MST_TEST_WARM_UP_GATE": str(gate),
+        "MST_WARM_UP": "all",  # the default, whose warm-up the gate holds
         "PYTHONPATH": os.pathsep.join(p for p in (GATE_HOOK, os.environ.get("PYTHONPATH")) if p),
     }
     server = LiveServer(tmp_path / "data", env, tmp_path / "server.log").start(wait=False)

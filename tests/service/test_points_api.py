@@ -17,6 +17,7 @@ from sklearn.cluster import HDBSCAN
 from sklearn.metrics import adjusted_rand_score
 
 import gpu_core
+from service.settings import Settings
 
 from .conftest import ServerFactory
 from .live import OCTET, LiveServer
@@ -308,3 +309,24 @@ def test_another_min_samples_reuses_the_index(server_factory: ServerFactory, tmp
     emst(server, 5, reused_tree=False)
     for job, flag in ((first, False), (second, True)):  # stored with the jobs
         assert server.client.get(f"/v1/jobs/{job['id']}").json()["result"]["reused_index"] is flag
+
+
+def test_a_worker_without_the_warm_up_is_ready_after_its_probe_and_its_first_jobs_are_exact(
+    server_factory: ServerFactory,
+) -> None:
+    """MST_WARM_UP=none (the test servers' setting): the worker runs no task before it is ready,
+    and the first jobs of each kind load what they need themselves, with the same answers."""
+    server = server_factory(MST_WARM_UP="none")
+    [worker] = server.client.get("/readyz").json()["workers"]
+    assert worker["warm_up"] == {"mode": "none"}, worker
+    assert "probe" in worker["startup_ms"] and "warm_up_tasks" not in worker["startup_ms"], worker
+    points = blobs()
+    record = upload(server, points)
+    expected = gpu_core.hdbscan(points, min_cluster_size=10, backend="cpu")
+    _, result = run(server, record["id"], "hdbscan", {"min_cluster_size": 10})
+    assert result["labels"] == expected.labels.tolist() and expected.num_clusters >= 2
+    check_tasks(server, points, record["id"])
+    assert Settings.model_fields["warm_up"].default == "all"  # what a deployment gets
+    warmed = server_factory(server.data_dir.parent / "data-warmed", MST_WARM_UP="all")
+    [worker] = warmed.client.get("/readyz").json()["workers"]
+    assert worker["warm_up"] == {"mode": "cpu"} and "warm_up_tasks" in worker["startup_ms"], worker

@@ -83,6 +83,7 @@ def worker_config(settings: Settings, index: int, backend: str, device: str | No
         coalesce=settings.coalesce_jobs,
         oneshot_batch_edges=settings.oneshot_batch_edges,
         oneshot_inline_bytes=settings.oneshot_inline_bytes,
+        warm_up=settings.warm_up,
     )
 
 

@@ -92,6 +92,8 @@ class WorkerConfig:
     oneshot_batch_edges: int = 0
     #: a one-shot forest of at most this many bytes comes back in the reply, not as a file
     oneshot_inline_bytes: int = 0
+    #: "all": every task and kernel warmed before ready; "none": the probe graph only (MST_WARM_UP)
+    warm_up: str = "all"
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,30 @@ def start(worker: Worker, beside: bool = True, background: bool = True) -> dict[
 
         cupy.cuda.runtime.memGetInfo()  # the first call that needs it creates the CUDA context
     steps.lap("device")
+    if worker.config.warm_up == "none":  # MST_WARM_UP=none: requests load what they need themselves
+        kernels: dict[str, Any] = {"mode": "none"}
+        probe = probe_ms(worker)
+        steps.lap("probe")
+        _warmed(worker, kernels)
+    else:
+        probe, kernels = _warm_up(worker, steps, beside, background)
+    free, total = worker.memory()
+    return {
+        "pid": os.getpid(),
+        "backend": worker.backend,
+        "device": device_name(worker),
+        "warmup_ms": sum(v for k, v in steps.ms.items() if k != "host_passes_thread"),
+        "startup_ms": steps.ms,
+        "warm_up": {k: v for k, v in kernels.items() if k != "ms"},
+        "probe_ms": probe,
+        "free_bytes": free,
+        "total_bytes": total,
+    }
+
+
+def _warm_up(worker: Worker, steps: Steps, beside: bool, background: bool) -> tuple[float, dict[str, Any]]:
+    """:func:`start`'s warm-up of every task and kernel, then the probe graph: (the probe's ms, the
+    kernels' report); ``steps`` gets its laps and ``host_passes_thread``."""
     passes = _OnThread(_warm_up_host_passes, "warm-up-host-passes")
     from gpu_core._warm_up import warm_start
 
@@ -89,18 +113,8 @@ def start(worker: Worker, beside: bool = True, background: bool = True) -> dict[
         rest.daemon = True
         rest.start()
     steps.lap("release")
-    free, total = worker.memory()
-    return {
-        "pid": os.getpid(),
-        "backend": worker.backend,
-        "device": device_name(worker),
-        "warmup_ms": sum(steps.ms.values()),
-        "startup_ms": {**steps.ms, "host_passes_thread": round(passes_ms, 3)},
-        "warm_up": {k: v for k, v in kernels.items() if k != "ms"},
-        "probe_ms": probe,
-        "free_bytes": free,
-        "total_bytes": total,
-    }
+    steps.ms["host_passes_thread"] = round(passes_ms, 3)
+    return probe, kernels
 
 
 def _warmed(worker: Worker, report: dict[str, Any]) -> None:
