@@ -31,9 +31,7 @@ CI's image check (``.ci/run``), also run by hand, as root, from the repository's
    and it must serve the tour (on the CPU: no GPU here).
 
 Logs (the build's, each container's) are kept under the work folder and printed when a check
-fails; the folder, its images and containers are removed at the end unless ``--keep``. The work
-folder is made in a tmpfs where the host has 8 GiB of memory free (else in /var/tmp; ``--work-dir``
-chooses), so that the build's writes do not slow the fsyncs of the tests CI runs beside it.
+fails; the folder, its images and containers are removed at the end unless ``--keep``.
 
 One script past 500 lines on purpose: CI runs it as one step, its checks in order (base, build,
 serve, tour, restart, the GPU variant), each needing the ones before it.
@@ -742,55 +740,6 @@ class Run:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-#: the work folder goes in memory (a tmpfs) where this much is available; the build's store, the
-#: base and the containers' volumes peak near 3 GiB there
-IN_MEMORY_MIN_AVAILABLE = 8 << 30
-IN_MEMORY_SIZE = "6g"
-
-
-def memory_available() -> int:
-    """MemAvailable of /proc/meminfo, in bytes (0 where it cannot be read)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-@contextlib.contextmanager
-def work_parent(chosen: Path | None) -> Iterator[Path]:
-    """The folder to make the work folder in: ``chosen``, else a tmpfs where the host has the memory
-    for one (unmounted at the end), else /var/tmp.
-
-    In memory, the build's gigabyte of writes does not sit in the disk's write-back beside the tests
-    CI runs meanwhile: every fsync of theirs (SQLite's, the spool's) waited for it there, and the
-    tests took 347-352 s beside the build against 296 s alone.
-    """
-    if chosen is not None:
-        yield chosen
-        return
-    if memory_available() < IN_MEMORY_MIN_AVAILABLE:
-        yield Path("/var/tmp")
-        return
-    mount = Path(tempfile.mkdtemp(prefix="mst-ci-tmpfs.", dir="/var/tmp"))
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={IN_MEMORY_SIZE},mode=0755", "tmpfs", str(mount)],
-        stderr=subprocess.DEVNULL,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        mount.rmdir()
-        yield Path("/var/tmp")
-        return
-    log(f"in memory: a tmpfs of {IN_MEMORY_SIZE} at {mount}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "--lazy", str(mount)], check=False)
-        with contextlib.suppress(OSError):
-            mount.rmdir()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--gpu", action="store_true", help="also build and check the default GPU variant")
@@ -801,25 +750,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="auto",
         help="buildah's storage driver (auto: overlay where the kernel mounts one, else vfs)",
     )
-    parser.add_argument(
-        "--work-dir",
-        type=Path,
-        help="the work folder's parent (default: a tmpfs where 8 GiB of memory are free, else /var/tmp)",
-    )
+    parser.add_argument("--work-dir", type=Path, help="the parent of the work folder (default /var/tmp)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print(
             "ci_image.py: run as root (buildah's chroot isolation and a volume of uid 10001)", file=sys.stderr
         )
         return 2
-    with work_parent(args.work_dir) as parent:
-        return check(args, parent)
-
-
-def check(args: argparse.Namespace, parent: Path) -> int:
-    """Every check in a work folder under ``parent``; the exit code."""
     started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="mst-ci-image.", dir=parent))
+    work = Path(tempfile.mkdtemp(prefix="mst-ci-image.", dir=args.work_dir or "/var/tmp"))
     # buildah keeps each run's bundle in TMPDIR; one killed after a failure leaves it there.
     (work / "tmp").mkdir()
     os.environ["TMPDIR"] = str(work / "tmp")

@@ -432,27 +432,6 @@ def test_image_check_takes_buildahs_exit_0_as_the_main_process_exit_0() -> None:
         ci_image.shutdown_ending("c", log, 2078, 1)
 
 
-def _mount_point(path: Path) -> tuple[str, str] | None:
-    """(file system type, mount point) of the mount at exactly ``path``, None when it is none."""
-    for line in Path("/proc/mounts").read_text().splitlines():
-        _, point, fs_type, *_ = line.split()
-        if point == str(path):
-            return fs_type, point
-    return None
-
-
-def test_image_check_works_in_memory_where_the_host_has_it_and_leaves_no_mount() -> None:
-    ci_image = _ci_image()
-    with ci_image.work_parent(Path("/var/tmp")) as chosen:
-        assert chosen == Path("/var/tmp")  # --work-dir wins
-    if os.geteuid() != 0 or ci_image.memory_available() < ci_image.IN_MEMORY_MIN_AVAILABLE:
-        pytest.skip("needs root and 8 GiB of memory free (the image check then uses /var/tmp)")
-    with ci_image.work_parent(None) as parent:
-        assert _mount_point(parent) == ("tmpfs", str(parent))
-        (parent / "written").write_bytes(b"x")
-    assert _mount_point(parent) is None and not parent.exists()
-
-
 @pytest.mark.parametrize(
     ("log", "problem"),
     [
