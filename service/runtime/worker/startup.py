@@ -72,12 +72,14 @@ def start(worker: Worker, beside: bool = True, background: bool = True) -> dict[
     else:
         probe, kernels = _warm_up(worker, steps, beside, background)
     free, total = worker.memory()
+    # a snapshot: a quick warm-up's rest may still lap `steps` on its thread after ready
+    startup_ms = dict(steps.ms)
     return {
         "pid": os.getpid(),
         "backend": worker.backend,
         "device": device_name(worker),
-        "warmup_ms": sum(v for k, v in steps.ms.items() if k != "host_passes_thread"),
-        "startup_ms": steps.ms,
+        "warmup_ms": sum(v for k, v in startup_ms.items() if k != "host_passes_thread"),
+        "startup_ms": startup_ms,
         "warm_up": {k: v for k, v in kernels.items() if k != "ms"},
         "probe_ms": probe,
         "free_bytes": free,
@@ -113,7 +115,7 @@ def _warm_up(worker: Worker, steps: Steps, beside: bool, background: bool) -> tu
         rest.daemon = True
         rest.start()
     steps.lap("release")
-    steps.ms["host_passes_thread"] = round(passes_ms, 3)
+    steps.add({"host_passes_thread": passes_ms}, "")
     return probe, kernels
 
 
