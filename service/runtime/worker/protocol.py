@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import Any, Literal
 
 # request operations
 LOAD = "load"
@@ -93,7 +93,7 @@ class WorkerConfig:
     #: a one-shot forest of at most this many bytes comes back in the reply, not as a file
     oneshot_inline_bytes: int = 0
     #: "all": every task and kernel warmed before ready; "none": the probe graph only (MST_WARM_UP)
-    warm_up: str = "all"
+    warm_up: Literal["all", "none"] = "all"
 
 
 @dataclass(frozen=True)
