@@ -11,8 +11,9 @@ from .live import LiveServer
 
 #: settings of the shared server: CPU worker, small limits so 413s are cheap to provoke, and no
 #: warm-up of every task at each worker's start (about 1.7 s of CPU each, for some 150 starts in the
-#: suite): the first request of a kind loads what it needs. The warm-up's own tests set
-#: MST_WARM_UP=all (tests/service/test_warm_start.py, test_head_start.py, test_app.py).
+#: suite): the first request of a kind loads what it needs. Tests of the warm-up set MST_WARM_UP=all
+#: (test_head_start.py, test_gpu_faults.py, test_points_api.py); test_warm_start.py starts its
+#: workers itself, with the default.
 SHARED_ENV = {
     "MST_BACKEND": "cpu",
     "MST_WARM_UP": "none",
@@ -49,7 +50,9 @@ def server_factory(tmp_path: Path) -> Iterator[ServerFactory]:
             tmp_path / f"server-{len(started)}.log",
         )
         started.append(server)
-        return server.start()
+        # a GPU worker's warm-up on a cold kernel cache compiles every kernel: minutes, not seconds
+        warming_gpu = env.get("MST_BACKEND") == "gpu" and env.get("MST_WARM_UP") == "all"
+        return server.start(timeout=900.0 if warming_gpu else 60.0)
 
     yield start
     for server in started:

@@ -21,7 +21,8 @@ import gpu_core
 from .conftest import ServerFactory
 from .live import OCTET, npz_body
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+#: each server warms up (MST_WARM_UP=all): on a cold kernel cache, minutes of compiling first
+pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -42,6 +43,7 @@ def test_out_of_device_memory_in_a_build_is_507_and_the_worker_lives_on(
         MST_MAX_EDGES=str(50_000_000),
         MST_MAX_UPLOAD_BYTES=str(1 << 30),
         CUPY_GPU_MEMORY_LIMIT=str(1 << 30),  # 1 GiB for CuPy's pool: the warm-up's graphs fit
+        MST_WARM_UP="all",  # the default, which must fit in that pool
     )
     pid = server.worker_pid()
     n = 1_000_000
@@ -73,6 +75,7 @@ def test_first_uploads_of_every_dtype_compile_nothing(server_factory: ServerFact
         MST_MAX_EDGES=str(10_000_000),
         MST_MAX_UPLOAD_BYTES=str(1 << 28),
         MST_STANDBY_WORKER="off",  # a standby warming up beside it would share the GPU: timings
+        MST_WARM_UP="all",  # the default: its warm-up compiles what the first uploads need
     )
     n, m = 200_000, 1_500_000  # about 6-12 MB as npz: the upload that took 3.6 s before
     timings: dict[tuple[str, str], list[float]] = {}

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+#: a cold kernel cache compiles every kernel (minutes): pytest's 300 s would cut the sweep short
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parents[3]
 
