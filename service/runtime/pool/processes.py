@@ -76,6 +76,9 @@ class ProcessHandle(WorkerHandle):
         #: framed requests not yet written to the pipe (whole messages are appended, see _flush)
         self._unsent = bytearray()
         self._writing = False  # the loop waits for the pipe to drain (add_writer)
+        #: where the pipe's bytes are read into first: os.read(fd, 1 MiB) allocated and gave back
+        #: 1 MiB per read, two reads a job (the reply, then its STORED note)
+        self._read_view = memoryview(bytearray(_READ_SIZE))
         #: numbers of the processes started (the worker's, the standby's): messages name theirs
         self._generations = itertools.count(1)
         #: the warm spare process (MST_STANDBY_WORKER), its start in progress, its failed starts
@@ -137,13 +140,13 @@ class ProcessHandle(WorkerHandle):
         try:
             while True:
                 try:
-                    data = os.read(fd, _READ_SIZE)
+                    count = os.readv(fd, [self._read_view])
                 except (BlockingIOError, InterruptedError):
                     break
-                if not data:
+                if not count:
                     raise EOFError
-                inbox += data
-                if len(data) < _READ_SIZE:
+                inbox += self._read_view[:count]
+                if count < _READ_SIZE:
                     break
         except (EOFError, OSError):  # the worker is gone
             self._loop.remove_reader(fd)
