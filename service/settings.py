@@ -238,9 +238,10 @@ class Settings(BaseSettings):
         default=2.0,
         ge=0,
         le=1000,
-        description="After each request a worker polls for the next one this long before it sleeps: the next "
-        "request of a busy client finds it awake (0.1-0.3 ms less per job on the H200 host) at "
-        "the cost of a busy CPU core meanwhile; `0` sleeps at once.",
+        description="After each request (and its result file, written behind the reply) a worker "
+        "polls for the next one this long before it sleeps: the next request of a busy client "
+        "finds it awake (0.1-0.3 ms less per job on the H200 host) at the cost of a busy CPU core "
+        "meanwhile; `0` sleeps at once.",
     )
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default=[],

@@ -177,3 +177,41 @@ def test_the_next_request_is_taken_whether_it_comes_while_polling_or_asleep(spin
     theirs.close()
     with pytest.raises(EOFError):
         process._next_request(ours, spin_s)  # the other end is gone: the serve loop returns
+
+
+def test_while_the_writer_thread_writes_the_loop_waits_then_polls_instead_of_sleeping() -> None:
+    """Every job's result file is written behind its reply: meanwhile the loop waits in the kernel
+    for the next request or the writer thread's word that it is done (no poll loop taking turns
+    with the writer for the interpreter's lock), and once the file is written it polls for
+    ``spin_s``. Asleep in its read instead, the next request's write to the pipe had to wake it."""
+    import threading
+
+    ours, theirs = CTX.Pipe()
+    polls = 0
+
+    class Counted:  # our end of the pipe, its polls counted
+        def fileno(self) -> int:
+            return ours.fileno()
+
+        def poll(self, timeout: float = 0.0) -> bool:
+            nonlocal polls
+            polls += 1
+            return ours.poll(timeout)
+
+    with process.writing(theirs) as writer:
+        for delay, while_writing in ((0.05, True), (0.2, False)):
+            polls = 0
+            writer.behind(lambda: time.sleep(0.1))  # a result file that takes 0.1 s to write
+            timer = threading.Timer(delay, theirs.send, args=(("ping", delay),))
+            timer.start()
+            request = process._next_request(Counted(), 0.5, writer)  # type: ignore[arg-type]
+            timer.join()
+            assert request == ("ping", delay)
+            if while_writing:
+                assert polls == 0, polls  # it came while the loop waited in the kernel
+                while writer.busy():
+                    time.sleep(0.01)
+            else:
+                assert polls > 100, polls  # the loop spun once the file was written
+    ours.close()
+    theirs.close()
