@@ -116,7 +116,7 @@ def _next_request(conn: Connection, spin_s: float, writer: Writer | None = None)
     loop beside the writer took turns with it for the interpreter's lock (the worker's CPU per job
     grew by half on the CPU benchmark), and a loop that went to sleep in its read instead had the
     API process's write of the next request wake it (a fifth of the API's samples with one client
-    on a 2-core host, 0.8 ms a job there).
+    on a 2-core host, up to 0.8 ms a job there).
     """
     if spin_s > 0:
         fd = conn.fileno()
