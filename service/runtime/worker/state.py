@@ -197,9 +197,9 @@ class Worker:
 def portable(exc: BaseException, *, for_operator: bool = False) -> BaseException:
     """The exception itself when it pickles with its fields, else a WorkerInternalError naming its
     type. An unexpected error's own text (a path on the server, say) is for the service's log,
-    written here with its traceback, not for the client's answer; ``for_operator``: it goes to the
-    service's log only (a failed start, whose cause, a setting say, the operator must read), so
-    the text stays."""
+    written here with its traceback, not for the client's answer. ``for_operator``: a failed start,
+    whose cause (a setting, a driver) the operator must read: the text stays, and goes to the
+    service's log, ``/readyz``'s ``last_error`` and the 503s of requests waiting for the worker."""
     from gpu_core.errors import MSTError
 
     if isinstance(exc, (MSTError, ServiceError)):
