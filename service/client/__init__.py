@@ -20,8 +20,9 @@ CLI: ``python -m service.client [--url URL] [--api-key KEY] [--progress | --no-p
 default when stderr is a terminal.
 
 Its parts, top to bottom: ``cli`` (the command line, imported only when it runs) on ``client``
-(the library: :class:`Client`, one method per route), on ``transfer`` (large bodies sent and
-received fast), ``interop`` (SciPy and NetworkX graphs in and out) and ``progress`` (the bars).
+(the library: :class:`Client`, one method per route), on ``direct`` (the kept connection a job's
+and a result's binary answers come over), ``transfer`` (large bodies sent and received fast),
+``interop`` (SciPy and NetworkX graphs in and out) and ``progress`` (the bars).
 This module is the library's one public surface.
 """
 

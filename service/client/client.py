@@ -24,6 +24,7 @@ import numpy as np
 from gpu_core._stored_npz import stored_npz
 
 from . import progress as bars
+from .direct import DirectConnection
 from .interop import GraphSource, graph_source
 from .progress import ProgressBar
 from .transfer import OCTET, binary_headers, body_pieces, read_response
@@ -109,12 +110,15 @@ class Client:
     ) -> None:
         headers = {} if api_key is None else {"authorization": f"Bearer {api_key}"}
         self._http = httpx.Client(base_url=base_url, timeout=timeout, headers=headers)
+        #: a job's and a result's binary answers come over this connection (plain HTTP, no proxy)
+        self._direct = DirectConnection(self._http)
         #: progress bars on stderr for uploads and downloads of a few MB or more
         self.progress = progress
         #: how the graphs this client uploaded from SciPy or NetworkX objects became edge arrays
         self._sources: dict[str, GraphSource] = {}
 
     def close(self) -> None:
+        self._direct.close()
         self._http.close()
 
     def __enter__(self) -> Client:
@@ -122,6 +126,13 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _read(self, method: str, url: str, **kwargs: Any) -> tuple[httpx.Response, bytes | memoryview]:
+        """A request's response and its body read into one buffer: over :attr:`_direct` when it
+        serves the request (no body to send), else :func:`~.transfer.read_response` (httpx)."""
+        if self._direct.serves(kwargs):
+            return self._direct.request(method, url, progress=self.progress, **kwargs)
+        return read_response(self._http, method, url, progress=self.progress, **kwargs)
 
     def _check(self, response: httpx.Response) -> httpx.Response:
         if response.status_code >= 400:
@@ -265,9 +276,7 @@ class Client:
         """
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}.")
-        response, body = read_response(
-            self._http, "GET", f"/v1/jobs/{job_id}/result", headers={"accept": OCTET}, progress=self.progress
-        )
+        response, body = self._read("GET", f"/v1/jobs/{job_id}/result", headers={"accept": OCTET})
         forest = _forest_from_npz(self._check(response), body)
         if output == "forest":
             return forest
@@ -289,9 +298,9 @@ class Client:
         ``source``: as :meth:`result`. A job that fails raises :class:`ClientError`."""
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}.")
-        response, body = read_response(
-            self._http, "POST", f"/v1/graphs/{graph_id}/mst", params=_mst_query(wait, objective, cache),
-            headers={"accept": f"{OCTET}, application/json;q=0.5"}, progress=self.progress,
+        response, body = self._read(
+            "POST", f"/v1/graphs/{graph_id}/mst", params=_mst_query(wait, objective, cache),
+            headers={"accept": f"{OCTET}, application/json;q=0.5"},
         )  # fmt: skip
         self._check(response)
         if response.headers.get("content-type") == OCTET:
@@ -412,9 +421,7 @@ class Client:
 
     def result_arrays(self, job_id: str) -> dict[str, np.ndarray[Any, Any]]:
         """The arrays of any succeeded job's result (``edge_ids``/``weights``, ``labels``, ``linkage``)."""
-        response, body = read_response(
-            self._http, "GET", f"/v1/jobs/{job_id}/result", headers={"accept": OCTET}
-        )
+        response, body = self._read("GET", f"/v1/jobs/{job_id}/result", headers={"accept": OCTET})
         self._check(response)
         return _npz_arrays(body)
 

@@ -117,8 +117,10 @@ def test_the_bundled_client_takes_a_forest_in_one_request(live: LiveServer) -> N
     graph = random_graph(35, 500, 4000, dtype=np.dtype("int64"), num_weights=3, components=2)
     with Client(live.url) as mst:
         record = mst.upload_arrays(graph.src, graph.dst, graph.weight, graph.num_vertices)
-        sent: list[str] = []
+        sent: list[str] = []  # each request, over httpx or the client's kept connection
         mst._http.event_hooks["request"].append(lambda request: sent.append(request.url.path))
+        direct = mst._direct.request
+        mst._direct.request = lambda method, url, **kw: sent.append(url) or direct(method, url, **kw)  # type: ignore[method-assign,func-returns-value]
         forest = mst.forest(record["id"], wait=30)
         assert sent == [f"/v1/graphs/{record['id']}/mst"]  # one round trip
         check_forest(forest.edge_ids, forest.weights, forest.total_weight, forest.num_components, graph)
