@@ -207,6 +207,15 @@ class Settings(BaseSettings):
         "worker's pipe are answered by one computation; each still gets its own result file (a "
         "hard link of the first's), and the later ones' results say `'coalesced': true`.",
     )
+    launch_ahead: int = Field(
+        default=8,
+        ge=0,
+        le=32,
+        description="A GPU worker about to compute a job's forest first starts on the device the forests of "
+        "up to this many jobs queued right behind it on other graphs, so the device computes them "
+        "side by side and each job's turn only collects its run (the same forests, the same order of "
+        "answers). `0`: each job's forest is computed at its turn.",
+    )
     max_result_bytes: int = Field(
         default=32 << 30,
         ge=0,

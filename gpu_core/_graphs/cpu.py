@@ -93,6 +93,10 @@ class CpuGraph:
     def endpoints(self, edge_ids: Any) -> tuple[Any, Any]:
         return self.src[edge_ids], self.dst[edge_ids]
 
+    def launch(self, objective: Objective = "min") -> bool:
+        """Nothing runs ahead on the CPU: the forest is computed when asked for."""
+        return False
+
     def compute(self, objective: Objective = "min", exclude: Any = None) -> tuple[Any, Any, float]:
         """(edge ids int64 ascending, their weights, milliseconds) of the forest."""
         start = time.perf_counter()

@@ -53,6 +53,8 @@ class GpuGraph(GpuCsr):
         #: kernels' arguments are this graph's buffers, re-ranked in place for either order)
         self._run: device_loops.GraphExec | None = None
         self._loops = device_loops.loops_supported()
+        #: the objective of a run started by :meth:`launch` and not yet collected by :meth:`compute`
+        self._launched: Objective | None = None
         try:
             self._after_caller()  # device arrays given may still be being written on the caller's stream
             with self._stream:
@@ -184,12 +186,18 @@ class GpuGraph(GpuCsr):
         self._counters.get(stream=self._stream, out=host)
         return host
 
+    def _launched_counters(self) -> np.ndarray[Any, np.dtype[np.uint32]]:
+        """The counters of the run :meth:`launch` started, once it has ended."""
+        self._stream.synchronize()
+        return np.frombuffer(self._counters_host, dtype=np.uint32, count=NUM_COUNTERS)
+
     # -- weights ------------------------------------------------------------------------
     def set_weights(self, weight: Any, edge_ids: Any = None) -> None:
         """New weights (all, or those of ``edge_ids``), validated by the caller: the ranks are rebuilt.
 
         The topology stays on the device; a new dtype replaces the weight buffers.
         """
+        self._launched = None  # a run launched ahead computed the old weights: run again
         cp = cupy_module()
         try:
             self._after_caller()
@@ -280,6 +288,35 @@ class GpuGraph(GpuCsr):
         stop.record(self._stream)
         return self._read_counters()
 
+    def launch(self, objective: Objective = "min") -> bool:
+        """Start a run on this graph's stream and return at once; whether one was started.
+
+        The next :meth:`compute` of ``objective`` with nothing excluded collects it instead of
+        running again (anything else computes after it on the same stream, its answer unused).
+        A worker starts the runs of the jobs queued behind the one it answers, each on its own
+        graph and stream, so the device runs them side by side and each job's own turn only waits
+        for its run's end. Only a graph ranked for ``objective`` whose run is its CUDA graph is
+        started; a failure here starts nothing (the job's own computation words the error).
+        """
+        if self._launched is not None or objective != self._objective or not self.num_loop_free:
+            return False
+        cp = cupy_module()
+        try:
+            with cp.cuda.Device(self.device_id), self._stream:
+                run = self._run_graph()
+                if run is None:
+                    return False
+                start, stop = self._events
+                start.record(self._stream)
+                run.launch(self._stream)
+                stop.record(self._stream)
+                host = self._counters_host
+                self._counters.data.copy_to_host_async(host.ptr, 4 * NUM_COUNTERS, self._stream)
+        except (cp.cuda.memory.OutOfMemoryError, *device_errors()):
+            return False
+        self._launched = objective
+        return True
+
     def prepare(self, objective: Objective = "min") -> None:
         """Rank for ``objective`` and build the run's CUDA graph now, so no computation pays for them."""
         self._ensure_order(objective)
@@ -312,11 +349,16 @@ class GpuGraph(GpuCsr):
             if exclude is not None:
                 self._after_caller()
             with cp.cuda.Device(self.device_id), self._stream:
+                launched, self._launched = self._launched, None
                 self._ensure_order(objective)
                 skip = None if exclude is None or not exclude.size else self._skip_mask(exclude)
                 start, stop = self._events
-                start.record(self._stream)
-                count = int(self._run_device(stop, skip)[FOREST_SIZE])
+                if launched == objective and skip is None:
+                    counters = self._launched_counters()
+                else:
+                    start.record(self._stream)
+                    counters = self._run_device(stop, skip)
+                count = int(counters[FOREST_SIZE])
                 elapsed_ms = float(cp.cuda.get_elapsed_time(start, stop))
                 return self._forest[:count], self._forest_weights[:count], elapsed_ms
         except cp.cuda.memory.OutOfMemoryError as exc:

@@ -31,6 +31,8 @@ class _Prepared(Protocol):
 
     def prepare(self, objective: Objective = "min") -> None: ...
 
+    def launch(self, objective: Objective = "min") -> bool: ...
+
     def compute(self, objective: Objective = "min", exclude: Any = None) -> tuple[Any, Any, float]: ...
 
     def set_weights(self, weight: Any, edge_ids: Any = None) -> None: ...
@@ -133,6 +135,16 @@ class Graph:
     def maximum_spanning_forest(self, *, exclude: Any = None) -> SpanningForest:
         """The maximum spanning forest: ``minimum_spanning_forest(objective="max")``."""
         return self.minimum_spanning_forest(objective="max", exclude=exclude)
+
+    def launch_forest(self, *, objective: str = "min") -> bool:
+        """Start computing the forest on the device and return at once; whether a run started.
+
+        The next :meth:`minimum_spanning_forest` of ``objective`` with nothing excluded collects
+        that run: the forests of several graphs launched one after another are computed side by
+        side, each on its graph's own stream. Nothing starts on the CPU backend, or when the graph
+        is ranked for the other objective (then the forest is computed when asked for, as always).
+        """
+        return self._impl.launch(check_objective(objective))
 
     def set_weights(self, weight: Any) -> None:
         """Replace every weight (same length; any supported dtype, which becomes the graph's).

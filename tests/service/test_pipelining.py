@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tests.utils.graphs import random_graph
 
@@ -172,3 +173,64 @@ def test_worker_killed_with_jobs_in_its_pipe(server_factory: ServerFactory) -> N
         assert _edge_ids(server, job_id) == tree
     worker = ready["workers"][0]
     assert (worker["requests_lost"], worker["requests_resent"]) == (1, 2), worker
+
+
+@pytest.mark.gpu
+def test_gpu_jobs_on_many_graphs_started_ahead_give_exact_forests(server_factory: ServerFactory) -> None:
+    """Clients at once on distinct graphs: the GPU worker starts the forests of the jobs queued
+    behind the one it answers (``MST_LAUNCH_AHEAD``) and the device computes them side by side;
+    every job still gets exactly its graph's forest, minimum or maximum, and a weight update
+    queued between jobs is seen by the jobs after it, not by those before."""
+    import threading
+
+    import httpx
+
+    from tests.utils.graphs import DTYPES
+
+    from .test_queries import npy_body
+
+    server = server_factory(MST_BACKEND="gpu", MST_COALESCE_JOBS="false", MST_LAUNCH_AHEAD="8")
+    graphs = [
+        random_graph(seed, 1_500 + 211 * seed, 9_000 + 700 * seed, dtype=DTYPES[seed % len(DTYPES)],
+                     num_weights=30, components=1 + seed % 3)
+        for seed in range(8)
+    ]  # fmt: skip
+    ids = [upload(server, g) for g in graphs]
+    expected = {(k, o): kruskal(g, objective=o) for k, g in enumerate(graphs) for o in ("min", "max")}
+    failures: list[Any] = []
+
+    def client(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            for _ in range(12):
+                k, objective = int(rng.integers(len(graphs))), ("min", "max")[int(rng.integers(2))]
+                job = http.post(
+                    f"/v1/graphs/{ids[k]}/mst", params={"wait": 60, "objective": objective}
+                ).json()
+                got = http.get(f"/v1/jobs/{job['id']}/result").json()
+                if job.get("status") != "succeeded" or got["edge_ids"] != expected[(k, objective)]:
+                    failures.append((k, objective, job))
+
+    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert not failures, failures[:3]
+
+    new = np.ascontiguousarray(np.asarray(graphs[0].weight)[::-1])
+    before = [server.submit(graph_id).json()["id"] for graph_id in ids * 2]
+    response = server.client.put(
+        f"/v1/graphs/{ids[0]}/weights",
+        content=npy_body(new),
+        headers={"content-type": "application/octet-stream"},
+    )
+    assert response.status_code == 200, response.text
+    after = [server.submit(graph_id).json()["id"] for graph_id in ids * 2]
+    new_tree = kruskal(graphs[0], new)
+    assert new_tree != expected[(0, "min")]
+    for jobs, first_tree in ((before, expected[(0, "min")]), (after, new_tree)):
+        for i, job_id in enumerate(jobs):
+            assert server.poll(job_id)["status"] == "succeeded"
+            k = i % len(ids)
+            assert _edge_ids(server, job_id) == (first_tree if k == 0 else expected[(k, "min")]), (k, job_id)

@@ -215,3 +215,54 @@ def test_while_the_writer_thread_writes_the_loop_waits_then_polls_instead_of_sle
                 assert polls > 100, polls  # the loop spun once the file was written
     ours.close()
     theirs.close()
+
+
+def test_forests_start_ahead_for_the_mst_jobs_right_behind_on_other_graphs() -> None:
+    """Before a GPU worker computes a job's forest it starts those of the MST jobs queued right
+    behind it (in its backlog and its pipe), each graph once, plain forests of resident graphs
+    only, up to ``1 + MST_LAUNCH_AHEAD``; anything else in between ends the look ahead."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    launched: list[tuple[str, str]] = []
+
+    class Graph:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def launch_forest(self, *, objective: str = "min") -> bool:
+            if objective not in ("min", "max"):
+                raise ValueError(f"objective must be min or max, not {objective!r}")
+            launched.append((self.name, objective))
+            return True
+
+    resident = SimpleNamespace(graphs={name: Graph(name) for name in "abcdefgh"})
+    ours, theirs = CTX.Pipe()
+    mst = worker.MST
+    backlog: deque[Any] = deque(
+        [
+            (mst, 2, "b", "r2", "mst", {"objective": "max"}),
+            (mst, 3, "a", "r3", "mst", {}),  # the first job's graph: started already
+            (mst, 4, "c", "r4", "components", {}),  # another task
+            (mst, 5, "d", "r5", "mst", {"exclude": [1]}),  # a what-if
+            (mst, 6, "zz", "r6", "mst", {}),  # not resident (a reload comes first)
+            (mst, 7, "e", "r7", "mst", {"objective": "median"}),  # its own turn words the error
+        ]
+    )
+    theirs.send((mst, 8, "f", "r8", "mst", {}))  # waiting in the pipe: read into the backlog
+    theirs.send((mst, 9, "g", "r9"))
+    theirs.send((mst, 10, "h", "r10"))  # past 1 + 3
+    time.sleep(0.2)
+    first = ["a", "r1", "mst", {}]
+    fake: Any = SimpleNamespace(**vars(resident), config=SimpleNamespace(launch_ahead=3))  # a worker's parts
+    process._launch_ahead(fake, ours, backlog, first)
+    assert launched == [("a", "min"), ("b", "max"), ("f", "min"), ("g", "min")]
+    assert [request[1] for request in backlog] == list(range(2, 11))  # all still to be answered, in order
+
+    launched.clear()
+    in_between = deque([(mst, 2, "b", "r2"), (worker.WEIGHTS, 3, "c", "w3"), (mst, 4, "d", "r4")])
+    fake.config.launch_ahead = 8
+    process._launch_ahead(fake, ours, in_between, first)
+    assert launched == [("a", "min"), ("b", "min")]  # d waits: its turn comes after the update
+    ours.close()
+    theirs.close()

@@ -81,6 +81,7 @@ def worker_config(settings: Settings, index: int, backend: str, device: str | No
         max_inflated_bytes=settings.max_inflated_bytes,
         max_compression_ratio=settings.max_compression_ratio,
         coalesce=settings.coalesce_jobs,
+        launch_ahead=settings.launch_ahead,
         oneshot_batch_edges=settings.oneshot_batch_edges,
         oneshot_inline_bytes=settings.oneshot_inline_bytes,
         warm_up=settings.warm_up,

@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import os
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -205,6 +206,29 @@ def in_whole_graph(exc: GraphValidationError, lo: int) -> GraphValidationError:
     shifted.message = exc.message.replace(f"[{local}]", f"[{index}]", 1)
     shifted.args = (shifted.message,)
     return shifted
+
+
+def launch_ahead(worker: Worker, requests: Iterable[Sequence[Any]]) -> int:
+    """Start on the device the forests of MST requests (their arguments: graph id, result path,
+    task, parameters) in their order, one per graph, the first and up to
+    ``MST_LAUNCH_AHEAD`` more; how many started. Each request's own turn then collects its run
+    (:meth:`gpu_core.Graph.launch_forest`). A request that is not a plain forest of a resident
+    graph (another task, edges excluded, a point set, a graph not loaded) is passed over: it
+    computes at its turn, as it would have anyway."""
+    started, seen, most = 0, set(), 1 + worker.config.launch_ahead
+    for graph_id, _, *rest in requests:
+        if started >= most:
+            break
+        task, params = (rest[0] if rest else "mst"), ((rest[1] if len(rest) > 1 else None) or {})
+        graph = worker.graphs.get(graph_id)
+        if graph_id in seen or graph is None or task != "mst" or params.get("exclude") is not None:
+            continue
+        seen.add(graph_id)
+        try:
+            started += graph.launch_forest(objective=params.get("objective", "min"))
+        except ValueError:  # not an objective: its own turn words the error
+            continue
+    return started
 
 
 def run_task(

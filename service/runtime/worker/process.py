@@ -11,7 +11,9 @@ Several requests wait in the pipe at once (the handle pipelines them, ``MST_DISP
 identical MST requests queued back to back (same dataset, task, parameters, nothing in between)
 are answered by one computation, each with its own reply, result file (a hard link of the
 first) and STORED note (``MST_COALESCE_JOBS``); one-shot requests waiting together are computed
-as one disjoint-union graph (:mod:`.oneshots`, ``MST_ONESHOT_BATCH_EDGES``). Before each run
+as one disjoint-union graph (:mod:`.oneshots`, ``MST_ONESHOT_BATCH_EDGES``); before a GPU worker
+computes a job's forest it starts those of the MST jobs right behind it on other graphs, which
+the device then computes side by side (:func:`.graphs.launch_ahead`, ``MST_LAUNCH_AHEAD``). Before each run
 the loop stamps the run's request ids (:class:`~.protocol.RunStamp`), and clears the stamp once
 the run's replies are sent.
 
@@ -48,6 +50,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from .graphs import launch_ahead
 from .ops import handle, run_after, run_oneshots
 from .protocol import (
     MAX_COALESCED,
@@ -132,6 +135,26 @@ def _next_request(conn: Connection, spin_s: float, writer: Writer | None = None)
     return received(conn)
 
 
+def _read_waiting(conn: Connection, backlog: deque[Any]) -> None:
+    """Move the requests already waiting in the pipe to ``backlog`` (up to :data:`MAX_COALESCED`)."""
+    while len(backlog) < MAX_COALESCED and conn.poll():
+        backlog.append(received(conn))
+
+
+def _launch_ahead(worker: Worker, conn: Connection, backlog: deque[Any], args: list[Any]) -> None:
+    """Start the forest of the MST request with ``args`` and those of the MST requests right
+    behind it in the pipe on the device (:func:`.graphs.launch_ahead`); they are answered in
+    order, as always, each turn collecting its run. Only MST requests with nothing else between
+    them: a weight update or a reload behind one is done before the forests after it start."""
+    _read_waiting(conn, backlog)
+    behind = []
+    for op, _, *rest in backlog:
+        if op != MST:
+            break
+        behind.append(rest)
+    launch_ahead(worker, [args, *behind])
+
+
 def _same_jobs(conn: Connection, backlog: deque[Any], args: list[Any]) -> list[tuple[int, str]]:
     """Identical MST requests queued right behind one with ``args``: their (req id, result path),
     taken out of ``backlog`` (which first gets every request already waiting in the pipe).
@@ -139,8 +162,7 @@ def _same_jobs(conn: Connection, backlog: deque[Any], args: list[Any]) -> list[t
     Identical: the same dataset, task and parameters, and nothing else in between (a weight
     update, a reload) — so they compute on the same data and have the same result.
     """
-    while len(backlog) < MAX_COALESCED and conn.poll():
-        backlog.append(received(conn))
+    _read_waiting(conn, backlog)
     key = (args[0], *args[2:])
     same: list[tuple[int, str]] = []
     while backlog and len(same) < MAX_COALESCED:
@@ -155,8 +177,7 @@ def _same_jobs(conn: Connection, backlog: deque[Any], args: list[Any]) -> list[t
 def _more_of(conn: Connection, backlog: deque[Any], op: str) -> list[tuple[int, list[Any]]]:
     """Requests of ``op`` queued right behind one of it: their (req id, args), taken out of
     ``backlog`` (which first gets every request already waiting in the pipe)."""
-    while len(backlog) < MAX_COALESCED and conn.poll():
-        backlog.append(received(conn))
+    _read_waiting(conn, backlog)
     more: list[tuple[int, list[Any]]] = []
     while backlog and backlog[0][0] == op and len(more) < MAX_COALESCED:
         _, rid, *args = backlog.popleft()
@@ -316,6 +337,11 @@ def _serve(worker: Worker, conn: Connection, writer: Writer) -> None:
                 if fatal:
                     return
                 continue
+        if op == MST and worker.config.launch_ahead and worker.backend == "gpu":
+            try:
+                _launch_ahead(worker, conn, backlog, args)
+            except (EOFError, OSError):
+                return
         if op == MST and worker.config.coalesce:
             try:
                 same = _same_jobs(conn, backlog, args)

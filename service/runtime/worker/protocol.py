@@ -88,6 +88,8 @@ class WorkerConfig:
     max_compression_ratio: float | None = None
     #: answer identical MST requests queued back to back in the pipe with one computation (MST_COALESCE_JOBS)
     coalesce: bool = True
+    #: start the forests of up to this many MST jobs queued behind the one answered (MST_LAUNCH_AHEAD)
+    launch_ahead: int = 0
     #: one-shot requests waiting together are computed as one union of up to this many edges (0: never)
     oneshot_batch_edges: int = 0
     #: a one-shot forest of at most this many bytes comes back in the reply, not as a file
