@@ -319,6 +319,8 @@ class GpuGraph(GpuCsr):
 
     def prepare(self, objective: Objective = "min") -> None:
         """Rank for ``objective`` and build the run's CUDA graph now, so no computation pays for them."""
+        if objective != self._objective:
+            self._launched = None  # a run launched ahead in the other order: not collected
         self._ensure_order(objective)
         if self.num_loop_free:
             cp = cupy_module()

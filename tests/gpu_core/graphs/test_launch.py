@@ -54,6 +54,12 @@ def test_what_happens_between_a_launch_and_its_collection_wins(backend: Backend)
 
     graph.prepare("min")
     assert graph.launch_forest() == gpu
+    graph.prepare("max")  # ranked the other way meanwhile: the run launched is not collected
+    assert graph.maximum_spanning_forest().edge_ids.tolist() == heaviest.edge_ids.tolist()
+    assert graph.launch_forest(objective="max") == gpu
+    graph.prepare("min")
+    assert graph.minimum_spanning_forest().edge_ids.tolist() == kruskal_edge_ids(edges.src, edges.dst, new, n)
+    assert graph.launch_forest() == gpu
     excluded = np.arange(0, edges.weight.shape[0], 3)
     kept = np.setdiff1d(np.arange(edges.weight.shape[0]), excluded)
     what_if = graph.minimum_spanning_forest(exclude=excluded)  # exclusions: computed afresh
