@@ -146,6 +146,11 @@ DISTINCT_RUNS = (
     "jobs-h200/after-standby-wait-3.json",
     "jobs-h200/one-request-2026-11-27.json",
 )
+#: the A/B drivers' runs of the same protocol with the service's defaults (rows that name their
+#: part: "jobs" is this one, "one-request" the next): forests started ahead, 2026-11-27
+DISTINCT_AB_RUNS = {
+    "launch-ahead-2026-11-27/h200/jobs-ab-parts.json": ("ahead8a", "ahead8b"),
+}
 #: the same 64 distinct graphs, each job and its result in one request (Accept on the submission):
 #: the benchmark's record at b31b168, then the A/B drivers' runs of the same request path (the
 #: sides named here: a335fa4 in s10, d8d7867 and 4208d5d in one-request-ab-2026-11-27c), each on
@@ -155,13 +160,25 @@ ONE_REQUEST_AB_RUNS = {
     "jobs-h200/memory-results-tried/s10-one-request-ab.json": ("base", "base2"),
     "jobs-h200/one-request-ab-2026-11-27c/ab.json": ("new", "base", "new2", "base2"),
     "single-job-h200-2026-11-27d/machine-3/jobs-ab.json": ("new", "head", "new2", "head2"),
+    "launch-ahead-2026-11-27/h200/jobs-ab-parts.json": ("ahead8a", "ahead8b"),
 }
 #: 64 clients on one graph (identical jobs coalesced), and one-shots batched, with the defaults
 SAME_GRAPH_RUN = "jobs-h200/before-jobs-default.json"
 
 
+def _ab_levels(runs: dict[str, tuple[str, ...]], part: str) -> list[dict[str, Any]]:
+    """The 64-client rows of the named sides of A/B records (of ``part``, where rows name theirs)."""
+    return [
+        lv
+        for run, sides in runs.items()
+        for lv in _load_list(run)
+        if lv["side"] in sides and lv["clients"] == 64 and lv.get("part", part) == part
+    ]
+
+
 def _distinct() -> tuple[float, float, list[float]]:
     levels = [_level(_jobs(run)["levels"], 64) for run in DISTINCT_RUNS]
+    levels += _ab_levels(DISTINCT_AB_RUNS, "jobs")
     assert all(lv["graphs"] == 64 and lv["errors"] == 0 and lv["mismatches"] == 0 for lv in levels)
     rates = sorted(lv["per_s"] for lv in levels)
     return statistics.median(rates), statistics.median(lv["p99_ms"] for lv in levels), rates
@@ -169,8 +186,7 @@ def _distinct() -> tuple[float, float, list[float]]:
 
 def _one_request() -> tuple[float, float, list[float]]:
     levels = [_level(_jobs(ONE_REQUEST_RUN)["one_request"], 64)]
-    for run, sides in ONE_REQUEST_AB_RUNS.items():
-        levels += [lv for lv in _load_list(run) if lv["side"] in sides and lv["clients"] == 64]
+    levels += _ab_levels(ONE_REQUEST_AB_RUNS, "one-request")
     assert all(lv["graphs"] == 64 and lv["errors"] == 0 and lv["mismatches"] == 0 for lv in levels)
     rates = sorted(lv["per_s"] for lv in levels)
     return statistics.median(rates), statistics.median(lv["p99_ms"] for lv in levels), rates
@@ -196,7 +212,7 @@ def jobs_table() -> str:
             "| --- | ---: | ---: | --- |",
             f"| **jobs, each client on its own resident graph** (64 RMAT 2^16 graphs; "
             f"`POST .../mst?wait=30` + binary result) | **{_num(rate)}** ({_runs(rates)}) | {_num(p99)} | "
-            + ", ".join(f"`{run}`" for run in DISTINCT_RUNS)
+            + ", ".join(f"`{run}`" for run in (*DISTINCT_RUNS, *DISTINCT_AB_RUNS))
             + " |",
             f"| the same jobs, each in **one request**: `POST .../mst?wait=30` with `Accept: "
             f"application/octet-stream`, answered with the binary result (the bundled client's `forest()`) | "
