@@ -21,7 +21,7 @@ import json
 import re
 import statistics
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +166,7 @@ ONE_REQUEST_AB_RUNS = {
 SAME_GRAPH_RUN = "jobs-h200/before-jobs-default.json"
 
 
-def _ab_levels(runs: dict[str, tuple[str, ...]], part: str) -> list[dict[str, Any]]:
+def _ab_levels(runs: Mapping[str, tuple[str, ...]], part: str) -> list[dict[str, Any]]:
     """The 64-client rows of the named sides of A/B records (of ``part``, where rows name theirs)."""
     return [
         lv
