@@ -13,9 +13,9 @@ are answered by one computation, each with its own reply, result file (a hard li
 first) and STORED note (``MST_COALESCE_JOBS``); one-shot requests waiting together are computed
 as one disjoint-union graph (:mod:`.oneshots`, ``MST_ONESHOT_BATCH_EDGES``); before a GPU worker
 computes a job's forest it starts those of the MST jobs right behind it on other graphs, which
-the device then computes side by side (:func:`.graphs.launch_ahead`, ``MST_LAUNCH_AHEAD``). Before each run
-the loop stamps the run's request ids (:class:`~.protocol.RunStamp`), and clears the stamp once
-the run's replies are sent.
+the device then computes side by side (:func:`.graphs.launch_ahead`, ``MST_LAUNCH_AHEAD``).
+Before each run the loop stamps the run's request ids (:class:`~.protocol.RunStamp`), and clears
+the stamp once the run's replies are sent.
 
 Result files are written behind the replies on a thread of the worker's own (:class:`Writer`),
 in the order of the replies, each followed by its STORED note: the loop goes on to the next
