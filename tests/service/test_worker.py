@@ -218,9 +218,9 @@ def test_while_the_writer_thread_writes_the_loop_waits_then_polls_instead_of_sle
 
 
 def test_forests_start_ahead_for_the_mst_jobs_right_behind_on_other_graphs() -> None:
-    """Before a GPU worker computes a job's forest it starts those of the MST jobs queued right
-    behind it (in its backlog and its pipe), each graph once, plain forests of resident graphs
-    only, up to ``1 + MST_LAUNCH_AHEAD``; anything else in between ends the look ahead."""
+    """Before a GPU worker computes a job's forest it starts those of the ``MST_LAUNCH_AHEAD`` MST
+    jobs queued right behind it (in its backlog and its pipe), each graph once, plain forests of
+    resident graphs only; anything else in between ends the look ahead."""
     from collections import deque
     from types import SimpleNamespace
 
@@ -251,13 +251,20 @@ def test_forests_start_ahead_for_the_mst_jobs_right_behind_on_other_graphs() -> 
     )
     theirs.send((mst, 8, "f", "r8", "mst", {}))  # waiting in the pipe: read into the backlog
     theirs.send((mst, 9, "g", "r9"))
-    theirs.send((mst, 10, "h", "r10"))  # past 1 + 3
+    theirs.send((mst, 10, "h", "r10"))  # the ninth behind: past MST_LAUNCH_AHEAD
     time.sleep(0.2)
     first = ["a", "r1", "mst", {}]
-    fake: Any = SimpleNamespace(**vars(resident), config=SimpleNamespace(launch_ahead=3))  # a worker's parts
+    fake: Any = SimpleNamespace(**vars(resident), config=SimpleNamespace(launch_ahead=8))  # a worker's parts
     process._launch_ahead(fake, ours, backlog, first)
     assert launched == [("a", "min"), ("b", "max"), ("f", "min"), ("g", "min")]
     assert [request[1] for request in backlog] == list(range(2, 11))  # all still to be answered, in order
+
+    launched.clear()
+    fake.config.launch_ahead = 1  # the window counts the jobs behind, started or passed over
+    process._launch_ahead(
+        fake, ours, deque([(mst, 2, "c", "r2", "dendrogram", {}), (mst, 3, "b", "r3")]), first
+    )
+    assert launched == [("a", "min")]
 
     launched.clear()
     in_between = deque([(mst, 2, "b", "r2"), (worker.WEIGHTS, 3, "c", "w3"), (mst, 4, "d", "r4")])

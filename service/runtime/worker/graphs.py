@@ -210,14 +210,14 @@ def in_whole_graph(exc: GraphValidationError, lo: int) -> GraphValidationError:
 
 def launch_ahead(worker: Worker, requests: Iterable[Sequence[Any]]) -> int:
     """Start on the device the forests of MST requests (their arguments: graph id, result path,
-    task, parameters) in their order, one per graph, the first and up to
-    ``MST_LAUNCH_AHEAD`` more; how many started. Each request's own turn then collects its run
-    (:meth:`gpu_core.Graph.launch_forest`). A request that is not a plain forest of a resident
-    graph (another task, edges excluded, a point set, a graph not loaded) is passed over: it
-    computes at its turn, as it would have anyway."""
-    started, seen, most = 0, set(), 1 + worker.config.launch_ahead
-    for graph_id, _, *rest in requests:
-        if started >= most:
+    task, parameters): the first and the ``MST_LAUNCH_AHEAD`` behind it, one run per graph (a
+    graph's run already started is left to finish); how many started. Each request's own turn
+    then collects its run (:meth:`gpu_core.Graph.launch_forest`). A request that is not a plain
+    forest of a resident graph (another task, edges excluded, a point set, a graph not loaded) is
+    passed over: it computes at its turn, as it would have anyway."""
+    started, seen = 0, set()
+    for position, (graph_id, _, *rest) in enumerate(requests):
+        if position > worker.config.launch_ahead:
             break
         task, params = (rest[0] if rest else "mst"), ((rest[1] if len(rest) > 1 else None) or {})
         graph = worker.graphs.get(graph_id)
