@@ -161,6 +161,7 @@ ONE_REQUEST_AB_RUNS = {
     "jobs-h200/one-request-ab-2026-11-27c/ab.json": ("new", "base", "new2", "base2"),
     "single-job-h200-2026-11-27d/machine-3/jobs-ab.json": ("new", "head", "new2", "head2"),
     "launch-ahead-2026-11-27/h200/jobs-ab-parts.json": ("ahead8a", "ahead8b"),
+    "launch-ahead-2026-11-27/h200-b/jobs-ab.json": ("ahead8a", "ahead8b"),
 }
 #: 64 clients on one graph (identical jobs coalesced), and one-shots batched, with the defaults
 SAME_GRAPH_RUN = "jobs-h200/before-jobs-default.json"
