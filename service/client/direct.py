@@ -48,9 +48,7 @@ class DirectConnection:
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._drop()
 
     def serves(self, kwargs: dict[str, Any]) -> bool:
         """Whether a request with these httpx arguments can go this way: no body to send, plain

@@ -11,6 +11,7 @@ written behind it (:class:`~.protocol.Reply`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
@@ -208,14 +209,14 @@ def in_whole_graph(exc: GraphValidationError, lo: int) -> GraphValidationError:
     return shifted
 
 
-def launch_ahead(worker: Worker, requests: Iterable[Sequence[Any]]) -> int:
+def launch_ahead(worker: Worker, requests: Iterable[Sequence[Any]]) -> None:
     """Start on the device the forests of MST requests (their arguments: graph id, result path,
     task, parameters): the first and the ``MST_LAUNCH_AHEAD`` behind it, one run per graph (a
-    graph's run already started is left to finish); how many started. Each request's own turn
+    graph's run already started is left to finish). Each request's own turn
     then collects its run (:meth:`gpu_core.Graph.launch_forest`). A request that is not a plain
     forest of a resident graph (another task, edges excluded, a point set, a graph not loaded) is
     passed over: it computes at its turn, as it would have anyway."""
-    started, seen = 0, set()
+    seen = set()
     for position, (graph_id, _, *rest) in enumerate(requests):
         if position > worker.config.launch_ahead:
             break
@@ -224,11 +225,8 @@ def launch_ahead(worker: Worker, requests: Iterable[Sequence[Any]]) -> int:
         if graph_id in seen or graph is None or task != "mst" or params.get("exclude") is not None:
             continue
         seen.add(graph_id)
-        try:
-            started += graph.launch_forest(objective=params.get("objective", "min"))
-        except ValueError:  # not an objective: its own turn words the error
-            continue
-    return started
+        with contextlib.suppress(ValueError):  # not an objective: its own turn words the error
+            graph.launch_forest(objective=params.get("objective", "min"))
 
 
 def run_task(
