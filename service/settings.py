@@ -191,7 +191,7 @@ class Settings(BaseSettings):
         "`MST_WORKER_POOL=ray`, refused.",
     )
     dispatch_depth: int = Field(
-        default=16,
+        default=32,
         ge=1,
         le=32,
         description="Jobs handed to a worker at once (in its pipe or running), 1 to 32 (one-shot "

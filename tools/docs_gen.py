@@ -162,6 +162,8 @@ ONE_REQUEST_AB_RUNS = {
     "single-job-h200-2026-11-27d/machine-3/jobs-ab.json": ("new", "head", "new2", "head2"),
     "launch-ahead-2026-11-27/h200/jobs-ab-parts.json": ("ahead8a", "ahead8b"),
     "launch-ahead-2026-11-27/h200-b/jobs-ab.json": ("ahead8a", "ahead8b"),
+    # MST_DISPATCH_DEPTH 16 (the default until then) and 32 (the default since)
+    "issue25-probes-2026-11-27/dispatch-depth-h200.json": ("d16a", "d32a", "d16b", "d32b"),
 }
 #: 64 clients on one graph (identical jobs coalesced), and one-shots batched, with the defaults
 SAME_GRAPH_RUN = "jobs-h200/before-jobs-default.json"
