@@ -164,6 +164,8 @@ ONE_REQUEST_AB_RUNS = {
     "launch-ahead-2026-11-27/h200-b/jobs-ab.json": ("ahead8a", "ahead8b"),
     # MST_DISPATCH_DEPTH 16 (the default until then) and 32 (the default since)
     "issue25-probes-2026-11-27/dispatch-depth-h200.json": ("d16a", "d32a", "d16b", "d32b"),
+    # the one-service sides of the probe of several services on one GPU
+    "issue25-probes-2026-11-27/instances-h200.json": ("one-a", "one-b"),
 }
 #: 64 clients on one graph (identical jobs coalesced), and one-shots batched, with the defaults
 SAME_GRAPH_RUN = "jobs-h200/before-jobs-default.json"
