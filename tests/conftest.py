@@ -31,8 +31,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def _compile_the_sources() -> None:
     """Bytecode for the repository's packages before any test runs, as an installed package has
-    it: the suite starts some hundreds of servers and workers (``python -m service``), and with
-    ``PYTHONDONTWRITEBYTECODE=1`` (CI's environment) each compiled every module it imports again,
+    it: the suite starts about 100 servers (``python -m service``) and 150 workers, and with
+    ``PYTHONDONTWRITEBYTECODE=1`` (CI's environment) each compiled every module it imported again,
     about 0.25 s of CPU a server. Stale files cannot be read: Python compares each with its
     source's time stamp and size. (pytest reads the test modules themselves through its assertion
     rewriting, not from these files.)"""
