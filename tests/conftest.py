@@ -6,13 +6,10 @@ lazily, and only when a collected test carries the ``gpu`` marker.
 
 from __future__ import annotations
 
-import compileall
 import os
-from pathlib import Path
+import sys
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -24,22 +21,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    if not hasattr(session.config, "workerinput"):  # the controller, or a run without -n
-        _compile_the_sources()
+def _cache_bytecode() -> None:
+    """Let this run's processes keep the bytecode they compile, as an installed service does.
+
+    The suite starts about 100 servers (``python -m service``) and 150 workers. Under
+    ``PYTHONDONTWRITEBYTECODE=1`` (set on the CI machine) none kept the modules it compiled, so
+    each compiled everything it imported again (about 0.25 s of CPU a server for the service's own
+    modules alone), unless the install had compiled all 12,500 files of the environment first
+    (uv's ``--compile-bytecode``: 42 s of CI's time, most of it for modules no test imports).
+    Unset for this run, and off in the test processes too, the first process to import a module
+    writes its ``.pyc`` and the others read it: only what is imported is compiled, once. Stale
+    files cannot be read: Python compares each with its source's time stamp and size."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the servers, workers and tools started here
+    sys.dont_write_bytecode = False  # this process (the controller or a test process) too
 
 
-def _compile_the_sources() -> None:
-    """Bytecode for the repository's packages before any test runs, as an installed package has
-    it: the suite starts about 100 servers (``python -m service``) and 150 workers, and with
-    ``PYTHONDONTWRITEBYTECODE=1`` (CI's environment) each compiled every module it imported again,
-    about 0.25 s of CPU a server. Stale files cannot be read: Python compares each with its
-    source's time stamp and size. (pytest reads the test modules themselves through its assertion
-    rewriting, not from these files.)"""
-    for package in ("service", "gpu_core", "bench", "tests"):
-        folder = REPO / package
-        if folder.is_dir() and os.access(folder, os.W_OK):
-            compileall.compile_dir(folder, quiet=2)
+_cache_bytecode()
 
 
 def _gpu_unavailable_reason() -> str | None:
