@@ -1,9 +1,12 @@
-"""``python -m service`` / ``mst-service``: run the API with uvicorn (settings from ``MST_*`` variables).
+"""``python -m service`` / ``mst-service``: run the service (settings from ``MST_*`` variables).
 
 This module imports only the standard library at its top, so that worker 0 can start before the
-web framework is imported: :func:`main` reads the settings, spawns worker 0 and the GPU probe
-(:func:`service.runtime.pool.head_start.begin`), and only then imports and builds the app, while
-the worker starts.
+web framework is imported. :func:`main` reads the settings; with one API process
+(``MST_API_WORKERS`` resolved to 1) it begins the supervisor (worker 0 and the GPU probe spawned,
+:meth:`service.runtime.supervisor.supervisor.Supervisor.begin`) and only then imports and builds
+the app, which serves with uvicorn while the worker starts; with several it runs the supervisor
+as a process of its own (:func:`service.runtime.supervisor.service.run_service`), which spawns
+the API processes on one listening socket.
 """
 
 from __future__ import annotations
@@ -40,16 +43,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     for warning in retired_settings(os.environ):
         logging.getLogger("service").warning(warning)
-    head_start = None
-    if settings.worker_pool == "local":
-        from .runtime.pool.head_start import begin
+    processes = settings.api_processes
+    if processes > 1:
+        import asyncio
 
-        head_start = begin(settings)  # worker 0 starts while the app is imported and built
+        from .runtime.supervisor.service import run_service
+
+        asyncio.run(run_service(settings, processes, "service.app:serve_api"))
+        return 0
+    from .runtime.supervisor.supervisor import Supervisor
+
+    supervisor = Supervisor(settings, api_slots=1)
+    supervisor.begin()  # worker 0 starts while the app is imported and built
     import uvicorn
 
     from .app import create_app
 
-    app = create_app(settings, head_start)
+    app = create_app(settings, supervisor)
     uvicorn.run(
         app,
         host=settings.host,

@@ -1,12 +1,21 @@
-"""The FastAPI application: :func:`create_app` builds it, its lifespan starts and stops the workers."""
+"""The FastAPI application: :func:`create_app` builds it; its lifespan connects it to the workers.
+
+With one API process (``MST_API_WORKERS=1``) the app's lifespan also starts the supervisor
+(:mod:`service.runtime.supervisor`): the workers are this process's children. With several,
+the supervisor is a process of its own, which spawns each API process with :func:`serve_api`
+on the one listening socket and hands it the board and the run folder (:class:`Hosted`).
+"""
 
 from __future__ import annotations
 
 import gc
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -19,20 +28,32 @@ from .api.deps import Services
 from .api.media_types import PROBLEM_JSON
 from .api.problems import install_handlers
 from .api.request_metrics import MetricsMiddleware
-from .metrics import Metrics
+from .metrics import Metrics, WorkerGauges
 from .models import GraphUpload, PointsBody, PointsUpload, Problem, WeightsPatch, WeightsUpload
 from .runtime.admission import Admission
+from .runtime.board import Board
 from .runtime.catalog import Catalog
 from .runtime.jobs import Jobs
+from .runtime.links.fleet import Fleet
 from .runtime.models import Models
 from .runtime.oneshots import OneShots
-from .runtime.pool.head_start import HeadStart
-from .runtime.pool.residency import GraphSource
-from .runtime.supervisor import Supervisor
+from .runtime.supervisor.supervisor import Supervisor, read_facts
 from .settings import Settings
 from .storage.store import Store
 
 log = logging.getLogger("service")
+
+
+@dataclass(frozen=True)
+class Hosted:
+    """What an API process spawned by the supervisor process is given: its slot, the board, the run
+    folder (the workers' sockets) and how many workers there are."""
+
+    slot: int
+    board: Board
+    run_dir: Path
+    workers: int
+
 
 DESCRIPTION = """\
 Minimum spanning forests of large graphs, computed on NVIDIA GPUs with ECL-MST
@@ -59,43 +80,58 @@ BEARER_SCHEME = {
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     metrics: Metrics = app.state.metrics
-    head_start: HeadStart | None = app.state.head_start
-    app.state.head_start = None  # taken once: a second lifespan (tests) starts its own
+    hosted: Hosted | None = app.state.hosted
+    supervisor: Supervisor | None = None
+    if hosted is None:  # one API process: it supervises the workers itself
+        supervisor = app.state.supervisor or Supervisor(settings, api_slots=1)
+        app.state.supervisor = None  # taken once: a second lifespan (tests) starts its own
+        try:
+            supervisor.begin()
+            await supervisor.start()
+        except BaseException:
+            await supervisor.stop()
+            raise
+        assert supervisor.store is not None
+        store = supervisor.store
+        hosted = Hosted(0, supervisor.board, supervisor.run_dir, supervisor.workers)
+    else:
+        store = Store(settings.data_dir, checkpoint=False)
+    fleet = Fleet(settings, hosted.board, hosted.run_dir, hosted.slot, hosted.workers)
+    fleet.open()
+    admission = Admission(settings, store, fleet)
+    jobs_ = Jobs(store, fleet, metrics, admission)
+    catalog = Catalog(settings, store, fleet, admission, metrics)
+    models_ = Models(settings, store, fleet, catalog, admission)
+    oneshots = OneShots(store, fleet, admission, metrics)
     try:
-        store = Store(settings.data_dir)
-    except BaseException:
-        if head_start is not None:
-            head_start.abandon()
-        raise
-    queued, failed = store.recover("The service stopped while the job was running.")
-    if failed:
-        log.warning("%d job(s) were running when the service stopped; marked failed (worker_lost)", failed)
-    catalog_ref: list[Catalog] = []
-
-    def source(graph_id: str) -> GraphSource | None:
-        return catalog_ref[0].source(graph_id)
-
-    supervisor = Supervisor(settings, source, head_start=head_start)
-    admission = Admission(supervisor)
-    jobs_ = Jobs(store, supervisor, metrics, settings.max_result_bytes, admission)
-    oneshots = OneShots(store, supervisor, admission, metrics)
-    catalog = Catalog(store, supervisor, jobs_)
-    catalog_ref.append(catalog)
-    models_ = Models(store, supervisor, catalog, admission)
-    try:
-        await supervisor.start()
-        catalog.restore()
-        jobs_.requeue(queued)
-        metrics.workers = lambda: [w.gauges() for w in supervisor.workers]
-        app.state.services = Services(settings, store, supervisor, jobs_, oneshots, catalog, metrics, models_)
+        jobs_.sharded.resume()
+        metrics.workers = lambda: [_gauges(n) for n in fleet.numbers()]
+        app.state.services = Services(settings, store, fleet, jobs_, oneshots, catalog, metrics, models_)
         # Everything imported and built so far lives as long as the process: keep it out of the
         # cyclic collector's full passes, which otherwise walk it on requests' paths (p99).
         gc.freeze()
         yield
     finally:
         app.state.services = None
-        await supervisor.stop()
-        store.close()
+        await fleet.close()
+        if supervisor is not None:
+            await supervisor.stop()  # closes its store
+        else:
+            store.close()
+
+
+def _gauges(n: Any) -> WorkerGauges:
+    return WorkerGauges(
+        index=n.index,
+        up=n.accepting,
+        queue_depth=n.queue_depth,
+        datasets=n.datasets,
+        device_bytes=n.held_bytes,
+        free_bytes=n.free_bytes,
+        restarts=n.restarts,
+        requests_lost=n.lost,
+        requests_resent=n.resent,
+    )
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -145,11 +181,14 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return schema
 
 
-def create_app(settings: Settings | None = None, head_start: HeadStart | None = None) -> FastAPI:
-    """The service's app; workers start when its lifespan starts (uvicorn, or ``TestClient`` as a
-    context). ``head_start``: worker 0 and the GPU probe, spawned before the app was built
-    (``python -m service``: :func:`service.runtime.pool.head_start.begin`); its first lifespan
-    takes them."""
+def create_app(
+    settings: Settings | None = None, supervisor: Supervisor | None = None, hosted: Hosted | None = None
+) -> FastAPI:
+    """The service's app; it connects to the workers when its lifespan starts (uvicorn, or
+    ``TestClient`` as a context). ``supervisor``: one begun already (``python -m service`` spawns
+    worker 0 before the app is built), which the first lifespan starts and stops; ``hosted``: the
+    app is one of several API processes of a supervisor process (:func:`serve_api`).
+    """
     app = FastAPI(
         title="MST service",
         version=__version__,
@@ -167,7 +206,8 @@ def create_app(settings: Settings | None = None, head_start: HeadStart | None = 
     app.state.settings = settings if settings is not None else Settings()
     app.state.metrics = Metrics()
     app.state.services = None
-    app.state.head_start = head_start
+    app.state.supervisor = supervisor
+    app.state.hosted = hosted
     install_handlers(app)
     # The routers' routes join the app's own list rather than being included: FastAPI 0.165 keeps an
     # included router as a nested router whose routes are matched again, through scope bookkeeping,
@@ -178,6 +218,24 @@ def create_app(settings: Settings | None = None, head_start: HeadStart | None = 
         app.router.routes.extend(router.routes)
     # before the routes: nothing answers a request it refuses, so no route can escape it
     app.add_middleware(AuthMiddleware, keys=KeyRing.from_settings(app.state.settings))
-    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics, process=0 if hosted is None else hosted.slot)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def serve_api(settings: Settings, slot: int, board: Board, run_dir: Path, sockets: list[socket.socket]) -> None:
+    """An API process of a supervisor process: uvicorn serving the app on the shared listening socket."""
+    import uvicorn
+
+    logging.basicConfig(
+        level=settings.log_level.upper(), format=f"%(asctime)s %(levelname)s api-{slot} %(name)s: %(message)s"
+    )
+    workers = len(read_facts(run_dir).get("workers", []))
+    app = create_app(settings, hosted=Hosted(slot, board, run_dir, workers))
+    config = uvicorn.Config(
+        app,
+        log_level=settings.log_level,
+        access_log=settings.log_level == "debug",
+        timeout_graceful_shutdown=10,
+    )
+    uvicorn.Server(config).run(sockets=sockets)

@@ -1,18 +1,24 @@
-"""Prometheus metrics of one app: HTTP requests, jobs, queue depth, resident graphs, device bytes.
+"""Prometheus metrics of the service: HTTP requests, jobs, queue depth, resident graphs, device bytes.
 
-Each app owns a :class:`prometheus_client.CollectorRegistry`, so several apps
-(tests) never collide. The instruments live here, below the API and the runtime,
-so each updates its own without knowing the other: the API's middleware counts
-requests (:mod:`service.api.request_metrics`), the runtime counts jobs. Gauges
-that describe the workers are computed when scraped, from :attr:`Metrics.workers`
-(which the app points at the supervisor's workers), rather than kept up to date
-by hand.
+Each app owns a :class:`prometheus_client.CollectorRegistry`, so several apps (tests) never
+collide. The instruments live here, below the API and the runtime, so each updates its own
+without knowing the other: the API's middleware counts requests
+(:mod:`service.api.request_metrics`), the runtime counts jobs. Gauges that describe the workers
+are computed when scraped, from :attr:`Metrics.workers` (the board's numbers), rather than kept
+up to date by hand.
+
+With several API processes the counters and histograms live in Prometheus' multiprocess mode:
+the supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` (a folder of its private run folder) before it
+spawns them, each process writes its values to files there, and a scrape of any of them sums
+every process's (:meth:`Metrics.exposition`), so every scrape says the same.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+
+import os
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -143,4 +149,11 @@ class Metrics:
                 self.compute_seconds.observe(compute_ms / 1e3)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            return generate_latest(self.registry)
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry(auto_describe=True)
+        multiprocess.MultiProcessCollector(registry)  # every process's counters and histograms, summed
+        registry.register(_WorkerCollector(lambda: self.workers()))
+        return generate_latest(registry)

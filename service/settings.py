@@ -12,6 +12,7 @@ than the heartbeat).
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
@@ -20,6 +21,9 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .api_keys import check_api_key, read_key_file
+
+#: the most API processes MST_API_WORKERS may ask for
+MAX_API_WORKERS = 64
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -67,6 +71,21 @@ class Settings(BaseSettings):
         description="GPU ordinals to run one worker each on, e.g. `0,1`; unset, empty or `all` for every "
         "visible GPU. Local pool only: with `MST_WORKER_POOL=ray`, Ray gives each actor its GPU "
         "(setting both is refused).",
+    )
+    api_workers: int | Literal["auto"] = Field(
+        default="auto",
+        description="API processes serving HTTP on the one port, each reaching every worker directly "
+        "(1 to 64). `auto`: a quarter of the host's cores, at least 1 and at most 8 (one on a 2- or "
+        "3-core host). `1`: one process serves HTTP and supervises the workers itself. Several need "
+        "`MST_WORKER_POOL=local`. See docs/design/architecture.md.",
+    )
+    workers_per_gpu: int = Field(
+        default=1,
+        ge=1,
+        le=8,
+        description="Worker processes per GPU (1 to 8), each holding its own datasets in an equal share of "
+        "the device's memory (unless `MST_WORKER_MEMORY_BYTES` caps each): many small datasets "
+        "spread over every worker, whose jobs then run side by side. Local pool only.",
     )
     cpu_workers: int = Field(
         default=1,
@@ -358,6 +377,16 @@ class Settings(BaseSettings):
                 "MST_CPU_WORKERS counts this host's CPU worker processes; with MST_WORKER_POOL=ray, "
                 "MST_RAY_WORKERS sets how many actors: unset MST_CPU_WORKERS."
             )
+        if self.worker_pool == "ray" and isinstance(self.api_workers, int) and self.api_workers > 1:
+            raise ValueError(
+                "MST_API_WORKERS above 1 needs MST_WORKER_POOL=local: with Ray one API process serves "
+                "HTTP; unset MST_API_WORKERS or set it to 1."
+            )
+        if self.worker_pool == "ray" and "workers_per_gpu" in self.model_fields_set:
+            raise ValueError(
+                "MST_WORKERS_PER_GPU sets this host's worker processes per GPU; with MST_WORKER_POOL=ray "
+                "Ray gives each actor one GPU: unset MST_WORKERS_PER_GPU."
+            )
         if self.worker_pool == "ray" and self.standby_worker == "on":
             raise ValueError(
                 "MST_STANDBY_WORKER=on keeps spare local worker processes; the Ray pool has none: "
@@ -370,6 +399,22 @@ class Settings(BaseSettings):
                 f"{names} set, but MST_WORKER_POOL is not ray: set MST_WORKER_POOL=ray or unset them."
             )
         return self
+
+    @field_validator("api_workers")
+    @classmethod
+    def _check_api_workers(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= MAX_API_WORKERS:
+            raise ValueError(f"MST_API_WORKERS must be `auto` or 1 to {MAX_API_WORKERS}, got {value}.")
+        return value
+
+    @property
+    def api_processes(self) -> int:
+        """How many API processes serve HTTP (``MST_API_WORKERS`` resolved on this host)."""
+        if isinstance(self.api_workers, int):
+            return self.api_workers
+        if self.worker_pool == "ray":
+            return 1
+        return max(1, min(8, (os.cpu_count() or 1) // 4))
 
     @model_validator(mode="after")
     def _check_heartbeat(self) -> Settings:

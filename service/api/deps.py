@@ -25,7 +25,7 @@ from ..runtime.catalog import Catalog
 from ..runtime.jobs import Jobs
 from ..runtime.models import Models
 from ..runtime.oneshots import OneShots
-from ..runtime.supervisor import Supervisor
+from ..runtime.links.fleet import Fleet
 from ..settings import Settings
 from ..storage.records import is_id
 from ..storage.store import Store
@@ -38,7 +38,7 @@ class Services:
 
     settings: Settings
     store: Store
-    supervisor: Supervisor
+    fleet: Fleet
     jobs: Jobs
     oneshots: OneShots
     catalog: Catalog
@@ -118,8 +118,6 @@ async def get_catalog(services: Annotated[Services, Depends(get_services)]) -> C
     return services.catalog
 
 
-async def get_supervisor(services: Annotated[Services, Depends(get_services)]) -> Supervisor:
-    return services.supervisor
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
@@ -128,4 +126,3 @@ OwnerDep = Annotated[str, Depends(get_owner)]
 StoreDep = Annotated[Store, Depends(get_store)]
 JobsDep = Annotated[Jobs, Depends(get_jobs)]
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
-SupervisorDep = Annotated[Supervisor, Depends(get_supervisor)]

@@ -7,16 +7,18 @@ workers (``resident``, ``loading``, ``evicted``, ...); a sharded graph's with ea
 
 from __future__ import annotations
 
-from typing import Any
-
 import gpu_core
 
 from ..models import GraphOut, PointSetOut, Residency, ShardResidency, timestamp
-from ..runtime.supervisor import Supervisor, shard_key
-from ..storage.records import GraphRecord
+from ..runtime.links.fleet import Fleet
+from ..storage.records import GraphRecord, Placement
+from ..storage.store import Store
+
+#: a dataset's residency statuses, the least ready first (a sharded graph shows its least ready shard's)
+_ORDER = ["unplaced", "failed", "loading", "evicted", "resident"]
 
 
-def describe_points(supervisor: Supervisor, record: GraphRecord) -> PointSetOut:
+def describe_points(fleet: Fleet, store: Store, record: GraphRecord) -> PointSetOut:
     """A point set as ``/v1/points`` describes it."""
     return PointSetOut(
         id=record.id,
@@ -26,12 +28,13 @@ def describe_points(supervisor: Supervisor, record: GraphRecord) -> PointSetOut:
         dtype=record.weight_dtype,  # type: ignore[arg-type]
         source_format=record.source_format,
         payload_bytes=record.payload_bytes,
-        residency=_residency(supervisor, record),
+        residency=_residency(fleet, store.placements_of(record.id)),
     )
 
 
-def describe_graph(supervisor: Supervisor, record: GraphRecord) -> GraphOut:
+def describe_graph(fleet: Fleet, store: Store, record: GraphRecord) -> GraphOut:
     """A graph as ``/v1/graphs`` describes it."""
+    placements = store.placements_of(record.id)
     return GraphOut(
         id=record.id,
         created_at=timestamp(record.created_at),  # type: ignore[arg-type]
@@ -41,25 +44,25 @@ def describe_graph(supervisor: Supervisor, record: GraphRecord) -> GraphOut:
         source_format=record.source_format,
         payload_bytes=record.payload_bytes,
         weights_version=record.weights_version,
-        residency=_residency(supervisor, record),
+        residency=_residency(fleet, placements),
         shards=record.shards,
-        shard_residency=_shard_residency(supervisor, record) if record.shards > 1 else None,
+        shard_residency=_shard_residency(fleet, record, placements) if record.shards > 1 else None,
     )
 
 
-def _shard_residency(supervisor: Supervisor, record: GraphRecord) -> list[ShardResidency]:
+def _shard_residency(fleet: Fleet, record: GraphRecord, placements: list[Placement]) -> list[ShardResidency]:
     ranges = gpu_core.edge_ranges(record.num_edges, record.shards)
+    by_key = {p.key: p for p in placements}
     return [
-        ShardResidency(**_placed(supervisor, shard_key(record.id, i)).model_dump(), edges=[lo, hi])
+        ShardResidency(**_placed(fleet, by_key.get(f"{record.id}.s{i}")).model_dump(), edges=[lo, hi])
         for i, (lo, hi) in enumerate(ranges)
     ]
 
 
-def _residency(supervisor: Supervisor, record: GraphRecord) -> Residency:
-    if record.shards > 1:  # all shards together: the least ready shard's status, the bytes of all
-        shards = _shard_residency(supervisor, record)
-        order = ["unplaced", "failed", "loading", "evicted", "resident"]
-        worst = min(shards, key=lambda r: order.index(r.status))
+def _residency(fleet: Fleet, placements: list[Placement]) -> Residency:
+    if len(placements) > 1:  # all shards together: the least ready shard's status, the bytes of all
+        shards = [_placed(fleet, p) for p in placements]
+        worst = min(shards, key=lambda r: _ORDER.index(r.status))
         return Residency(
             status=worst.status,
             worker=shards[0].worker,
@@ -68,28 +71,20 @@ def _residency(supervisor: Supervisor, record: GraphRecord) -> Residency:
             device_bytes=sum(r.device_bytes for r in shards),
             error=next((r.error for r in shards if r.error), None),
         )
-    return _placed(supervisor, record.id)
+    return _placed(fleet, placements[0] if placements else None)
 
 
-def _placed(supervisor: Supervisor, key: str) -> Residency:
-    handle = supervisor.holder(key)
-    placed = None if handle is None else handle.graphs.get(key)
-    residency: dict[str, Any]
-    if handle is None or placed is None:
-        residency = {
-            "status": "unplaced",
-            "worker": None,
-            "backend": None,
-            "device": None,
-            "device_bytes": 0,
-        }
-    else:
-        residency = {
-            "status": placed.status,
-            "worker": handle.index,
-            "backend": handle.info.get("backend", handle.config.backend),
-            "device": handle.info.get("device"),
-            "device_bytes": 0 if placed.status == "evicted" else placed.device_bytes,
-            "error": placed.error,
-        }
-    return Residency(**residency)
+def _placed(fleet: Fleet, placement: Placement | None) -> Residency:
+    if placement is None:
+        return Residency(status="unplaced", worker=None, backend=None, device=None, device_bytes=0)
+    facts = fleet.facts()
+    fact = facts[placement.worker] if placement.worker < len(facts) else {}
+    status = placement.status if placement.status in _ORDER else "loading"
+    return Residency(
+        status=status,  # type: ignore[arg-type]
+        worker=placement.worker,
+        backend=fact.get("backend"),
+        device=fact.get("device"),
+        device_bytes=0 if status == "evicted" else placement.device_bytes,
+        error=placement.error,
+    )

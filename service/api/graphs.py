@@ -69,14 +69,14 @@ async def create_graph(
     record = await services.catalog.create(upload, owner, shards=shards, steps=steps)
     response.headers["Location"] = f"/v1/graphs/{record.id}"
     response.headers["Server-Timing"] = steps.header()
-    return describe_graph(services.supervisor, record)
+    return describe_graph(services.fleet, services.store, record)
 
 
 @router.get("", operation_id="listGraphs", response_model=GraphList, summary="List graphs")
 async def list_graphs(services: ServicesDep, owner: OwnerDep) -> GraphList:
     """The caller's stored graphs (those of its API key), oldest first."""
     catalog = services.catalog
-    return GraphList(graphs=[describe_graph(services.supervisor, g) for g in catalog.owned(owner)])
+    return GraphList(graphs=[describe_graph(services.fleet, services.store, g) for g in catalog.owned(owner)])
 
 
 @router.get(
@@ -88,7 +88,7 @@ async def list_graphs(services: ServicesDep, owner: OwnerDep) -> GraphList:
 )
 async def get_graph(graph_id: str, services: ServicesDep, owner: OwnerDep) -> GraphOut:
     """Sizes, weight dtype, and where the graph is resident (worker, device, bytes on the device)."""
-    return describe_graph(services.supervisor, services.catalog.get(checked_graph_id(graph_id), owner))
+    return describe_graph(services.fleet, services.store, services.catalog.get(checked_graph_id(graph_id), owner))
 
 
 @router.delete(
@@ -185,7 +185,7 @@ async def _update_weights(
     steps.lap("receive")
     updated = await services.catalog.update_weights(graph_id, owner, upload, partial, steps)
     response.headers["Server-Timing"] = steps.header()
-    return describe_graph(services.supervisor, updated)
+    return describe_graph(services.fleet, services.store, updated)
 
 
 @router.put(

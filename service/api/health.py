@@ -28,8 +28,8 @@ async def healthz() -> Health:
 async def readyz(request: Request) -> JSONResponse:
     """200 when a worker is up, warmed up, has computed a probe graph and beats; else 503."""
     services = getattr(request.app.state, "services", None)
-    workers = [] if services is None else [w.describe() for w in services.supervisor.workers]
-    ready = services is not None and services.supervisor.ready
+    workers = [] if services is None else services.fleet.describe()
+    ready = services is not None and services.fleet.ready
     body = Readiness(status="ready" if ready else "not_ready", workers=workers)
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 

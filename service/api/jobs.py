@@ -10,7 +10,7 @@ from ..models import JobOut, ResultOut
 from ..timing import Steps
 from .auth import owner_of
 from .deps import JobsDep, OwnerDep, checked_job_id, services_of
-from .docs import RESULT_CONTENT, RESULT_DESCRIPTION, problems
+from .docs import RESULT_CONTENT, RESULT_DESCRIPTION, WAIT_QUERY, problems
 from .encoders import job_out, job_response, negotiate, result_response
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -19,10 +19,17 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 @router.get(
     "/{job_id}", operation_id="getJob", response_model=JobOut, summary="Job status", responses=problems(404)
 )
-async def get_job(job_id: str, request: Request) -> Response:
-    """Status, timestamps, ``error`` on failure and the result summary (with ``compute_ms``) on success."""
+async def get_job(job_id: str, request: Request, wait: Annotated[float, WAIT_QUERY] = 0.0) -> Response:
+    """Status, timestamps, ``error`` on failure and the result summary (with ``compute_ms``) on success.
+    With ``?wait=`` the answer waits up to that long for the job to finish (whichever API process
+    it was submitted through)."""
     steps = Steps()
-    job = services_of(request).jobs.get(checked_job_id(job_id), owner_of(request.scope))
+    services = services_of(request)
+    jobs, owner, checked = services.jobs, owner_of(request.scope), checked_job_id(job_id)
+    if wait > 0:
+        job = await jobs.wait_stored(checked, owner, min(wait, services.settings.max_wait_s))
+    else:
+        job = jobs.get(checked, owner)
     steps.lap("lookup")
     response = job_response(job)
     steps.lap("encode")

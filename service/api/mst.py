@@ -43,13 +43,16 @@ async def compute_mst(
 ) -> Response:
     """Upload, compute and answer with the forest in one request (the upload is not stored)."""
     representation = negotiate(accept)  # 406 before the upload is read
-    services.oneshots.admit(owner)  # a full queue is refused before the body is read
-    # read once by the worker and removed: no fsync (a crash loses nothing the client was told of)
-    upload = await receive_graph(request, services.store, services.settings, format, durable=False)
+    token = services.oneshots.admit(owner)  # a full queue is refused before the body is read
     try:
-        summary, result = await services.oneshots.compute(upload.path, upload.format, upload.size, owner)
+        # read once by the worker and removed: no fsync (a crash loses nothing the client was told of)
+        upload = await receive_graph(request, services.store, services.settings, format, durable=False)
+        try:
+            summary, result = await services.oneshots.compute(upload.path, upload.format)
+        finally:
+            upload.discard()
     finally:
-        upload.discard()
+        services.oneshots.release(token)
     return await one_shot_body(representation, result, summary)
 
 

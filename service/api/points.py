@@ -61,14 +61,14 @@ async def create_point_set(
     upload = await receive_points(request, services.store, services.settings, format)
     record = await services.catalog.create(upload, owner, kind="points")
     response.headers["Location"] = f"/v1/points/{record.id}"
-    return describe_points(services.supervisor, record)
+    return describe_points(services.fleet, services.store, record)
 
 
 @router.get("", operation_id="listPointSets", response_model=PointSetList, summary="List point sets")
 async def list_point_sets(services: ServicesDep, owner: OwnerDep) -> PointSetList:
     """The caller's stored point sets, oldest first."""
     owned = services.catalog.owned(owner, kind="points")
-    return PointSetList(point_sets=[describe_points(services.supervisor, p) for p in owned])
+    return PointSetList(point_sets=[describe_points(services.fleet, services.store, p) for p in owned])
 
 
 @router.get(
@@ -81,7 +81,7 @@ async def list_point_sets(services: ServicesDep, owner: OwnerDep) -> PointSetLis
 async def get_point_set(points_id: str, services: ServicesDep, owner: OwnerDep) -> PointSetOut:
     """Size, dimension, dtype, and where the point set is resident."""
     record = services.catalog.get(checked_points_id(points_id), owner, kind="points")
-    return describe_points(services.supervisor, record)
+    return describe_points(services.fleet, services.store, record)
 
 
 @router.delete(
@@ -94,7 +94,6 @@ async def get_point_set(points_id: str, services: ServicesDep, owner: OwnerDep) 
 async def delete_point_set(points_id: str, services: ServicesDep, owner: OwnerDep) -> Response:
     """Delete the point set (and the trees and models kept with it), cancel its queued jobs."""
     await services.catalog.delete(checked_points_id(points_id), owner, kind="points")
-    services.models.forget(points_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

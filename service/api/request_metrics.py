@@ -12,11 +12,15 @@ from ..metrics import Metrics
 
 
 class MetricsMiddleware:
-    """Pure ASGI middleware counting requests by route template (not raw path: ids would explode labels)."""
+    """Pure ASGI middleware counting requests by route template (not raw path: ids would explode labels).
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    Every answer also says which API process gave it (``X-MST-API-Process``: its slot), for an
+    operator reading a log, or a test sending related requests through different processes."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, process: int = 0) -> None:
         self.app = app
         self.metrics = metrics
+        self._process_header = (b"x-mst-api-process", str(process).encode())
         #: the counter's and the histogram's children by (method, route, status): ``labels()`` takes a
         #: lock and builds its key on every call; these few are looked up once
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
@@ -33,6 +37,7 @@ class MetricsMiddleware:
             if message["type"] == "http.response.start":
                 status = int(message["status"])
                 self._observe(scope, status, start)
+                message["headers"] = [*message.get("headers", ()), self._process_header]
             await send(message)
 
         try:

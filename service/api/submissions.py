@@ -63,30 +63,28 @@ async def submit_response(
 
     ``checked``: the id-shape check of the dataset's kind (graphs; point sets pass theirs).
     With ``wait``, the answer's ``Server-Timing`` says where the time went
-    (:meth:`~service.runtime.jobs.JobTimes.steps`). ``accept``: the request's Accept; where it
+    (:meth:`~service.runtime.jobs.Submitted.steps`). ``accept``: the request's Accept; where it
     asks for a binary result (:func:`inline_result`) and the job succeeds within the wait, the
     answer is its result, as ``GET /v1/jobs/{id}/result`` gives it (one round trip instead of
     two), with ``Location`` naming the job; otherwise the job, as without it.
     """
     started = time.monotonic()
-    job = services.jobs.submit(
-        checked(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache
-    )
-    try:
-        if wait > 0:
-            job = await services.jobs.wait(job.id, min(wait, services.settings.max_wait_s), current=job)
-            if not job.finished:
-                job = services.jobs.publish(job.id)  # its id goes out with this 202
-    finally:
-        times = services.jobs.times.pop(job.id, None)
+    jobs = services.jobs
+    submitted = await jobs.submit(checked(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache)
+    if wait > 0:
+        job = await jobs.wait(submitted, min(wait, services.settings.max_wait_s))
+        if not job.finished:
+            job = await jobs.publish(submitted)  # its id goes out with this 202
+    else:
+        job = submitted.job
     steps = Steps()
-    if times is not None:
-        steps.add(times.steps(started, time.monotonic()), "")
+    if wait > 0:
+        steps.add(submitted.steps(started, time.monotonic()), "")
     representation = inline_result(accept) if wait > 0 else None
     if representation is not None and job.status == "succeeded":
         result_steps = Steps()
         try:
-            job, path = await services.jobs.result_path(job.id, owner, result_steps)
+            job, path = await jobs.result_path(job.id, owner, result_steps, known=job)
             response = await result_response(representation, job, path)
         except ServiceError as exc:  # (its result lost and not computed again): the job is there
             exc.location = f"/v1/jobs/{job.id}"

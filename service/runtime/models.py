@@ -1,7 +1,8 @@
 """HDBSCAN* models kept resident with their point sets, and the predictions they answer.
 
 A model is fitted on a point set's worker (``FIT``) and stays there beside the point set; its
-record (parameters, clusters, bytes) is stored in SQLite, so it survives any restart. A worker
+record (parameters, clusters, bytes) is in the store, so every API process sees it and it
+survives any restart. A worker
 that restarts, or a point set evicted and loaded back, holds the point set without its models:
 the next prediction fits the model again from its stored parameters on the reloaded points
 (fitting is deterministic: the same model, the same answers), then predicts.
@@ -20,64 +21,50 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ..errors import (
-    DeviceQuotaExceededError,
-    InsufficientMemoryError,
-    ModelNotFoundError,
-    PointSetNotFoundError,
-    ServiceUnavailableError,
-)
+from ..errors import DeviceQuotaExceededError, ModelNotFoundError, PointSetNotFoundError
+from ..settings import Settings
 from ..storage.records import ModelRecord, new_id
 from ..storage.store import Store
 from ..timing import Steps
 from .admission import Admission
 from .catalog import Catalog
-from .pool.handle import WorkerHandle
-from .supervisor import Supervisor
+from .links.fleet import Fleet
+from .links.link import WorkerLink
 from .worker.protocol import DROP_MODEL, FIT, INLINE, PREDICT, SERVED
 
 
 class Models:
-    """The models of the stored point sets (records cached in memory: a prediction reads no disk)."""
+    """The models of the stored point sets (their records in the store)."""
 
-    def __init__(self, store: Store, supervisor: Supervisor, catalog: Catalog, admission: Admission) -> None:
+    def __init__(self, settings: Settings, store: Store, fleet: Fleet, catalog: Catalog, admission: Admission) -> None:
+        self._settings = settings
         self._store = store
-        self._supervisor = supervisor
+        self._fleet = fleet
         self._catalog = catalog
         self._admission = admission
-        self._cache: dict[str, ModelRecord] = {}
 
-    def _holder(self, points_id: str) -> WorkerHandle:
-        handle = self._supervisor.holder(points_id)
-        if handle is None:  # a placed point set always has its record (placed after, forgotten after)
-            raise ServiceUnavailableError(
-                f"point set {points_id} is not placed on any worker yet; retry shortly."
-            )
-        return handle
+    def _link(self, points_id: str) -> WorkerLink:
+        placements = self._store.placements_of(points_id)
+        if not placements:
+            raise PointSetNotFoundError(f"no point set has id {points_id!r}.")
+        return self._fleet.link(placements[0].worker)
 
     async def _request(self, owner: str, points_id: str, op: str, *args: Any) -> dict[str, Any]:
-        """One request on the point set's worker, loaded back first if it was evicted; while the
-        worker has no room for it (507), idle datasets are evicted and it is asked again."""
-        self._admission.admit(owner)
-        self._admission.started(owner)
+        """One request on the point set's worker (which loads it back first if it was evicted, and
+        evicts idle datasets while it has no room), counted against the owner's quota meanwhile."""
+        token = new_id("t")
+        taken = self._admission.admit(owner, token)
         try:
-            handle = self._holder(points_id)
-            while True:
-                await handle.ensure_resident(points_id)
-                handle.touch(points_id)
-                try:
-                    return await handle.request(op, points_id, *args)
-                except InsufficientMemoryError as exc:
-                    shortfall = (exc.needed_bytes or 0) - (exc.available_bytes or 0)
-                    if await handle.evict(max(shortfall, 1), keep=points_id) == 0:
-                        raise
+            answer: dict[str, Any] = await self._link(points_id).call(op, points_id, *args)
+            return answer
         finally:
-            self._admission.finished(owner)
+            if taken:
+                self._admission.release(token)
 
     async def create(self, points_id: str, owner: str, params: dict[str, Any]) -> ModelRecord:
         """Fit a model of ``params`` on the point set and keep it; its record."""
         self._catalog.get(points_id, owner, kind="points")
-        self._check_device_quota(owner, 1)  # a key at its device quota fits nothing
+        self._device_quota(owner, 1)(*self._store.graph_usage(owner))  # a key at its quota fits nothing
         model_id = new_id("m")
         summary = await self._request(owner, points_id, FIT, model_id, params)
         record = ModelRecord(
@@ -93,39 +80,36 @@ class Models:
             owner=owner,
         )
         try:
-            self._check_device_quota(owner, record.model_bytes)
-            if self._store.get_graph(points_id) is None:  # deleted while it was fitted
+            if not self._store.add_model(record, self._device_quota(owner, record.model_bytes)):
                 raise PointSetNotFoundError(f"point set {points_id!r} was deleted during the fit.")
-            self._store.add_model(record)
         except BaseException:
             await self._drop(points_id, model_id)
             raise
-        self._cache[model_id] = record
-        self._resize(points_id, summary)
         return replace(record)
 
-    def _check_device_quota(self, owner: str, model_bytes: int) -> None:
-        limit = self._supervisor.settings.quota_device_bytes
-        if not limit:
-            return
-        _, used = self._store.graph_usage(owner)
-        if used + model_bytes > limit:
-            raise DeviceQuotaExceededError(
-                f"this API key's graphs, point sets and models hold {used} device bytes and a model "
-                f"would add {model_bytes if model_bytes > 1 else 'more'}; its quota "
-                f"MST_QUOTA_DEVICE_BYTES is {limit}. Delete models or point sets you no longer need.",
-                quota="MST_QUOTA_DEVICE_BYTES",
-                limit=limit,
-                used=used,
-            )
+    def _device_quota(self, owner: str, model_bytes: int) -> Any:
+        limit = self._settings.quota_device_bytes
+
+        def check(count: int, used: int) -> None:
+            del count
+            if limit and used + model_bytes > limit:
+                raise DeviceQuotaExceededError(
+                    f"this API key's graphs, point sets and models hold {used} device bytes and a model "
+                    f"would add {model_bytes if model_bytes > 1 else 'more'}; its quota "
+                    f"MST_QUOTA_DEVICE_BYTES is {limit}. Delete models or point sets you no longer need.",
+                    quota="MST_QUOTA_DEVICE_BYTES",
+                    limit=limit,
+                    used=used,
+                )
+
+        return check
 
     def get(self, points_id: str, model_id: str, owner: str) -> ModelRecord:
         """The model's record; 404 when the point set is not ``owner``'s or holds no such model."""
         self._catalog.get(points_id, owner, kind="points")
-        record = self._cache.get(model_id) or self._store.get_model(model_id)
+        record = self._store.get_model(model_id)
         if record is None or record.points_id != points_id:
             raise ModelNotFoundError(f"point set {points_id} has no model {model_id!r}.")
-        self._cache[model_id] = record
         return record
 
     def owned(self, points_id: str, owner: str) -> list[ModelRecord]:
@@ -135,25 +119,12 @@ class Models:
     async def delete(self, points_id: str, model_id: str, owner: str) -> None:
         self.get(points_id, model_id, owner)
         self._store.delete_model(model_id)
-        self._cache.pop(model_id, None)
         await self._drop(points_id, model_id)
 
-    def forget(self, points_id: str) -> None:
-        """Drop the cached records of a deleted point set's models."""
-        for model_id in [m for m, r in self._cache.items() if r.points_id == points_id]:
-            del self._cache[model_id]
-
     async def _drop(self, points_id: str, model_id: str) -> None:
-        handle = self._supervisor.holder(points_id)
-        if handle is not None and handle.accepting:  # a worker starting again holds no model anyway
-            self._resize(points_id, await handle.request(DROP_MODEL, points_id, model_id))
-
-    def _resize(self, points_id: str, summary: dict[str, Any]) -> None:
-        """Record the point set's bytes on its worker, models included (eviction frees them all)."""
-        handle = self._supervisor.holder(points_id)
-        residency = None if handle is None else handle.graphs.get(points_id)
-        if residency is not None and residency.status == "resident":
-            residency.device_bytes = int(summary["device_bytes"])
+        link = self._link(points_id)
+        if link.connected:  # a worker starting again holds no model anyway
+            await link.call(DROP_MODEL, points_id, model_id)
 
     async def predict(
         self,
@@ -169,9 +140,8 @@ class Models:
 
         ``steps`` gets ``worker`` (the round trip) and its parts: ``send`` (admitted, then the
         request written, read and unpickled by the worker until its handler began, behind any other
-        request there), the worker's
-        own ``w-read`` (a binary body parsed), ``w-fit`` (a model fitted again), ``w-predict``,
-        and ``reply`` (the answer pickled, sent and read back here)."""
+        request there), the worker's own ``w-read`` (a binary body parsed), ``w-fit`` (a model
+        fitted again), ``w-predict``, and ``reply`` (the answer pickled, sent and read back here)."""
         sent = time.monotonic()
         summary = await self._request(
             owner,
@@ -189,13 +159,11 @@ class Models:
         if steps is not None:
             steps.lap("worker")
             steps.add(_round_trip(sent, replied, summary), "")
-        # fitted again, or the exemplars' indexes built by a membership request: the point set's
-        # worker holds more now, and the model's record (its owner's device quota counts it) says so
-        self._resize(model.points_id, summary)
+        # a membership request built the exemplars' indexes: the model holds more now, and its record
+        # (its owner's device quota counts it) says so
         held = int(summary.get("model_bytes", model.model_bytes))
         if held != model.model_bytes:
             self._store.set_model_bytes(model.id, held)
-            self._cache[model.id] = replace(model, model_bytes=held)
         return summary, arrays
 
 

@@ -2,25 +2,24 @@
 
 A graph whose edges do not fit one worker (or that the client or ``MST_SHARD_EDGES_ABOVE``
 asks to shard) is stored whole in the spool and held as ``k`` shards, the contiguous edge-id
-ranges of :func:`gpu_core.edge_ranges`, shard ``i`` resident on a worker under
-:func:`~service.runtime.supervisor.shard_key` ``(graph id, i)`` like any graph (evicted,
-reloaded after a restart, dropped on delete).
+ranges of :func:`gpu_core.edge_ranges`, shard ``i`` placed on a worker under
+:func:`~service.runtime.worker.sources.shard_key` ``(graph id, i)`` like any dataset.
 
-A job on it is a :class:`ShardedRun`:
+A job on it is coordinated by the API process it was submitted through (the job's record names
+it, ``coordinator``), which also writes its transitions:
 
-1. a :class:`ShardStep` is queued on each shard's worker (they run in parallel, each in its
-   worker's queue order): the shard's spanning forest (of the job's objective, without the
-   job's excluded edges that fall in the shard), written to a tmp file as a plain MST result;
-2. once all are written, a :class:`MergeStep` is queued on the worker with the most free
-   memory: the task itself (``mst``, ``components``, ``clusters``, ``dendrogram``) on the
-   union of the shard forests, whose positions ascend with the global edge ids, so the tie
-   order is the whole graph's (see :mod:`gpu_core._shards`). Its result file is the job's.
+1. the job goes ``running`` (a cancel through any process wins until then), and each shard's
+   worker computes the shard's spanning forest (of the job's objective, without the job's
+   excluded edges that fall in the shard) into a tmp file, all in parallel;
+2. once all are written, the worker with the most room computes the task itself (``mst``,
+   ``components``, ``clusters``, ``dendrogram``) on the union of the shard forests, whose
+   positions ascend with the global edge ids, so the tie order is the whole graph's (see
+   :mod:`gpu_core._graphs.shards`). Its result file is the job's.
 
-The job is ``running`` from the moment its first step is handed to a worker; until then it
-can be cancelled (every step is taken out of its queue). Any step that fails fails the job with
-that step's error (a worker lost while running a step: ``worker_lost``, not retried, as for an
-unsharded job; a step handed to a worker that died before running it goes to its next process);
-the steps still queued are taken back, those running finish unheard.
+Any step that fails fails the job with that step's error (a worker lost while running a step:
+``worker_lost``, not retried, as for an unsharded job). If the coordinating process dies, its
+running sharded jobs fail and its queued ones are taken up by its replacement
+(:mod:`service.runtime.supervisor.api_processes`, :meth:`Coordinator.resume`).
 """
 
 from __future__ import annotations
@@ -28,31 +27,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+import time
+from dataclasses import replace
 from typing import Any
 
 import gpu_core
 
-from ..errors import InsufficientMemoryError, ServiceUnavailableError, dataset_not_found
-from ..storage.records import JobRecord
+from ..errors import dataset_not_found, error_type
+from ..storage.records import GraphRecord, JobRecord
 from ..storage.store import Store
-from .pool.dispatch import WorkerCalls, new_future, settle_from
-from .pool.handle import WorkerHandle
-from .supervisor import Supervisor
-from .worker.protocol import MERGE, MST
+from .admission import Admission
+from .links.fleet import Fleet
+from .links.link import consume
+from .results import Results
+from .worker.protocol import JOB, MERGE, MST
+from .worker.sources import shard_key
 
 log = logging.getLogger("service.runtime.sharding")
-
-
-class Abandoned(Exception):
-    """A step will never run (the service is stopping): the job is left as it is in the store."""
-
-
-def _consume(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 def shard_params(task: str, params: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
@@ -72,195 +63,98 @@ def merge_params(task: str, params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k != "exclude"}
 
 
-@dataclass
-class ShardStep:
-    """One shard's forest, in the queue of the worker that holds the shard."""
+class Coordinator:
+    """The jobs on sharded graphs this API process coordinates (see the module's docstring)."""
 
-    task_id: str
-    #: the shard's residency key (so the worker never evicts it while this step waits)
-    graph_id: str
-    params: dict[str, Any]
-    out: str
-    #: called when the step is handed to its worker; False: the job is gone, do not run
-    start: Callable[[], bool]
-    done: asyncio.Future[Any] = field(default_factory=new_future)
+    def __init__(self, store: Store, fleet: Fleet, admission: Admission, results: Results, slot: int) -> None:
+        self._store = store
+        self._fleet = fleet
+        self._admission = admission
+        self._results = results
+        self._slot = slot
+        self._runs: set[asyncio.Future[Any]] = set()
+        results.sharded_run = self.run
 
-    async def run(self, worker: WorkerCalls) -> None:
-        if self.done.done():
-            return
-        if not self.start():
-            self.done.cancel()
-            return
-        await settle_from(self.done, self._ask(worker))
+    def start(self, job: JobRecord, record: GraphRecord) -> asyncio.Future[Any]:
+        """Run a job on a sharded graph; the future of ``{JOB: its final record}``."""
+        published = self._store.get_job(job.id) is not None
+        run = asyncio.ensure_future(self._job(job, record, published))
+        self._runs.add(run)
+        run.add_done_callback(self._runs.discard)
+        return run
 
-    async def _ask(self, worker: WorkerCalls) -> Any:
-        await worker.ensure_resident(self.graph_id)
-        worker.touch(self.graph_id)
-        summary, stored = await worker.request_with_note(MST, self.graph_id, self.out, "mst", self.params)
-        await stored
-        return summary
+    def resume(self) -> None:
+        """Take up the queued sharded jobs of this process's slot (its predecessor's, or a previous run's)."""
+        for job in self._store.coordinated_by(self._slot, "queued"):
+            record = self._store.get_graph(job.graph_id)
+            if record is None:
+                continue
+            self.start(job, record).add_done_callback(consume)
 
-    def abandon(self, reason: str) -> None:
-        if not self.done.done():
-            self.done.set_exception(Abandoned(reason))
+    def cancelled(self, job_id: str) -> None:
+        """A cancel won: nothing was handed to a worker yet (its run sees the record and stops)."""
 
-
-@dataclass
-class MergeStep:
-    """The task on the union of the shard forests, on one worker."""
-
-    task_id: str
-    args: tuple[Any, ...]
-    graph_id: None = None
-    done: asyncio.Future[Any] = field(default_factory=new_future)
-
-    async def run(self, worker: WorkerCalls) -> None:
-        await settle_from(self.done, self._ask(worker))
-
-    async def _ask(self, worker: WorkerCalls) -> tuple[dict[str, Any], asyncio.Future[None]]:
-        while True:  # no room for the union: evict idle graphs, as a load does
-            try:
-                return await worker.request_with_note(MERGE, *self.args)
-            except InsufficientMemoryError as exc:
-                shortfall = (exc.needed_bytes or 0) - (exc.available_bytes or 0)
-                if await worker.evict(max(shortfall, 1)) == 0:
-                    raise
-
-    def abandon(self, reason: str) -> None:
-        if not self.done.done():
-            self.done.set_exception(Abandoned(reason))
-
-
-class ShardedRun:
-    """One job (or a lost result's recomputation) on a sharded graph; see the module's docstring."""
-
-    def __init__(
-        self,
-        supervisor: Supervisor,
-        run_id: str,
-        graph_id: str,
-        graph_path: str,
-        num_vertices: int,
-        num_edges: int,
-        shards: list[tuple[str, WorkerHandle]],
-        task: str,
-        params: dict[str, Any],
-        result_path: str,
-        tmp_path: Callable[[], Path],
-        on_start: Callable[[], bool] = lambda: True,
-    ) -> None:
-        self._supervisor = supervisor
-        self.run_id = run_id
-        self.graph_id = graph_id
-        self._graph_path = graph_path
-        self._num_vertices = num_vertices
-        self._task, self._params = task, params
-        self._result_path = result_path
-        self._on_start = on_start
-        #: whether a step has been handed to a worker (then the job is running)
-        self.started = False
-        self._ranges = gpu_core.edge_ranges(num_edges, len(shards))
-        self._outs = [tmp_path() for _ in shards]
-        self._steps = [
-            (
-                handle,
-                ShardStep(
-                    f"{run_id}.s{i}",
-                    key,
-                    shard_params(task, params, lo, hi),
-                    str(out),
-                    self._start,
-                ),
-            )
-            for i, ((key, handle), (lo, hi), out) in enumerate(
-                zip(shards, self._ranges, self._outs, strict=True)
-            )
-        ]
-        for _, step in self._steps:
-            step.done.add_done_callback(_consume)
-
-    def _start(self) -> bool:
-        if not self.started:
-            self.started = self._on_start()
-        return self.started
-
-    def withdraw(self) -> None:
-        """Take the steps still queued out of their queues (a cancel, or another step failed)."""
-        for handle, step in self._steps:
-            if handle.remove(step.task_id) is not None and not step.done.done():
-                step.done.cancel()
-
-    async def run(self) -> tuple[dict[str, Any], asyncio.Future[None]]:
-        """Every shard's forest, then the union's task: (its summary, the note of its result file).
-
-        Raises the first failing step's error; :class:`Abandoned` when the service stops first,
-        :class:`asyncio.CancelledError` when the job was cancelled before it started.
-        """
+    async def _job(self, job: JobRecord, record: GraphRecord, published: bool) -> dict[str, Any]:
+        started = time.time()
+        if published:
+            began = self._store.transition(job.id, frozenset({"queued"}), status="running", started_at=started)
+            if began is None:  # cancelled before it started
+                return {JOB: self._store.get_job(job.id) or job}
+        result = str(self._store.result_path(job.id))
         try:
-            for handle, step in self._steps:
-                handle.enqueue(step)
-            try:
-                summaries = await asyncio.gather(*(step.done for _, step in self._steps))
-            except BaseException:
-                self.withdraw()
-                raise
-            parts = [(str(out), lo) for out, (lo, _) in zip(self._outs, self._ranges, strict=True)]
+            summary, stored = await self.run(job, result)
+        except Exception as exc:
+            log.warning("job %s failed: %s: %s", job.id, error_type(exc), exc)
+            final = replace(
+                job, status="failed", started_at=started, finished_at=time.time(),
+                error_type=error_type(exc), error_message=str(exc),
+            )  # fmt: skip
+            if self._store.get_graph(job.graph_id) is None:
+                final = replace(final, status="cancelled", error_type="graph_deleted",
+                                error_message="The job's graph was deleted while it ran.")  # fmt: skip
+        else:
+            final = replace(
+                job, status="succeeded", started_at=started, finished_at=time.time(),
+                num_edges=int(summary["num_edges"]), total_weight=summary.get("total_weight"),
+                num_components=int(summary["num_components"]), compute_ms=float(summary["compute_ms"]),
+            )  # fmt: skip
+            self._results.storing(job.id, stored)
+        stored_record = self._store.finish_job(final, token=True) or self._store.get_job(job.id) or final
+        return {**summary, JOB: stored_record} if final.status == "succeeded" else {JOB: stored_record}
+
+    async def run(self, job: JobRecord, result_path: str) -> tuple[dict[str, Any], asyncio.Future[None]]:
+        """Every shard's forest, then the union's task: (its summary, the note of its result file)."""
+        record = self._store.get_graph(job.graph_id)
+        if record is None:
+            raise dataset_not_found(job.graph_id)
+        params = json.loads(job.params)
+        ranges = gpu_core.edge_ranges(record.num_edges, record.shards)
+        placed = {p.key: p.worker for p in self._store.placements_of(job.graph_id)}
+        outs = [self._store.tmp_path(".npz") for _ in ranges]
+        try:
+            steps = []
+            for i, (lo, hi) in enumerate(ranges):
+                key = shard_key(job.graph_id, i)
+                if key not in placed:
+                    raise dataset_not_found(job.graph_id)
+                link = self._fleet.link(placed[key])
+                reply, note = link.send(MST, key, str(outs[i]), "mst", shard_params(job.task, params, lo, hi), None, note=True)
+                assert note is not None
+                steps.append((reply, note))
+            summaries = await asyncio.gather(*(reply for reply, _ in steps))
+            await asyncio.gather(*(note for _, note in steps))
+            parts = [(str(out), lo) for out, (lo, _) in zip(outs, ranges, strict=True)]
             args = (
-                self._graph_path,
-                self._num_vertices,
-                parts,
-                self._task,
-                merge_params(self._task, self._params),
-                self._result_path,
-            )
-            handle = self._supervisor.place(0)
-            merge = MergeStep(f"{self.run_id}.merge", args)
-            merge.done.add_done_callback(_consume)
-            handle.enqueue(merge)
-            try:
-                summary, stored = await merge.done
-            except BaseException:
-                if handle.remove(merge.task_id) is not None and not merge.done.done():
-                    merge.done.cancel()
-                raise
+                str(self._store.graph_path(job.graph_id)), record.num_vertices, parts, job.task,
+                merge_params(job.task, params), result_path,
+            )  # fmt: skip
+            merge_link = self._fleet.link(self._fleet.place())
+            reply, note = merge_link.send(MERGE, *args, note=True)
+            summary = dict(await reply)
+            assert note is not None
         finally:  # the union has read them before its answer
-            for out in self._outs:
+            for out in outs:
                 out.unlink(missing_ok=True)
-        summary = dict(summary)
         # the job's computing time: the slowest shard (they run in parallel) plus the union
         summary["compute_ms"] = max(float(s["compute_ms"]) for s in summaries) + float(summary["compute_ms"])
-        return summary, stored
-
-
-def check_shards(graph_id: str, shards: list[tuple[str, WorkerHandle | None]]) -> None:
-    """Refuse (503) a job on a sharded graph while one of its shards is not placed on a worker."""
-    if any(handle is None for _, handle in shards):
-        raise ServiceUnavailableError(
-            f"a shard of graph {graph_id} is not placed on any worker yet; retry shortly."
-        )
-
-
-def sharded_run(
-    store: Store, supervisor: Supervisor, job: JobRecord, result_path: str, on_start: Callable[[], bool]
-) -> ShardedRun:
-    """The run of ``job`` on its sharded graph, writing its result to ``result_path`` (404 when the
-    graph is gone or not sharded, 503 while a shard is not placed)."""
-    record = store.get_graph(job.graph_id)
-    shards = supervisor.shard_holders(job.graph_id)
-    if record is None or shards is None:
-        raise dataset_not_found(job.graph_id)
-    check_shards(job.graph_id, shards)
-    return ShardedRun(
-        supervisor,
-        job.id,
-        job.graph_id,
-        str(store.graph_path(job.graph_id)),
-        record.num_vertices,
-        record.num_edges,
-        [(key, handle) for key, handle in shards if handle is not None],
-        job.task,
-        json.loads(job.params),
-        result_path,
-        lambda: store.tmp_path(".npz"),
-        on_start,
-    )
+        return summary, note

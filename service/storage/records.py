@@ -77,10 +77,26 @@ class JobRecord:
     owner: str = ""
     #: answered by the computation of an identical job queued right before it (MST_COALESCE_JOBS)
     coalesced: bool = False
+    #: a job on a sharded graph: the API process (its slot) that coordinates its steps
+    coordinator: int | None = None
 
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a dataset (or one shard of one) lives: its worker, and what that worker says of it."""
+
+    key: str
+    graph_id: str
+    worker: int
+    #: ``loading``, ``resident``, ``evicted`` (dropped to make room; its next job loads it back)
+    #: or ``failed`` (its reload failed: ``error`` says why)
+    status: str = "loading"
+    device_bytes: int = 0
+    error: str | None = None
 
 
 @dataclass(frozen=True)

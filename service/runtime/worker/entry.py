@@ -1,14 +1,13 @@
-"""The entry points of the processes the pool spawns (a worker, the GPU probe), light to import.
+"""The entry points of the processes the supervisor spawns (a worker, the GPU probe), light to import.
 
-``spawn`` pickles a process's target by name, so the API process imports the target's module to
-start a worker (worker 0 before the app is built, :mod:`service.runtime.pool.head_start`) and the
-child imports it before anything runs: this module imports nothing of the engine. :func:`main`
-notes when the child got here (the end of its ``process`` phase: the interpreter and what
-``spawn`` imports), ignores Ctrl-C (which stops the API, which stops its workers), pins the
-worker's GPU with ``CUDA_VISIBLE_DEVICES`` before anything can load CUDA, and only then imports
-the worker (:mod:`.process`, and through it gpu_core: its ``modules`` step). :func:`probe` is the
-throw-away child that tells the API process which backend and how many GPUs, so that the API
-process never loads CUDA itself.
+``spawn`` pickles a process's target by name, so the supervisor imports the target's module to
+start a worker and the child imports it before anything runs: this module imports nothing of the
+engine. :func:`main` notes when the child got here (the end of its ``process`` phase: the
+interpreter and what ``spawn`` imports), ignores Ctrl-C (which stops the supervisor, which stops
+its workers), pins the worker's GPU with ``CUDA_VISIBLE_DEVICES`` before anything can load CUDA,
+and only then imports the worker (:mod:`.process`, and through it gpu_core: its ``modules``
+step). :func:`probe` is the throw-away child that tells the supervisor which backend and how
+many GPUs, so that no process of the service but the workers ever loads CUDA.
 """
 
 from __future__ import annotations
@@ -22,15 +21,15 @@ from typing import Any
 from .protocol import WorkerConfig
 
 
-def main(conn: Connection, heartbeat: Any, config: WorkerConfig, running: Any = None) -> None:
+def main(config: WorkerConfig, board: Any, supervisor: Connection) -> None:
     """Entry point of a spawned worker process (see :func:`.process.main` for the arguments)."""
-    entered = time.monotonic()  # system-wide on Linux: the handle compares it with its spawn time
+    entered = time.monotonic()  # system-wide on Linux: the supervisor compares it with its spawn time
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if config.cuda_device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = config.cuda_device
     from .process import main as run
 
-    run(conn, heartbeat, config, running, entered=entered)
+    run(config, board, supervisor, entered=entered)
 
 
 def probe(conn: Connection, backend: str) -> None:

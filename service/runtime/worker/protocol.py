@@ -1,23 +1,29 @@
-"""What a worker and its handle in the API process say to each other: the one thing both import.
+"""What a worker and the API processes say to each other: the one thing both import.
 
-Over one duplex :class:`multiprocessing.connection.Connection` (or a Ray actor's calls, which
-carry the same messages):
+Each worker listens on a Unix socket of its own (in the service's private run folder); every API
+process keeps one connection to every worker and first says which API process it is
+(``(HELLO, slot)``). Then, over each connection (or a Ray actor's calls, which carry the same
+messages):
 
-* the worker first sends ``("ready", info)`` once its kernels are warm and a tiny graph has been
-  computed, or ``("failed", error)`` and exits;
-* then it answers each request ``(op, req_id, *args)`` in order with ``(req_id, ok, payload)``:
-  ``payload`` is a small dict, or the exception when ``ok`` is false. Bulk arrays rarely travel
-  over the pipe: graphs come in as spool files, results go out as ``.npz`` files in the spool;
-  only a one-shot's forest of at most ``MST_ONESHOT_INLINE_BYTES`` comes back in its reply
-  (:data:`INLINE`);
+* a request is ``(op, req_id, stamp, *args)``: ``req_id`` counts up per connection, ``stamp``
+  is the sender's ``time.monotonic()`` (system-wide on Linux) when it wrote the request. The
+  worker reads every connection at once and takes the requests in stamp order, so a request
+  written after another was answered (or queued: a submission is acknowledged only once its
+  request is written) is never taken before it, whichever API processes sent them;
+* the worker answers each with ``(req_id, ok, payload)``: ``payload`` a small dict, or the
+  exception when ``ok`` is false. Bulk arrays rarely travel over the sockets: graphs come in as
+  spool files, results go out as ``.npz`` files in the spool; only a one-shot's forest of at most
+  ``MST_ONESHOT_INLINE_BYTES`` and a prediction's arrays come back in the reply (:data:`INLINE`);
 * a handler's work behind its reply (an MST job's result file, :class:`Reply`) ends with a note
-  ``(STORED, req_id, error)`` (``error`` None on success): the reply goes out as soon as the
-  answer is on the host, and a request for the result waits for the note instead.
+  ``(STORED, req_id, error)`` (``error`` None on success);
+* control requests (:data:`CONTROL`) are answered as soon as they are read, not in the queue.
 
-Which requests a worker is computing is not a message: before a run (one request, or several
-answered by one computation) it writes the run's first and last request id into a
-:class:`RunStamp`, shared memory its handle reads if the process dies, and clears it once the
-run's replies are sent (see :mod:`service.runtime.pool.restarts`).
+An MST request of a job carries its :class:`JobSpec`: the worker writes the job's transitions
+in the store itself (:mod:`service.storage.job_table`) and answers with its final record.
+
+Which requests a worker is computing is not a message: before a run it writes, per API process,
+the first and last request id of the run into the board (:meth:`~service.runtime.board.Board.stamp`),
+which an API process reads when the worker dies.
 
 Messages are framed as ``Connection.send`` frames them (:func:`framed`, :func:`unframed`), so
 either end may write or read them in pieces without blocking.
@@ -43,6 +49,15 @@ WEIGHTS = "weights"
 ONESHOT = "oneshot"
 DROP = "drop"
 PING = "ping"
+#: the first message of a connection: which API process it is
+HELLO = "hello"
+#: wait until a job's result file is written (or say at once that none is being written)
+AWAIT_STORED = "await_stored"
+#: a job submitted with ?wait= was given out unfinished: its record is in the store now
+PUBLISHED = "published"
+#: a new dataset's record is committed (COMMIT), or will not be (ABANDON: drop it)
+COMMIT = "commit"
+ABANDON = "abandon"
 #: a sharded upload's sizes and memory needs (see :func:`service.runtime.worker.shards.describe`)
 DESCRIBE = "describe"
 #: the forest (or query) of a sharded graph from its shards' forests (see ``shards.merge``)
@@ -59,6 +74,11 @@ INLINE = "arrays"
 #: the key of a one-shot reply's count of one-shots its engine run computed (1: alone)
 BATCH_MEMBERS = "batch_members"
 
+#: requests a worker answers as soon as it reads them, whatever is queued
+CONTROL = frozenset({HELLO, AWAIT_STORED, PUBLISHED, COMMIT, ABANDON, STOP})
+#: the key of a job's reply that holds its final record, as stored
+JOB = "job"
+
 #: the key of an MST reply's ``(started, ms)``: when the worker began it (``time.monotonic()``, which
 #: is system-wide on Linux) and how long it took to answer, for the job's ``Server-Timing``
 SERVED = "served"
@@ -73,6 +93,9 @@ class WorkerConfig:
 
     index: int
     backend: str  # "gpu" or "cpu"
+    #: the service's data dir (the worker opens the store there) and the worker's socket
+    data_dir: str
+    socket_path: str
     #: the value for CUDA_VISIBLE_DEVICES (the GPU this worker owns); None on the CPU backend
     cuda_device: str | None
     tmp_dir: str
@@ -80,8 +103,11 @@ class WorkerConfig:
     heartbeat_interval_s: float
     #: how long to poll for the next request before sleeping in recv (MST_WORKER_SPIN_MS)
     spin_s: float = 0.0
-    #: bytes of graphs this worker may hold (MST_WORKER_MEMORY_BYTES); 0: its device's memory
+    #: bytes of graphs this worker may hold (MST_WORKER_MEMORY_BYTES); 0: its share of its device
     memory_bytes: int = 0
+    #: how many workers share its device (MST_WORKERS_PER_GPU): without a cap each holds at most
+    #: that share of the device's memory
+    memory_share: int = 1
     #: MST_MAX_VERTICES, MST_MAX_INFLATED_BYTES, MST_MAX_COMPRESSION_RATIO
     max_vertices: int = 2**31 - 1
     max_inflated_bytes: int | None = None
@@ -96,6 +122,26 @@ class WorkerConfig:
     oneshot_inline_bytes: int = 0
     #: "all": every task and kernel warmed before ready; "none": the probe graph only (MST_WARM_UP)
     warm_up: Literal["all", "none"] = "all"
+    #: how many API processes may connect (the board's run stamps per process)
+    api_slots: int = 1
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job as its MST request carries it: what its worker needs to record it."""
+
+    id: str
+    graph_id: str
+    created_at: float
+    task: str
+    #: the parameters as canonical JSON (what the record stores)
+    params: str
+    owner: str
+    #: its record is in the store (queued): the worker starts it only if it is still queued;
+    #: else (``?wait=``) the worker inserts its record when it ends
+    published: bool
+    #: it holds a quota token (MST_QUOTA_QUEUED_JOBS), released with its final record
+    token: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,33 +163,6 @@ def parse_shard_format(fmt: str) -> tuple[int, int] | None:
         return None
     lo, _, hi = fmt[4:-1].partition(":")
     return int(lo), int(hi)
-
-
-class RunStamp:
-    """The ids of the run a worker is computing, in shared memory (``multiprocessing.RawArray('q', 2)``).
-
-    Written by the worker (:meth:`begin`, :meth:`end`), read by its handle once the worker is
-    gone (:meth:`running`). Without an array (the Ray actor) it does nothing.
-    """
-
-    def __init__(self, array: Any = None) -> None:
-        self._array = array
-
-    def begin(self, first: int, last: int) -> None:
-        if self._array is not None:
-            self._array[1] = last
-            self._array[0] = first
-
-    def end(self) -> None:
-        if self._array is not None:
-            self._array[0] = 0
-
-    def running(self) -> range:
-        """The request ids of the run in progress (empty when none was)."""
-        if self._array is None or self._array[0] <= 0:
-            return range(0)
-        first, last = int(self._array[0]), int(self._array[1])
-        return range(first, max(first, last) + 1)
 
 
 def framed(message: tuple[Any, ...]) -> memoryview:
@@ -171,9 +190,9 @@ def framed(message: tuple[Any, ...]) -> memoryview:
 PIPE_BUFFER_BYTES = 4 << 20
 
 
-def widen(conn: Connection) -> None:
-    """Give ``conn``'s end of the pipe a send buffer of :data:`PIPE_BUFFER_BYTES` (or the most
-    the kernel allows); a pipe that is no socket is left as it is."""
+def widen(conn: Connection | socket.socket) -> None:
+    """Give ``conn``'s end a send buffer of :data:`PIPE_BUFFER_BYTES` (or the most the kernel
+    allows); a pipe that is no socket is left as it is."""
     with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.fileno())) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BUFFER_BYTES)
 

@@ -28,7 +28,7 @@ from ...errors import (
 from ...storage import npzio
 from .points import ResidentPoints
 from .prediction import ResidentModel
-from .protocol import RunStamp, WorkerConfig
+from .protocol import WorkerConfig
 
 if TYPE_CHECKING:  # the API process must not import gpu_core's backends at run time through here
     import gpu_core
@@ -46,8 +46,6 @@ class Worker:
         self.points: dict[str, ResidentPoints] = {}
         self.backend: Literal["gpu", "cpu"] = "cpu"
         self.tmp_dir = Path(config.tmp_dir)
-        #: which requests it computes now (its handle reads it if this process dies)
-        self.stamp = RunStamp()
         #: set once the warm-up is done, the kernels' parts included (:func:`.startup.start` may
         #: leave them running after ready); ``warm_up`` is then its report
         self.warmed = threading.Event()
@@ -65,6 +63,8 @@ class Worker:
             free = int(device_free) + int(cupy.get_default_memory_pool().free_bytes())
             total = int(device_total)
         cap = self.config.memory_bytes
+        if not cap and self.config.memory_share > 1:
+            cap = total // self.config.memory_share
         if cap:
             held = sum(g.nbytes for g in self.graphs.values()) + sum(p.nbytes for p in self.points.values())
             free, total = min(free, max(cap - held, 0)), min(cap, total)

@@ -1,20 +1,15 @@
-"""The local pool's head start: worker 0 and the GPU probe spawned first, before the API is built.
+"""Which workers the service runs: one or more per GPU of this host, or CPU workers; and the processes' start.
 
-A worker's start (its interpreter, CuPy, the CUDA context, the warm-up) is what ``/readyz``
-waits for, and nothing in it needs the API: so ``python -m service`` spawns worker 0 as soon as
-its settings are read (:func:`begin`), and builds the app (FastAPI's imports and the rest) while
-the worker starts; the pool's start then adopts the process (:meth:`HeadStart.take_worker`).
-Which backend and how many GPUs (the plan) is decided in a throw-away child process
-(:class:`Probe`), so the API process never loads CUDA; it is spawned right after worker 0 and
-the two start side by side. Worker 0's config is the one the plan gives where that is known
-without the probe (``MST_BACKEND=cpu``, ``gpu`` with ``MST_GPUS``, ``auto`` without CuPy);
-otherwise (:func:`first_config`) it starts on the first GPU the plan can name, its backend left to
-``auto`` or ``gpu``, and the pool keeps it if the plan's worker 0 is that one.
+The plan (:func:`plan_workers`) needs to know which backend ``MST_BACKEND`` resolves to and how
+many GPUs are visible; that is asked of a throw-away child process (:class:`Probe`), so no
+process of the service but the workers ever loads CUDA. Worker 0 is spawned before the answer,
+with the config the plan will give it where that is known without the probe (:func:`first_config`;
+``python -m service`` does it first of all, before the web framework is imported), and the plan
+keeps it when it is the plan's worker 0 (:func:`keeps`).
 
 Every spawn of a worker process goes through :func:`spawn_worker`, whose target is the worker's
-light entry point (:func:`service.runtime.worker.entry.main`): the API process need not import the
-engine to start one, and the child imports it once its GPU is pinned. The probe's entry point is
-as light (:func:`service.runtime.worker.entry.probe`): the probe imports gpu_core and CuPy only.
+light entry point (:func:`service.runtime.worker.entry.main`): the supervisor need not import the
+engine to start one, and the child imports it once its GPU is pinned.
 """
 
 from __future__ import annotations
@@ -25,9 +20,11 @@ import os
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from ...settings import Settings
+from ..board import Board
 from ..worker.entry import main as worker_entry
 from ..worker.entry import probe as probe_entry
 from ..worker.protocol import WorkerConfig
@@ -37,44 +34,46 @@ MP = multiprocessing.get_context("spawn")
 
 @dataclass
 class Spawned:
-    """A worker process just spawned: the process, its end of the pipe, its shared stamps."""
+    """A worker process just spawned: the process, the supervisor's end of its pipe."""
 
     process: Any
     conn: Connection
-    heartbeat: Any
-    #: its RunStamp's shared array
-    running: Any
     #: ``time.monotonic()`` just before the spawn (the start of its ``process`` phase)
     spawned_at: float
     config: WorkerConfig
 
 
-def spawn_worker(config: WorkerConfig) -> Spawned:
+def spawn_worker(config: WorkerConfig, board: Board) -> Spawned:
     """Spawn a worker process for ``config`` (blocking for the few milliseconds ``spawn`` takes)."""
     spawned_at = time.monotonic()
     parent, child = MP.Pipe(duplex=True)
-    heartbeat = MP.RawValue("d", time.monotonic())
-    running = MP.RawArray("q", 2)
     process = MP.Process(
-        target=worker_entry,
-        args=(child, heartbeat, config, running),
-        name=f"mst-worker-{config.index}",
-        daemon=True,
+        target=worker_entry, args=(config, board, child), name=f"mst-worker-{config.index}", daemon=True
     )
     process.start()
     child.close()
-    return Spawned(process, parent, heartbeat, running, spawned_at, config)
+    return Spawned(process, parent, spawned_at, config)
 
 
-def worker_config(settings: Settings, index: int, backend: str, device: str | None) -> WorkerConfig:
-    """The config of worker ``index`` (on ``backend``, CUDA_VISIBLE_DEVICES ``device``)."""
+def socket_path(run_dir: Path, index: int) -> str:
+    return str(run_dir / f"w{index}.sock")
+
+
+def worker_config(
+    settings: Settings, run_dir: Path, api_slots: int, index: int, backend: str, device: str | None, share: int = 1
+) -> WorkerConfig:
+    """The config of worker ``index`` (on ``backend``, CUDA_VISIBLE_DEVICES ``device``, one of
+    ``share`` workers of that device)."""
     return WorkerConfig(
         index=index,
         backend=backend,
+        data_dir=str(settings.data_dir),
+        socket_path=socket_path(run_dir, index),
         cuda_device=device,
         tmp_dir=str(settings.spool_dir / "tmp"),
         max_edges=settings.max_edges,
         memory_bytes=settings.worker_memory_bytes,
+        memory_share=share,
         heartbeat_interval_s=settings.heartbeat_interval_s,
         spin_s=settings.worker_spin_ms / 1e3,
         max_vertices=settings.max_vertices,
@@ -85,6 +84,7 @@ def worker_config(settings: Settings, index: int, backend: str, device: str | No
         oneshot_batch_edges=settings.oneshot_batch_edges,
         oneshot_inline_bytes=settings.oneshot_inline_bytes,
         warm_up=settings.warm_up,
+        api_slots=api_slots,
     )
 
 
@@ -105,13 +105,15 @@ def needs_probe(settings: Settings) -> bool:
     return not (settings.backend == "auto" and importlib.util.find_spec("cupy") is None)
 
 
-def first_config(settings: Settings) -> WorkerConfig:
+def first_config(settings: Settings, run_dir: Path, api_slots: int) -> WorkerConfig:
     """Worker 0's config as far as it is known before the probe (see the module's docstring)."""
+    share = settings.workers_per_gpu
     if not needs_probe(settings):
         if settings.backend == "gpu" and settings.gpus:
-            return worker_config(settings, 0, "gpu", cuda_token(settings.gpus[0]))
-        return worker_config(settings, 0, "cpu", None)
-    return worker_config(settings, 0, settings.backend, cuda_token(settings.gpus[0] if settings.gpus else 0))
+            return worker_config(settings, run_dir, api_slots, 0, "gpu", cuda_token(settings.gpus[0]), share)
+        return worker_config(settings, run_dir, api_slots, 0, "cpu", None)
+    device = cuda_token(settings.gpus[0] if settings.gpus else 0)
+    return worker_config(settings, run_dir, api_slots, 0, settings.backend, device, share)
 
 
 def keeps(planned: WorkerConfig, started: WorkerConfig) -> bool:
@@ -123,6 +125,47 @@ def keeps(planned: WorkerConfig, started: WorkerConfig) -> bool:
     if started.backend != "auto":
         return False
     return planned.backend == "cpu" or planned.cuda_device == started.cuda_device
+
+
+def plan_workers(
+    settings: Settings, run_dir: Path, api_slots: int, probe: Probe | None = None
+) -> list[WorkerConfig]:
+    """``MST_WORKERS_PER_GPU`` worker configs per GPU to use, or ``MST_CPU_WORKERS`` CPU workers;
+    ``probe``: the child that answers which backend and how many GPUs (one is started where it is
+    needed and not given)."""
+    per_gpu = settings.workers_per_gpu
+
+    def on(ordinals: list[int]) -> list[WorkerConfig]:
+        pairs = [(g, k) for g in ordinals for k in range(per_gpu)]
+        return [
+            worker_config(settings, run_dir, api_slots, i, "gpu", cuda_token(g), per_gpu)
+            for i, (g, _) in enumerate(pairs)
+        ]
+
+    cpu = [worker_config(settings, run_dir, api_slots, i, "cpu", None) for i in range(settings.cpu_workers)]
+    if not needs_probe(settings):
+        if probe is not None:
+            probe.close()
+        if settings.backend == "gpu" and settings.gpus is not None:
+            return on(settings.gpus)
+        return cpu
+    if probe is None:
+        probe = Probe(settings.backend)
+    timeout = settings.worker_start_timeout_s
+    chosen, count, error = probe.result(timeout)
+    from gpu_core.errors import BackendUnavailableError
+
+    if not chosen:
+        raise BackendUnavailableError(f"probing for GPUs took longer than {timeout} s.")
+    if error is not None:
+        raise BackendUnavailableError(f"MST_BACKEND={settings.backend} cannot run here: {error}")
+    if chosen == "cpu":
+        return cpu
+    ordinals = settings.gpus if settings.gpus is not None else list(range(count))
+    missing = [g for g in ordinals if g >= count]
+    if missing:
+        raise BackendUnavailableError(f"MST_GPUS names GPU(s) {missing} but only {count} are visible.")
+    return on(ordinals)
 
 
 class Probe:
@@ -137,7 +180,7 @@ class Probe:
         child.close()
 
     def result(self, timeout: float) -> tuple[str, int, str | None]:
-        """``(backend, GPU count, error or None)``; None as the backend when no answer came within
+        """``(backend, GPU count, error or None)``; ``""`` as the backend when no answer came within
         ``timeout`` seconds. Blocks: call it on a thread."""
         try:
             if not self._conn.poll(timeout):
@@ -154,37 +197,3 @@ class Probe:
         self._process.join(5)
         if self._process.is_alive():
             self._process.kill()
-
-
-class HeadStart:
-    """Worker 0 and the probe, spawned by :func:`begin`; the pool's start takes them."""
-
-    def __init__(self, worker: Spawned | None, probe: Probe | None) -> None:
-        self._worker = worker
-        self._probe = probe
-
-    def take_worker(self) -> Spawned | None:
-        """The head-started worker 0 (once; None after that, or where none was started)."""
-        worker, self._worker = self._worker, None
-        return worker
-
-    def take_probe(self) -> Probe | None:
-        """The probe started with the head start (once; None after that, or where none was needed)."""
-        probe, self._probe = self._probe, None
-        return probe
-
-    def abandon(self) -> None:
-        """Kill what nobody took (the service failed before its pool started)."""
-        worker, probe = self.take_worker(), self.take_probe()
-        if worker is not None and worker.process.is_alive():
-            worker.process.kill()
-            worker.conn.close()
-        if probe is not None:
-            probe.close()
-
-
-def begin(settings: Settings) -> HeadStart:
-    """Spawn worker 0 (:func:`first_config`), then the probe where the plan needs one."""
-    worker = spawn_worker(first_config(settings))
-    probe = Probe(settings.backend) if needs_probe(settings) else None
-    return HeadStart(worker, probe)

@@ -1,0 +1,73 @@
+"""The spool's result files under a size cap (``MST_MAX_RESULT_BYTES``), least recently used first out.
+
+Every succeeded job keeps its record; its result *file* is a cache of a deterministic computation.
+Workers write the files and API processes read them (touching their modification time, so it
+tells when a file was last used); a thread of the supervisor's looks at the folder every
+second and, while the files together pass the cap, removes the least recently used ones (never
+the newest). A later request for such a result computes it again from the stored graph, or
+answers 410 when the graph was deleted or its weights changed since.
+
+Sizes are the files' own (a cached job's hard link counts again: the cap errs on the safe side).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+#: seconds between two looks at the result files
+INTERVAL_S = 1.0
+
+
+def trim(result_dir: Path, max_bytes: int) -> int:
+    """Remove the least recently used result files until the rest fit ``max_bytes``; how many went."""
+    files: list[tuple[float, int, str]] = []
+    with os.scandir(result_dir) as entries:
+        for entry in entries:
+            if not entry.name.endswith(".npz"):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                stat = entry.stat()
+                files.append((stat.st_mtime, stat.st_size, entry.path))
+    total = sum(size for _, size, _ in files)
+    if total <= max_bytes:
+        return 0
+    files.sort()
+    removed = 0
+    for _, size, path in files[:-1]:  # never the newest one
+        if total <= max_bytes:
+            break
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed += 1
+        total -= size
+    return removed
+
+
+def used(path: Path) -> None:
+    """A result file was read: it is the most recently used now."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+class ResultCap:
+    """The thread that keeps the result files under the cap."""
+
+    def __init__(self, result_dir: Path, max_bytes: int, interval_s: float = INTERVAL_S) -> None:
+        self._dir = result_dir
+        self._max = max_bytes
+        self._interval_s = interval_s
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="result-cap", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self._interval_s):
+            with contextlib.suppress(OSError):
+                trim(self._dir, self._max)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(10)
