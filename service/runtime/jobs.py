@@ -165,8 +165,9 @@ class Jobs:
             self._store.add_job(job)
         spec = JobSpec(job.id, job.graph_id, job.created_at, job.task, job.params, job.owner, publish, token)
         result = str(self._store.result_path(job.id))
+        sent = time.monotonic()
         reply, note = link.send(MST, job.graph_id, result, job.task, json.loads(job.params), spec, note=True)
-        submitted = Submitted(job, reply, note, link, sent=time.monotonic())
+        submitted = Submitted(job, reply, note, link, sent=sent)
         reply.add_done_callback(lambda _: self._replied(submitted))
         if publish:
             await link.written()  # acknowledged only once its place in the worker's queue is taken

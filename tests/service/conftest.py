@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .live import LiveServer
+from .live import CRASH_HOOK_ENV, LiveServer
 
 #: settings of the shared server: CPU worker, small limits so 413s are cheap to provoke, and no
 #: warm-up of every task at each worker's start (about 1.7 s of CPU each, for some 150 starts in the
@@ -23,14 +23,21 @@ SHARED_ENV = {
     "MST_MAX_JSON_BYTES": str(1_000_000),
     "MST_MAX_EDGES": str(50_000),
     "MST_MAX_WAIT_S": "30",
+    # one API process unless a test asks for more (MST_API_WORKERS=auto gives a 16-core host four)
+    "MST_API_WORKERS": "1",
 }
+
+#: the shared server runs as the service runs on a many-core host: several API processes, several
+#: workers, so every API test sends its requests through any of them; its workers can be held
+#: running (``LiveServer.hold``) and killed by a weight (``KILL_WEIGHT``)
+LIVE_ENV = {**SHARED_ENV, "MST_API_WORKERS": "2", "MST_CPU_WORKERS": "2", **CRASH_HOOK_ENV}
 
 
 @pytest.fixture(scope="session")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """One server shared by the API tests (they create their own graphs and jobs)."""
     root = tmp_path_factory.mktemp("live")
-    server = LiveServer(root / "data", dict(SHARED_ENV), root / "server.log").start()
+    server = LiveServer(root / "data", dict(LIVE_ENV), root / "server.log").start()
     yield server
     server.stop()
 

@@ -9,7 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,6 +55,9 @@ CRASH_HOOK_ENV = {
 }
 #: the weight that makes such a worker kill itself
 KILL_WEIGHT = -987_654_321
+#: the weights that hold a job running while their gate file exists (``LiveServer.hold``)
+HOLD_WEIGHT = -555_000_000
+_holds = iter(range(HOLD_WEIGHT, HOLD_WEIGHT + 100_000, 7))
 
 
 @dataclass
@@ -71,10 +75,21 @@ class LiveServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def hold_dir(self) -> Path:
+        return self.log_path.with_name(self.log_path.stem + "-holds")
+
     def start(self, timeout: float = 60.0, wait: bool = True) -> LiveServer:
         """Start the server; with ``wait``, return once ``/readyz`` answers 200."""
         self.port = free_port()
-        env = {**os.environ, **self.env, "MST_PORT": str(self.port), "MST_DATA_DIR": str(self.data_dir)}
+        self.hold_dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            **self.env,
+            "MST_PORT": str(self.port),
+            "MST_DATA_DIR": str(self.data_dir),
+            "MST_TEST_HOLD_DIR": str(self.hold_dir),
+        }
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "service"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
@@ -103,10 +118,35 @@ class LiveServer:
             time.sleep(0.05)
         raise AssertionError(f"the server was not ready within {timeout} s:\n{self.log()}")
 
-    def worker_pid(self) -> int:
-        pid = self.client.get("/readyz").json()["workers"][0]["pid"]
+    def worker_pid(self, graph_id: str | None = None) -> int:
+        """The pid of the worker holding ``graph_id`` (a graph or point set), or of worker 0."""
+        index = 0
+        if graph_id is not None:
+            kind = "points" if graph_id.startswith("p_") else "graphs"
+            index = self.client.get(f"/v1/{kind}/{graph_id}").json()["residency"]["worker"]
+        pid = self.client.get("/readyz").json()["workers"][index]["pid"]
         assert isinstance(pid, int)
         return pid
+
+    @contextmanager
+    def hold(self) -> Iterator[int]:
+        """A weight that holds a job *running* on the worker computing it (a server with
+        ``CRASH_HOOK_ENV``) until the block ends."""
+        weight = next(_holds)
+        gate = self.hold_dir / str(weight)
+        gate.touch()
+        try:
+            yield weight
+        finally:
+            gate.unlink(missing_ok=True)
+
+    def wait_held(self, weight: int, timeout: float = 30.0) -> None:
+        """Wait until a job holding ``weight`` is running on its worker."""
+        running = self.hold_dir / f"{weight}.running"
+        deadline = time.monotonic() + timeout
+        while not running.exists():
+            assert time.monotonic() < deadline, f"no job holding {weight} ran within {timeout} s"
+            time.sleep(0.01)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         """Stop the server (SIGTERM: graceful; SIGKILL: a crash) and return its exit code."""

@@ -1,15 +1,19 @@
-"""Worker failures against a live server: SIGKILL mid-job, a stopped heartbeat; restart and reload.
+"""Worker failures against a live server: SIGKILL mid-job, a stopped heartbeat; restart and reload;
+and an API process's link to a worker carrying requests and replies larger than its socket holds.
 
-Documented outcome (service/runtime/pool/handle.py, restarts.py): the job the worker was running
-is ``failed`` with ``error.type == "worker_lost"`` (not re-queued); a job handed to it that had not
-started runs on the next worker; the worker is restarted, reloads its graphs from the spool, and
-``/readyz`` is 503 until it answers again.
+Documented outcome (service/runtime/links/link.py, service/runtime/worker/job_records.py): the job
+the worker was running is ``failed`` with ``error.type == "worker_lost"`` (not re-queued); a job
+queued on it that had not started runs on the next worker; the worker is restarted, reloads its
+graphs from the spool, and ``/readyz`` is 503 until it answers again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,10 +21,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-import gpu_core
+from service.runtime.board import Board
+from service.runtime.links.link import WorkerLink
+from service.runtime.worker.protocol import framed, unframed
 
 from .conftest import ServerFactory
-from .live import LiveServer
+from .live import CRASH_HOOK_ENV, LiveServer
 
 
 def readiness_after_loss(server: LiveServer, old_pid: int, timeout: float = 60.0) -> tuple[bool, dict]:
@@ -38,80 +44,41 @@ def readiness_after_loss(server: LiveServer, old_pid: int, timeout: float = 60.0
     raise AssertionError(f"no new worker within {timeout} s:\n{server.log()}")
 
 
-def computing(server: LiveServer) -> int:
-    """How many requests worker 0 is computing now (its run stamp, see service/runtime/pool/restarts.py)."""
-    count = server.client.get("/readyz").json()["workers"][0]["computing"]
-    assert isinstance(count, int)
-    return count
-
-
-def running_then_stopped(server: LiveServer, graph_id: str, pid: int) -> str:
-    """Submit jobs until one is caught computing on the worker (not only handed to its pipe);
-    leave the worker SIGSTOPped in the middle of it."""
-    for _ in range(10):
-        job_id = server.submit(graph_id).json()["id"]
-        status = server.poll(job_id, until=("running", "succeeded", "failed"))["status"]
-        deadline = time.monotonic() + 5
-        while status == "running" and not computing(server) and time.monotonic() < deadline:
-            time.sleep(0.001)
-        os.kill(pid, signal.SIGSTOP)
-        time.sleep(0.2)  # a reply already in the pipe would be processed by now
-        job = server.client.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] == "running" and status == "running" and computing(server):
-            return job_id
-        os.kill(pid, signal.SIGCONT)
-    raise AssertionError("never caught a job running")
-
-
 def test_sigkill_mid_job_fails_it_with_worker_lost_and_the_worker_comes_back(
     server_factory: ServerFactory,
 ) -> None:
-    server = server_factory(
-        MST_MAX_EDGES=str(10_000_000),
-        MST_MAX_UPLOAD_BYTES=str(200_000_000),
-        MST_HEARTBEAT_INTERVAL_S="0.1",
-        MST_HEARTBEAT_TIMEOUT_S="1.5",
-        MST_DISPATCH_DEPTH="1",  # the job queued behind stays queued (tests/service/test_pipelining.py: > 1)
-    )
-    rng = np.random.default_rng(5)
-    n, m = 500_000, 2_000_000
-    src, dst = rng.integers(0, n, m).astype(np.int32), rng.integers(0, n, m).astype(np.int32)
-    weight = rng.integers(-1000, 1000, m).astype(np.int32)
-    big = server.upload_npz(src, dst, weight, n)
+    server = server_factory(MST_HEARTBEAT_INTERVAL_S="0.1", MST_HEARTBEAT_TIMEOUT_S="1.5", **CRASH_HOOK_ENV)
     small = server.upload_npz([0, 1, 2], [1, 2, 0], [5, 6, 7])
-    expected = gpu_core.minimum_spanning_forest(src, dst, weight, num_vertices=n, backend="cpu")
     pid = server.worker_pid()
-
-    job_id = running_then_stopped(server, big["id"], pid)
-    queued = server.submit(small["id"]).json()["id"]
-    os.kill(pid, signal.SIGKILL)
-
-    saw_503, ready = readiness_after_loss(server, pid)
+    with server.hold() as weight:
+        held = server.upload_npz([0, 1, 2], [1, 2, 0], [1, 2, weight])
+        job_id = server.submit(held["id"]).json()["id"]
+        server.wait_held(weight)
+        queued = server.submit(small["id"]).json()["id"]
+        assert server.client.get(f"/v1/jobs/{queued}").json()["status"] == "queued"
+        os.kill(pid, signal.SIGKILL)
+        saw_503, ready = readiness_after_loss(server, pid)
     assert saw_503, "/readyz should answer 503 while no worker is up"
     assert ready["workers"][0]["restarts"] == 1
     lost = server.poll(job_id)
     assert lost["status"] == "failed" and lost["error"]["type"] == "worker_lost", lost
-    assert "exited (exit code -9)" in lost["error"]["message"]
-    assert lost["result"] is None
+    assert "lost" in lost["error"]["message"] and lost["result"] is None
     # the job queued behind it was not lost: it runs on the new worker
     assert server.poll(queued)["status"] == "succeeded"
 
     # the graphs were reloaded from the spool and still answer
-    again = server.submit(big["id"], wait=60).json()
+    again = server.submit(held["id"], wait=60).json()
     assert again["status"] == "succeeded", again
-    assert again["result"]["total_weight"] == expected.total_weight
-    assert again["result"]["num_components"] == expected.num_components
-    edge_ids, _, _ = server.result_npz(again["id"])
-    assert np.array_equal(edge_ids, expected.edge_ids)
-    assert server.client.get(f"/v1/graphs/{big['id']}").json()["residency"]["status"] == "resident"
+    assert server.result_npz(again["id"])[0].tolist() == [0, 2]
+    assert server.client.get(f"/v1/graphs/{held['id']}").json()["residency"]["status"] == "resident"
     assert server.client.get(f"/v1/jobs/{job_id}/result").status_code == 409
 
-    # a worker that stops beating (SIGSTOP) is killed and replaced too; the job handed to it had
-    # not started (the stopped process never read it): it runs on the next worker
+    # a worker that stops beating (SIGSTOP) is killed and replaced too; the job sent to it had not
+    # started (the stopped process never read it): it runs on the next worker
     pid = server.worker_pid()
     os.kill(pid, signal.SIGSTOP)
     stuck = server.submit(small["id"]).json()["id"]
-    assert server.poll(stuck, until=("running", "succeeded", "failed"))["status"] == "running"
+    assert server.client.get(f"/v1/jobs/{stuck}").json()["status"] == "queued"
     _, ready = readiness_after_loss(server, pid, timeout=30)
     assert ready["workers"][0]["restarts"] == 2
     assert "no heartbeat" in ready["workers"][0]["last_error"]
@@ -121,86 +88,103 @@ def test_sigkill_mid_job_fails_it_with_worker_lost_and_the_worker_comes_back(
     metrics = server.client.get("/metrics").text
     assert 'mst_worker_restarts{worker="0"} 2.0' in metrics
     assert 'mst_worker_requests_lost{worker="0"} 1.0' in metrics  # the job it was computing
-    assert 'mst_worker_requests_resent{worker="0"} 1.0' in metrics  # the stuck one (handed, not started)
+    # sent again to the next process: the queued job at the first death, the stuck one at the second
+    # (and the queued job once more if the second process died before it answered the copy sent to
+    # it: that process had run it already from the store, and answers a copy with the record)
+    resent = float(metrics.split('mst_worker_requests_resent{worker="0"} ')[1].split()[0])
+    assert resent in (2.0, 3.0), resent
 
 
-@pytest.mark.timeout(60)  # before the fix the reader waited forever for the rest of a cut request
-def test_requests_larger_than_the_pipe_are_written_whole_without_blocking(tmp_path: Path) -> None:
-    """The API's end of a worker's pipe is non-blocking once the event loop watches it (uvloop does
-    that). Requests larger than the pipe holds (a one-shot's parsed edges, a long ``exclude``) are
-    written in parts as the worker reads, each whole and in order; before, ``Connection.send``
-    raised midway and the next request followed the part already written."""
-    import asyncio
-    import multiprocessing
+class _FakeWorker:
+    """A worker's listening socket that a test reads and writes by hand."""
 
-    from service.runtime.pool.interface import worker_config
-    from service.runtime.pool.processes import ProcessHandle
-    from service.settings import Settings
+    def __init__(self, path: Path) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen(1)
+        self.conn: socket.socket | None = None
+        self.inbox = bytearray()
 
-    settings = Settings(data_dir=tmp_path, backend="cpu")
-    requests = [list(range(i, i + 150_000)) for i in range(6)]  # ~0.75 MB pickled each
+    def accept(self) -> None:
+        self.conn, _ = self.listener.accept()
 
-    def read_all(conn: Any) -> list[Any]:
+    def read(self, count: int, timeout: float = 10.0) -> list[Any]:
+        assert self.conn is not None
+        self.conn.settimeout(timeout)
         got: list[Any] = []
-        while len(got) < len(requests) and conn.poll(10):
-            got.append(conn.recv())
+        while len(got) < count:
+            chunk = self.conn.recv(1 << 16)
+            assert chunk
+            self.inbox += chunk
+            got += unframed(self.inbox)
         return got
 
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.listener.close()
+
+
+@pytest.mark.timeout(60)  # a request cut in the middle would leave the reader waiting forever
+def test_requests_larger_than_the_socket_are_written_whole_without_blocking(tmp_path: Path) -> None:
+    """The link's socket is non-blocking (the event loop watches it). Requests larger than the
+    socket holds (a prediction's points, a long ``exclude``) are written in parts as the worker
+    reads, each whole and in order."""
+    fake = _FakeWorker(tmp_path / "w.sock")
+    payloads = [list(range(i, i + 150_000)) for i in range(16)]  # ~0.75 MB pickled each, 12 MB in all
+
     async def scenario() -> tuple[list[Any], int]:
-        handle = ProcessHandle(worker_config(settings, 0, "cpu", None), settings, lambda _: None)
-        handle._loop = asyncio.get_running_loop()
-        parent, child = multiprocessing.Pipe(duplex=True)
-        os.set_blocking(parent.fileno(), False)
-        handle._conn, handle.state = parent, "ready"
-        for payload in requests:
-            handle._send("mst", payload)
-        pending = len(getattr(handle, "_unsent", b""))  # the pipe took a part: the rest waits for it
-        got = await asyncio.to_thread(read_all, child)
-        parent.close()
-        child.close()
+        link = WorkerLink(0, str(tmp_path / "w.sock"), Board.create(1, 1), 0, 10.0)
+        accepting = threading.Thread(target=fake.accept)
+        accepting.start()
+        link.open()
+        while not link.connected:
+            await asyncio.sleep(0.01)
+        accepting.join()
+        for payload in payloads:
+            link.send("mst", payload)
+        pending = len(link._outbox)  # the socket took a part: the rest waits for the worker to read
+        got = await asyncio.to_thread(fake.read, 1 + len(payloads))
+        await link.close()
         return got, pending
 
     got, pending = asyncio.run(scenario())
+    fake.close()
     assert pending > 0
-    assert [(op, payload) for op, _, payload in got] == [("mst", payload) for payload in requests]
-    assert [req_id for _, req_id, _ in got] == sorted(req_id for _, req_id, _ in got)
+    hello, *requests = got
+    assert hello[0] == "hello"
+    assert [(op, args[0]) for op, _, _, *args in requests] == [("mst", p) for p in payloads]
+    assert [req_id for _, req_id, *_ in requests] == sorted(req_id for _, req_id, *_ in requests)
 
 
-@pytest.mark.timeout(60)  # before the fix the worker was taken for lost (the reader's recv raised midway)
-def test_replies_larger_than_the_pipe_are_read_whole(tmp_path: Path) -> None:
-    """A batch of one-shots sends its forests back in one write, larger than the pipe holds: the
-    API's non-blocking end gets it in parts and must take each reply once it is all there."""
-    import asyncio
-    import multiprocessing
-
-    from service.runtime.pool.interface import worker_config
-    from service.runtime.pool.processes import ProcessHandle
-    from service.runtime.worker import process
-    from service.settings import Settings
-
-    settings = Settings(data_dir=tmp_path, backend="cpu")
+@pytest.mark.timeout(60)
+def test_replies_larger_than_the_socket_are_read_whole(tmp_path: Path) -> None:
+    """A batch of one-shots sends its forests back in one write, larger than the socket holds: the
+    link gets it in parts and takes each reply once it is all there."""
+    fake = _FakeWorker(tmp_path / "w.sock")
     forests = [np.arange(i, i + 150_000) for i in range(6)]  # 1.2 MB each
 
     async def scenario() -> list[Any]:
-        loop = asyncio.get_running_loop()
-        handle = ProcessHandle(worker_config(settings, 0, "cpu", None), settings, lambda _: None)
-        handle._loop = loop
-        parent, child = multiprocessing.Pipe(duplex=True)
-        os.set_blocking(parent.fileno(), False)
-        handle._conn, handle.state = parent, "ready"
-        futures = [handle._send("ping") for _ in forests]
-        requests = [child.recv() for _ in forests]
-        loop.add_reader(parent.fileno(), handle._readable, parent, None, handle.generation, bytearray())
-        replies = [(req_id, True, {"edge_ids": f}) for (_, req_id), f in zip(requests, forests, strict=True)]
-        writing = asyncio.ensure_future(asyncio.to_thread(process._send_all, child, replies))
+        link = WorkerLink(0, str(tmp_path / "w.sock"), Board.create(1, 1), 0, 10.0)
+        accepting = threading.Thread(target=fake.accept)
+        accepting.start()
+        link.open()
+        while not link.connected:
+            await asyncio.sleep(0.01)
+        accepting.join()
+        futures = [link.send("ping")[0] for _ in forests]
+        _, *requests = await asyncio.to_thread(fake.read, 1 + len(forests))
+        replies = [(req_id, True, {"edge_ids": f}) for (_, req_id, _), f in zip(requests, forests, strict=True)]
+        assert fake.conn is not None
+        data = b"".join(framed(r) for r in replies)
+        writing = asyncio.ensure_future(asyncio.to_thread(fake.conn.sendall, data))
         got = await asyncio.wait_for(asyncio.gather(*futures), 30)
         await writing
-        loop.remove_reader(parent.fileno())
-        parent.close()
-        child.close()
+        await link.close()
         return got
 
     got = asyncio.run(scenario())
+    fake.close()
     assert [np.array_equal(g["edge_ids"], f) for g, f in zip(got, forests, strict=True)] == [True] * 6
 
 

@@ -1,67 +1,106 @@
-"""The worker process on its own: the pipe protocol, spool files in and out, errors that pickle."""
+"""The worker process on its own: its socket protocol, spool files in and out, errors that pickle,
+and its queue: requests of several connections in their senders' order, a dataset's own order
+kept, loads, identical jobs coalesced, forests started ahead."""
 
 from __future__ import annotations
 
-import multiprocessing
+import socket
 import time
 from collections.abc import Iterator
-from multiprocessing.connection import Connection
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
 from gpu_core import errors as core
-from service.errors import PayloadTooLargeError, WorkerInternalError
+from service.errors import GraphNotFoundError, PayloadTooLargeError, WorkerInternalError
+from service.runtime.board import Board
+from service.runtime.supervisor.plan import spawn_worker, worker_config
 from service.runtime.worker import process
 from service.runtime.worker import protocol as worker
+from service.runtime.worker.loop import WorkerLoop
+from service.runtime.worker.server import Incoming
+from service.settings import Settings
+from service.storage.store import Store
 
 from .live import npz_body
 
-CTX = multiprocessing.get_context("spawn")
 
+class Client:
+    """One connection to a worker's socket, as an API process holds it."""
 
-class Worker:
-    def __init__(self, tmp: Path, max_edges: int = 1000) -> None:
-        self.conn, child = CTX.Pipe()
-        self.heartbeat = CTX.RawValue("d", 0.0)
-        config = worker.WorkerConfig(0, "cpu", None, str(tmp), max_edges, 0.05)
-        self.proc = CTX.Process(target=process.main, args=(child, self.heartbeat, config), daemon=True)
-        self.proc.start()
-        child.close()
+    def __init__(self, path: str, slot: int = 0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.sock.sendall(worker.framed((worker.HELLO, slot)))
+        self.inbox = bytearray()
         self.ids = iter(range(1, 10**6))
+        self.waiting: list[Any] = []
+        self.last_id = 0
+
+    def send(self, op: str, *args: Any, stamp: float | None = None) -> int:
+        req_id = next(self.ids)
+        self.sock.sendall(worker.framed((op, req_id, time.monotonic() if stamp is None else stamp, *args)))
+        self.last_id = req_id
+        return req_id
+
+    def next_message(self, timeout: float = 60.0) -> Any:
+        self.sock.settimeout(timeout)
+        while not self.waiting:
+            chunk = self.sock.recv(1 << 20)
+            assert chunk, "the worker closed the connection"
+            self.inbox += chunk
+            self.waiting.extend(worker.unframed(self.inbox))
+        return self.waiting.pop(0)
 
     def call(self, op: str, *args: Any) -> tuple[bool, Any]:
-        req_id = next(self.ids)
-        self.conn.send((op, req_id, *args))
-        assert self.conn.poll(60), "the worker did not answer"
-        got_id, ok, payload = self.conn.recv()
+        req_id = self.send(op, *args)
+        got_id, ok, payload = self.next_message()
         assert got_id == req_id
-        self.last_id = req_id
         return ok, payload
 
     def note(self) -> BaseException | None:
         """The STORED note that follows the last request's reply: its error, or None."""
-        assert self.conn.poll(60), "no STORED note came"
-        head, req_id, error = self.conn.recv()
+        head, req_id, error = self.next_message()
         assert (head, req_id) == (worker.STORED, self.last_id)
         return error
 
 
+class Worker:
+    """A worker process spawned as the supervisor spawns it, serving its socket."""
+
+    def __init__(self, tmp: Path, backend: str = "cpu", serve: bool = True, **settings: Any) -> None:
+        self.tmp = tmp
+        run = tmp / "run"
+        run.mkdir(exist_ok=True)
+        Store(tmp / "data").close()  # the database the worker opens
+        self.settings = Settings(data_dir=tmp / "data", max_edges=1000, heartbeat_interval_s=0.05, **settings)
+        self.config = worker_config(self.settings, run, 2, 0, backend, None)
+        self.board = Board.create(1, 2)
+        self.spawned = spawn_worker(self.config, self.board)
+        self.proc = self.spawned.process
+        assert self.spawned.conn.poll(60), "the worker did not start"
+        self.head, self.info = self.spawned.conn.recv()
+        if serve and self.head == "ready":
+            self.spawned.conn.send(("serve",))
+            assert self.spawned.conn.poll(60) and self.spawned.conn.recv()[0] == "serving"
+            self.client = Client(self.config.socket_path)
+
+    def stop(self) -> None:
+        self.spawned.conn.send(("stop",))
+        self.proc.join(10)
+
+
 @pytest.fixture(scope="module")
 def w(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
-    tmp = tmp_path_factory.mktemp("worker")
-    wk = Worker(tmp)
-    assert wk.conn.poll(60)
-    head, info = wk.conn.recv()
-    assert head == "ready", info
-    assert info["backend"] == "cpu" and info["pid"] == wk.proc.pid and info["total_bytes"] > 0
-    wk.tmp = tmp  # type: ignore[attr-defined]
+    wk = Worker(tmp_path_factory.mktemp("worker"))
+    assert wk.head == "ready", wk.info
+    assert wk.info["backend"] == "cpu" and wk.info["pid"] == wk.proc.pid and wk.info["total_bytes"] > 0
     yield wk
-    ok, _ = wk.call(worker.STOP)
-    assert ok
-    wk.proc.join(10)
+    wk.client.sock.close()
+    wk.stop()
     assert wk.proc.exitcode == 0
 
 
@@ -71,205 +110,211 @@ def write(tmp: Path, name: str, body: bytes) -> str:
     return str(path)
 
 
-def test_heartbeat_moves(w: Worker) -> None:
-    first = w.heartbeat.value
+def test_heartbeat_moves_once_it_serves(w: Worker) -> None:
+    first = w.board.get(0, "heartbeat")
     time.sleep(0.2)
-    assert w.heartbeat.value > first and time.monotonic() - w.heartbeat.value < 1
+    assert w.board.get(0, "heartbeat") > first and time.monotonic() - w.board.get(0, "heartbeat") < 1
+    assert w.board.state(0) == "ready"
 
 
 def test_load_compute_drop(w: Worker) -> None:
-    tmp: Path = w.tmp  # type: ignore[attr-defined]
-    path = write(
-        tmp, "g.npz", npz_body([0, 1, 2, 3], [1, 2, 0, 3], np.array([2, 1, 3, 9], dtype=np.int32), 6)
-    )
-    ok, summary = w.call(worker.LOAD, "g_1", path, "npz", None, None)
+    c, tmp = w.client, w.tmp
+    path = write(tmp, "g.npz", npz_body([0, 1, 2, 3], [1, 2, 0, 3], np.array([2, 1, 3, 9], dtype=np.int32), 6))
+    ok, summary = c.call(worker.LOAD, "g_1", path, "npz", None, None)
     assert ok, summary
     assert (summary["num_vertices"], summary["num_edges"], summary["weight_dtype"]) == (6, 4, "int32")
     result = str(tmp / "r.npz")
-    ok, forest = w.call(worker.MST, "g_1", result)
+    ok, forest = c.call(worker.MST, "g_1", result, "mst", {}, None)
     assert ok and (forest["num_edges"], forest["total_weight"], forest["num_components"]) == (2, 3, 4)
-    assert w.note() is None  # the file is written after the reply, then announced
+    assert c.note() is None  # the file is written after the reply, then announced
     with np.load(result) as npz:
         assert npz["edge_ids"].tolist() == [0, 1] and npz["weights"].dtype == np.int32
     assert not [p for p in tmp.iterdir() if p.suffix == ".part"]
-    ok, _ = w.call(worker.DROP, "g_1")
-    ok, err = w.call(worker.MST, "g_1", result)
-    assert not ok and isinstance(err, WorkerInternalError) and "not resident" in str(err)
-    ok, _ = w.call(worker.PING)
+    ok, _ = c.call(worker.ABANDON, "g_1")  # never committed: dropped
+    ok, err = c.call(worker.MST, "g_1", result, "mst", {}, None)
+    assert not ok and isinstance(err, GraphNotFoundError)
+    ok, _ = c.call(worker.PING)
     assert ok  # no note followed the failed request: the next message was this reply
 
 
 def test_a_result_that_cannot_be_written_is_reported_in_its_note(w: Worker) -> None:
-    tmp: Path = w.tmp  # type: ignore[attr-defined]
+    c, tmp = w.client, w.tmp
     path = write(tmp, "g5.npz", npz_body([0, 1], [1, 2], np.array([2, 1], dtype=np.int32), 3))
-    assert w.call(worker.LOAD, "g_5", path, "npz", None, None)[0]
-    ok, forest = w.call(worker.MST, "g_5", str(tmp / "no-such-folder" / "r.npz"))
+    assert c.call(worker.LOAD, "g_5", path, "npz", None, None)[0]
+    ok, forest = c.call(worker.MST, "g_5", str(tmp / "no-such-folder" / "r.npz"), "mst", {}, None)
     assert ok and forest["num_edges"] == 2  # the summary does not wait for the file
-    error = w.note()
+    error = c.note()
     assert isinstance(error, WorkerInternalError) and "FileNotFoundError" in str(error)
     assert "no-such-folder" not in str(error)  # a path on the server: in its log, not the answer
     assert not [p for p in tmp.iterdir() if p.suffix == ".part"]  # nothing half-written left
-    assert w.call(worker.PING)[0]
+    assert c.call(worker.PING)[0]
 
 
 def test_text_upload_gets_a_canonical_npz(w: Worker) -> None:
-    tmp: Path = w.tmp  # type: ignore[attr-defined]
+    c, tmp = w.client, w.tmp
     path = write(tmp, "g.mtx", b"%%MatrixMarket matrix coordinate real general\n3 3 2\n1 2 0.5\n2 3 1.5\n")
     canonical = str(tmp / "canonical.npz")
-    ok, summary = w.call(worker.LOAD, "g_2", path, "mtx", None, canonical)
+    ok, summary = c.call(worker.LOAD, "g_2", path, "mtx", None, canonical)
     assert ok and summary["weight_dtype"] == "float64"
     with np.load(canonical) as npz:
-        assert (
-            npz["src"].tolist() == [0, 1]
-            and npz["weight"].tolist() == [0.5, 1.5]
-            and int(npz["num_vertices"]) == 3
-        )
+        assert npz["src"].tolist() == [0, 1] and npz["weight"].tolist() == [0.5, 1.5]
+        assert int(npz["num_vertices"]) == 3
 
 
 def test_errors_come_back_typed(w: Worker) -> None:
-    tmp: Path = w.tmp  # type: ignore[attr-defined]
+    c, tmp = w.client, w.tmp
     bad = write(tmp, "bad.npz", npz_body([0, 7], [1, 0], [1.0, 1.0], 3))
-    ok, err = w.call(worker.LOAD, "g_3", bad, "npz", None, None)
+    ok, err = c.call(worker.LOAD, "g_3", bad, "npz", None, None)
     assert not ok and isinstance(err, core.VertexIdError) and (err.field, err.index) == ("src", 1)
     big = write(tmp, "big.npz", npz_body(np.zeros(1001, np.int64), np.ones(1001, np.int64), np.ones(1001)))
-    ok, err = w.call(worker.LOAD, "g_4", big, "npz", None, None)
+    ok, err = c.call(worker.LOAD, "g_4", big, "npz", None, None)
     assert not ok and isinstance(err, PayloadTooLargeError) and "1001" in str(err)
-    ok, err = w.call(worker.ONESHOT, str(tmp / "missing.npz"), "npz", None, str(tmp / "o.npz"))
+    ok, err = c.call(worker.ONESHOT, str(tmp / "missing.npz"), "npz", None, str(tmp / "o.npz"))
     assert not ok and isinstance(err, WorkerInternalError) and "FileNotFoundError" in str(err)
-    ok, pong = w.call(worker.PING)
+    ok, pong = c.call(worker.PING)
     assert ok and pong["probe_ms"] >= 0  # still serving after errors
 
 
-def test_worker_exits_when_the_api_goes_away(tmp_path: Path) -> None:
-    wk = Worker(tmp_path)
-    assert wk.conn.poll(60) and wk.conn.recv()[0] == "ready"
-    wk.conn.close()
+def test_requests_of_two_connections_are_taken_in_their_senders_order(w: Worker) -> None:
+    """A request written after another is never taken before it, whichever connection carried it:
+    a graph's new weights sent by one API process after a job was queued through another do not
+    reach that job (the queue's own order: ``test_the_queue_keeps_stamp_order...``)."""
+    from service.storage.records import GraphRecord
+
+    first, second = w.client, Client(w.config.socket_path, slot=1)
+    path = write(w.tmp, "g6.npz", npz_body([0, 1, 2], [1, 2, 0], np.array([5, 1, 3], dtype=np.int64), 3))
+    assert first.call(worker.LOAD, "g_6", path, "npz", None, None)[0]
+    store = Store(w.tmp / "data", checkpoint=False)
+    store.commit_graph(GraphRecord("g_6", time.time(), 3, 3, "int64", "npz", 1, 1), [("g_6", 0, 1)])
+    store.close()
+    first.call(worker.COMMIT, "g_6")
+    weights = w.tmp / "w6.npy"
+    np.save(weights, np.array([1, 9, 1], dtype=np.int64))
+    # the job is written before the update (through another connection): it computes on the old weights
+    first.send(worker.MST, "g_6", str(w.tmp / "r6a.npz"), "mst", {}, None)
+    second.send(worker.WEIGHTS, "g_6", str(weights), "npy", False)
+    job, update = first.next_message(), second.next_message()
+    assert job[1] and job[2]["total_weight"] == 4  # the old weights: 1 + 3
+    assert update[1] and update[2]["weights_version"] == 1 and update[2]["record"].weights_version == 1
+    assert first.note() is None
+    ok, after = first.call(worker.MST, "g_6", str(w.tmp / "r6b.npz"), "mst", {}, None)
+    assert ok and after["total_weight"] == 2  # the new ones: 1 + 1
+    second.sock.close()
+
+
+def test_worker_exits_when_the_supervisor_goes_away(tmp_path: Path) -> None:
+    wk = Worker(tmp_path, serve=False)
+    assert wk.head == "ready"
+    wk.spawned.conn.close()
     wk.proc.join(10)
     assert wk.proc.exitcode == 0
 
 
 def test_start_failure_is_reported(tmp_path: Path) -> None:
-    conn: Connection
-    conn, child = CTX.Pipe()
-    config = worker.WorkerConfig(0, "gpu-please", None, str(tmp_path), 10, 0.05)
-    proc = CTX.Process(target=process.main, args=(child, CTX.RawValue("d", 0.0), config), daemon=True)
-    proc.start()
-    child.close()
-    assert conn.poll(60)
-    head, err = conn.recv()
-    assert head == "failed" and "backend" in str(err)
-    proc.join(10)
-    conn.close()
+    wk = Worker(tmp_path, backend="gpu-please", serve=False)
+    assert wk.head == "failed" and "backend" in str(wk.info)
+    wk.proc.join(10)
 
 
-@pytest.mark.parametrize("spin_s", [0.0, 0.5])
-def test_the_next_request_is_taken_whether_it_comes_while_polling_or_asleep(spin_s: float) -> None:
-    import threading
-
-    ours, theirs = CTX.Pipe()
-    for delay in (0.01, 0.7):  # within the polling window, then after it (asleep in recv)
-        timer = threading.Timer(delay, theirs.send, args=(("ping", delay),))
-        started = time.monotonic()  # before the timer starts: a loaded machine may run it first
-        timer.start()
-        assert process._next_request(ours, spin_s) == ("ping", delay)
-        assert time.monotonic() - started >= delay * 0.9
-        timer.join()
-    theirs.close()
-    with pytest.raises(EOFError):
-        process._next_request(ours, spin_s)  # the other end is gone: the serve loop returns
-
-
-def test_while_the_writer_thread_writes_the_loop_waits_then_polls_instead_of_sleeping() -> None:
-    """Every job's result file is written behind its reply: meanwhile the loop waits in the kernel
-    for the next request or the writer thread's word that it is done (no poll loop taking turns
-    with the writer for the interpreter's lock), and once the file is written it polls for
-    ``spin_s``. Asleep in its read instead, the next request's write to the pipe had to wake it."""
-    import threading
-
-    ours, theirs = CTX.Pipe()
-    polls = 0
-
-    class Counted:  # our end of the pipe, its polls counted
-        def fileno(self) -> int:
-            return ours.fileno()
-
-        def poll(self, timeout: float = 0.0) -> bool:
-            nonlocal polls
-            polls += 1
-            return ours.poll(timeout)
-
-    with process.writing(theirs) as writer:
-        for delay, while_writing in ((0.05, True), (0.2, False)):
-            polls = 0
-            writer.behind(lambda: time.sleep(0.1))  # a result file that takes 0.1 s to write
-            timer = threading.Timer(delay, theirs.send, args=(("ping", delay),))
-            timer.start()
-            request = process._next_request(Counted(), 0.5, writer)  # type: ignore[arg-type]
-            timer.join()
-            assert request == ("ping", delay)
-            if while_writing:
-                assert polls == 0, polls  # it came while the loop waited in the kernel
-                while writer.busy():
-                    time.sleep(0.01)
-            else:
-                assert polls > 100, polls  # the loop spun once the file was written
-    ours.close()
-    theirs.close()
+@pytest.mark.parametrize(
+    ("busy", "idle_for", "spin_s", "writing", "expected"),
+    [
+        (True, None, 0.0, False, 0.0),  # work to do: read without waiting
+        (False, None, 0.5, False, 0.0),  # just idle: poll while spinning
+        (False, 0.1, 0.5, False, 0.0),
+        (False, 0.7, 0.5, False, None),  # spun long enough: asleep until something comes
+        (False, None, 0.0, False, None),
+        (False, None, 0.5, True, None),  # a file being written: its word wakes the loop
+    ],
+)
+def test_the_loop_polls_while_it_spins_then_sleeps(
+    busy: bool, idle_for: float | None, spin_s: float, writing: bool, expected: float | None
+) -> None:
+    idle_since = None if idle_for is None else time.monotonic() - idle_for
+    assert process._wait(busy, idle_since, spin_s, writing) == expected
 
 
-def test_forests_start_ahead_for_the_mst_jobs_right_behind_on_other_graphs() -> None:
-    """Before a GPU worker computes a job's forest it starts those of the ``MST_LAUNCH_AHEAD`` MST
-    jobs queued right behind it (in its backlog and its pipe), each graph once, plain forests of
-    resident graphs only; anything else in between ends the look ahead."""
-    from collections import deque
-    from types import SimpleNamespace
+# -- the queue, on its own (no process, no device) ---------------------------------------------
 
-    launched: list[tuple[str, str]] = []
 
-    class Graph:
-        def __init__(self, name: str) -> None:
-            self.name = name
+class _Holdings:
+    def __init__(self, resident: set[str]) -> None:
+        self.resident_keys = resident
+        self.store = None
+        self.status: dict[str, str] = {}
+        self.versions: dict[str, int] = {}
+        self.provisional: dict[str, object] = {}
 
-        def launch_forest(self, *, objective: str = "min") -> bool:
-            if objective not in ("min", "max"):
-                raise ValueError(f"objective must be min or max, not {objective!r}")
-            launched.append((self.name, objective))
-            return True
+    def resident(self, key: str) -> bool:
+        return key in self.resident_keys
 
-    resident = SimpleNamespace(graphs={name: Graph(name) for name in "abcdefgh"})
-    ours, theirs = CTX.Pipe()
-    mst = worker.MST
-    backlog: deque[Any] = deque(
-        [
-            (mst, 2, "b", "r2", "mst", {"objective": "max"}),
-            (mst, 3, "a", "r3", "mst", {}),  # the first job's graph: started already
-            (mst, 4, "c", "r4", "components", {}),  # another task
-            (mst, 5, "d", "r5", "mst", {"exclude": [1]}),  # a what-if
-            (mst, 6, "zz", "r6", "mst", {}),  # not resident (a reload comes first)
-            (mst, 7, "e", "r7", "mst", {"objective": "median"}),  # its own turn words the error
-        ]
-    )
-    theirs.send((mst, 8, "f", "r8", "mst", {}))  # waiting in the pipe: read into the backlog
-    theirs.send((mst, 9, "g", "r9"))
-    theirs.send((mst, 10, "h", "r10"))  # the ninth behind: past MST_LAUNCH_AHEAD
-    time.sleep(0.2)
-    first = ["a", "r1", "mst", {}]
-    fake: Any = SimpleNamespace(**vars(resident), config=SimpleNamespace(launch_ahead=8))  # a worker's parts
-    process._launch_ahead(fake, ours, backlog, first)
-    assert launched == [("a", "min"), ("b", "max"), ("f", "min"), ("g", "min")]
-    assert [request[1] for request in backlog] == list(range(2, 11))  # all still to be answered, in order
+    def pending(self) -> list[str]:
+        return []
 
-    launched.clear()
-    fake.config.launch_ahead = 1  # the window counts the jobs behind, started or passed over
-    process._launch_ahead(
-        fake, ours, deque([(mst, 2, "c", "r2", "dendrogram", {}), (mst, 3, "b", "r3")]), first
-    )
-    assert launched == [("a", "min")]
 
-    launched.clear()
-    in_between = deque([(mst, 2, "b", "r2"), (worker.WEIGHTS, 3, "c", "w3"), (mst, 4, "d", "r4")])
-    fake.config.launch_ahead = 8
-    process._launch_ahead(fake, ours, in_between, first)
-    assert launched == [("a", "min"), ("b", "min")]  # d waits: its turn comes after the update
-    ours.close()
-    theirs.close()
+def _loop(resident: set[str], coalesce: bool = True, launch_ahead: int = 8) -> WorkerLoop:
+    config = SimpleNamespace(index=0, coalesce=coalesce, launch_ahead=launch_ahead, oneshot_batch_edges=0)
+    fake_worker: Any = SimpleNamespace(config=config, backend="cpu")
+    return WorkerLoop(fake_worker, _Holdings(resident), Board.create(1, 1), None, None)  # type: ignore[arg-type]
+
+
+def _request(seq: int, op: str, *args: Any, stamp: float | None = None) -> Incoming:
+    return Incoming(None, op, seq, float(seq) if stamp is None else stamp, list(args), seq)
+
+
+def test_the_queue_keeps_stamp_order_and_a_datasets_order_and_lets_others_pass_a_load() -> None:
+    loop = _loop(resident={"a", "b"})
+    for request in (
+        _request(3, worker.MST, "a", "r3", "mst", {}),
+        _request(1, worker.MST, "z", "r1", "mst", {}),  # z is not resident: a load first
+        _request(2, worker.MST, "z", "r2", "mst", {}),
+        _request(4, worker.WEIGHTS, "b", "w", "npy", False),
+    ):
+        loop.add(request)
+    assert [r.req_id for r in loop.queue] == [1, 2, 3, 4]  # stamp order, whatever the arrival
+    assert loop.next_request().req_id == 3  # z's requests wait for its load; a's goes ahead
+    loop._take(loop.queue[2])
+    assert loop.next_request().req_id == 4
+    loop._take(loop.queue[2])
+    assert loop.next_request().req_id == 1  # nothing else to run: z's first request, its load now
+
+
+def test_a_request_waiting_for_a_load_is_passed_at_most_max_overtaken_times() -> None:
+    from service.runtime.worker.loop import MAX_OVERTAKEN
+
+    loop = _loop(resident={"a"})
+    loop.add(_request(0, worker.MST, "z", "r", "mst", {}))
+    for i in range(1, MAX_OVERTAKEN + 5):
+        loop.add(_request(i, worker.MST, "a", f"r{i}", "mst", {"k": i}))
+    taken = []
+    for _ in range(MAX_OVERTAKEN + 1):
+        request = loop.next_request()
+        assert request is not None
+        taken.append(request.req_id)
+        loop._take(request)
+    assert taken[-1] == 0 and 0 not in taken[:-1]
+
+
+def test_identical_jobs_behind_one_are_taken_together_until_another_request_of_their_dataset() -> None:
+    loop = _loop(resident={"a", "b"})
+    requests = [
+        _request(1, worker.MST, "a", "r1", "mst", {}),
+        _request(2, worker.MST, "b", "r2", "mst", {}),  # another dataset: not in between
+        _request(3, worker.MST, "a", "r3", "mst", {}),
+        _request(4, worker.MST, "a", "r4", "mst", {"objective": "max"}),  # a different job of a
+        _request(5, worker.MST, "a", "r5", "mst", {}),
+    ]
+    for request in requests:
+        loop.add(request)
+    assert [r.req_id for r in loop._identical(requests[0])] == [1, 3]
+    assert [r.req_id for r in _loop({"a", "b"}, coalesce=False)._identical(requests[0])] == [1]
+
+
+def test_a_job_sent_again_joins_its_queued_twin() -> None:
+    loop = _loop(resident={"a"})
+    spec = worker.JobSpec("j_1", "a", 0.0, "mst", "{}", "", True)
+    loop.add(_request(1, worker.MST, "a", "r", "mst", {}, spec))
+    again = _request(2, worker.MST, "a", "r", "mst", {}, spec)
+    again.conn = SimpleNamespace(closed=False, slot=0)  # type: ignore[assignment]
+    loop.add(again)
+    assert len(loop.queue) == 1 and loop.queue[0].also == [(again.conn, 2)]

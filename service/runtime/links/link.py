@@ -308,7 +308,7 @@ class WorkerLink:
             self._expire_held()
             return
         if lost_now or kept:
-            log.warning("worker %d died: %d request(s) lost, %d to re-send", self.index, lost_now, len(kept))
+            log.warning("worker %d died: %d request(s) lost, %d to re-send (%s)", self.index, lost_now, len(kept), [r.op for r in kept])
         self._connect()
 
     def open(self) -> None:
@@ -328,6 +328,7 @@ class WorkerLink:
             sock.close()
         error = ServiceUnavailableError("the service is shutting down.")
         for request in [*self.pending.values(), *self.held]:
+            request.future.add_done_callback(consume)  # a caller that no longer waits for it
             settle(request.future, None, error)
             settle(request.note, None, error)
         for note in self.notes.values():

@@ -49,6 +49,7 @@ from .protocol import (
     ONESHOT,
     PREDICT,
     PUBLISHED,
+    STORED,
     WEIGHTS,
     JobSpec,
 )
@@ -68,7 +69,7 @@ _MEMORY_EVERY_S = 0.1
 
 
 def dataset_of(request: Incoming) -> str | None:
-    if request.op in _ON_DATASET or request.op == DROP:
+    if request.op in _ON_DATASET:
         key = request.args[0]
         return key if isinstance(key, str) else None
     return None
@@ -129,7 +130,7 @@ class WorkerLoop:
             key = dataset_of(request)
             if key is not None and key in blocked:
                 continue
-            if key is None or request.op == DROP or self.holdings.resident(key):
+            if key is None or self.holdings.resident(key):
                 if waiting is not None:
                     if self._overtaken >= MAX_OVERTAKEN:
                         break
@@ -163,6 +164,9 @@ class WorkerLoop:
             key = str(args[0])
             if key in self.holdings.provisional:
                 self.holdings.forget(key)
+            answer = self._memory()
+        elif op == DROP:  # its queued requests find it gone (a deleted dataset's jobs are cancelled)
+            self.holdings.forget(str(args[0]))
             answer = self._memory()
         else:
             return
@@ -209,9 +213,6 @@ class WorkerLoop:
         try:
             if op == LOAD:
                 return True, holdings.load_new(args[0], args[1:], request.conn, busy), None, False
-            if op == DROP:
-                holdings.forget(args[0])
-                return True, self._memory(), None, False
             if op == WEIGHTS:
                 holdings.ensure(args[0], busy)
                 return True, replace_and_publish(holdings, *args), None, False
@@ -236,10 +237,14 @@ class WorkerLoop:
         for request in group:
             spec = _spec(request)
             ended = None if spec is None else job_records.begin(self.store, spec)
-            if ended is not None:  # cancelled meanwhile: its answer is its record
-                self._reply([request], True, {JOB: ended})
-            else:
+            if ended is None:
                 live.append(request)
+                continue
+            # cancelled meanwhile, or a copy of a job that ran already: its answer is its record,
+            # and its note follows that run's file (every answered MST request gets one note)
+            self._reply([request], True, {JOB: ended})
+            assert spec is not None
+            self.writer.note_when_written(spec.id, request.requesters())
         if not live:
             return True
         self._stamp(live)
@@ -273,6 +278,8 @@ class WorkerLoop:
                 answer = dict(payload, coalesced=True)
             for conn, req_id in request.requesters():
                 messages.append((conn, (req_id, answered, answer)))
+                if answered and not ok:  # a failed job's answer: no file follows, its note says why
+                    messages.append((conn, (STORED, req_id, payload)))
             if ok and after is not None:
                 stored_jobs.append(spec.id if spec is not None else f"r{request.seq}")
                 notes.append(request.requesters())
@@ -346,7 +353,7 @@ class WorkerLoop:
         def work() -> None:
             error = run_after(after)
             for conn, req_id in requesters:
-                conn.send(("stored", req_id, error))
+                conn.send((STORED, req_id, error))
 
         return work
 

@@ -74,8 +74,9 @@ INLINE = "arrays"
 #: the key of a one-shot reply's count of one-shots its engine run computed (1: alone)
 BATCH_MEMBERS = "batch_members"
 
-#: requests a worker answers as soon as it reads them, whatever is queued
-CONTROL = frozenset({HELLO, AWAIT_STORED, PUBLISHED, COMMIT, ABANDON, STOP})
+#: requests a worker answers as soon as it reads them, whatever is queued (DROP among them: a
+#: deleted dataset's queued jobs are cancelled, not run on what is still resident)
+CONTROL = frozenset({HELLO, AWAIT_STORED, PUBLISHED, COMMIT, ABANDON, DROP, STOP})
 #: the key of a job's reply that holds its final record, as stored
 JOB = "job"
 

@@ -105,7 +105,9 @@ class Server:
         extra = list(extra)
         ready = set(select.select([*self.fds(), *extra], [], [], timeout)[0])
         if self._listener.fileno() in ready:
-            self._accept()
+            # a new connection's first requests may be waiting already: read in this round too, so
+            # that everything written before the round began is ordered together
+            ready.update(self._accept())
         incoming: list[Incoming] = []
         closed: list[Connection] = []
         for fd, conn in list(self.connections.items()):
@@ -116,15 +118,17 @@ class Server:
                     conn.sock.close()
         return incoming, closed, ready.intersection(extra)
 
-    def _accept(self) -> None:
+    def _accept(self) -> list[int]:
+        accepted = []
         while True:
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                return accepted
             sock.setblocking(True)
             widen(sock)
             self.connections[sock.fileno()] = Connection(sock)
+            accepted.append(sock.fileno())
 
     def _read(self, conn: Connection, out: list[Incoming]) -> bool:
         """Read what ``conn`` has waiting into ``out``; False when it has closed."""

@@ -56,9 +56,23 @@ class Writer:
                 for conn, req_id in requesters:
                     conn.send((STORED, req_id, error))
                 for conn, req_id in waiting:
-                    conn.send((req_id, True, {"written": error is None}))
+                    if req_id < 0:  # a note owed to a copy of the job answered meanwhile
+                        conn.send((STORED, -req_id, error))
+                    else:
+                        conn.send((req_id, True, {"written": error is None}))
 
         self.behind(work)
+
+    def note_when_written(self, job_id: str, requesters: list[tuple[Connection, int]]) -> None:
+        """Send STORED notes for a job whose file an earlier run wrote (or is writing): once that
+        write is done, or at once."""
+        with self._lock:
+            waiting = self._pending.get(job_id)
+            if waiting is not None:
+                waiting.extend((conn, -req_id) for conn, req_id in requesters)  # negative: a note
+                return
+        for conn, req_id in requesters:
+            conn.send((STORED, req_id, None))
 
     def await_file(self, job_id: str, conn: Connection, req_id: int) -> bool:
         """Answer ``req_id`` once the job's file is written; False when none is being written."""

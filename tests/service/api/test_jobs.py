@@ -12,7 +12,6 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from service.settings import Settings
 from service.timing import parse_header
 from tests.utils.graphs import random_graph
 
@@ -21,14 +20,10 @@ from ..live import OCTET, LiveServer
 from ..oracle import check_forest
 from .test_graphs import problem
 
-#: jobs handed to the worker at once on the shared server (the default of MST_DISPATCH_DEPTH)
-DISPATCH_DEPTH: int = Settings.model_fields["dispatch_depth"].default
-
-
 @contextmanager
-def frozen_worker(live: LiveServer) -> Iterator[None]:
-    """SIGSTOP the worker briefly: handed-over jobs stay running, later ones stay queued."""
-    pid = live.worker_pid()
+def frozen_worker(live: LiveServer, graph_id: str) -> Iterator[None]:
+    """SIGSTOP the graph's worker briefly: its jobs stay queued meanwhile."""
+    pid = live.worker_pid(graph_id)
     os.kill(pid, signal.SIGSTOP)
     try:
         yield
@@ -54,7 +49,7 @@ def test_wait_answers_200_with_the_finished_job(live: LiveServer) -> None:
 
 def test_wait_times_out_with_202(live: LiveServer) -> None:
     graph = live.upload_npz([0, 1], [1, 2], [1, 1])
-    with frozen_worker(live):
+    with frozen_worker(live, graph["id"]):
         started = time.monotonic()
         response = live.submit(graph["id"], wait=0.3)
         assert time.monotonic() - started >= 0.3
@@ -88,14 +83,12 @@ def test_bad_waits_get_a_422_naming_wait(live: LiveServer, wait: str) -> None:
 
 
 def test_cancel_result_409_and_graph_delete_with_queued_jobs(live: LiveServer) -> None:
-    graph = live.upload_npz([0, 1, 2, 3], [1, 2, 3, 0], [4.0, 3.0, 2.0, 1.0])
     other = live.upload_npz([0, 1], [1, 2], [1, 2])
-    with frozen_worker(live):
+    with live.hold() as weight:
+        graph = live.upload_npz([0, 1, 2, 3], [1, 2, 3, 0], [4.0, 3.0, 2.0, float(weight)])
         running = live.submit(graph["id"]).json()
-        wait_status(live, running["id"], "running")
-        # the worker's pipe takes MST_DISPATCH_DEPTH jobs: fill it, so that the next ones stay queued
-        handed = [live.submit(graph["id"]).json() for _ in range(DISPATCH_DEPTH - 1)]
-        wait_status(live, handed[-1]["id"], "running")
+        live.wait_held(weight)
+        wait_status(live, running["id"], "running")  # its worker began it: the jobs behind it wait
         queued = live.submit(graph["id"]).json()
         doomed = live.submit(graph["id"]).json()
         assert live.client.get(f"/v1/jobs/{queued['id']}").json()["status"] == "queued"
@@ -117,13 +110,13 @@ def test_cancel_result_409_and_graph_delete_with_queued_jobs(live: LiveServer) -
         assert live.client.delete(f"/v1/graphs/{graph['id']}").status_code == 204
         gone = live.client.get(f"/v1/jobs/{doomed['id']}").json()
         assert gone["status"] == "cancelled" and gone["error"]["type"] == "graph_deleted"
-    for job in (running, *handed):  # handed to the worker before the graph was deleted: they finish
-        done = live.poll(job["id"])
-        assert done["status"] == "succeeded" and done["result"]["total_weight"] == 6.0
+    done = live.poll(running["id"])  # begun before the graph was deleted: it finishes
+    assert done["status"] == "succeeded" and done["result"]["total_weight"] == 5.0 + weight
     result = live.client.get(f"/v1/jobs/{running['id']}/result").json()
     assert result["edge_ids"] == [1, 2, 3]
     problem(live.client.delete(f"/v1/jobs/{running['id']}"), 409, "job_not_cancellable")
     assert live.poll(queued["id"])["status"] == "cancelled"  # never ran
+    assert live.poll(doomed["id"])["status"] == "cancelled"
     assert live.submit(other["id"], wait=30).json()["status"] == "succeeded"
 
 
@@ -218,20 +211,22 @@ def test_a_result_that_cannot_be_stored_is_computed_again_when_asked_for(
 
 
 def test_a_waited_for_job_cancelled_by_its_graph_delete_answers_and_is_recorded(live: LiveServer) -> None:
-    graph = live.upload_npz([0, 1, 2], [1, 2, 0], [1, 2, 3])
-    with frozen_worker(live), ThreadPoolExecutor(1) as pool:
-        running = live.submit(graph["id"]).json()
-        wait_status(live, running["id"], "running")
-        handed = [live.submit(graph["id"]).json() for _ in range(DISPATCH_DEPTH - 1)]  # fill the pipe
-        wait_status(live, handed[-1]["id"], "running")
-        waiting = pool.submit(live.submit, graph["id"], 30)  # queued behind them; its id not out yet
-        time.sleep(0.2)
-        assert live.client.delete(f"/v1/graphs/{graph['id']}").status_code == 204
-        answer = waiting.result(timeout=10)
+    with ThreadPoolExecutor(1) as pool:
+        with live.hold() as weight:
+            graph = live.upload_npz([0, 1, 2], [1, 2, 0], [1, 2, weight])
+            running = live.submit(graph["id"]).json()
+            live.wait_held(weight)
+            waiting = pool.submit(live.submit, graph["id"], 30)  # queued behind it; its id not out yet
+            time.sleep(0.2)
+            assert live.client.delete(f"/v1/graphs/{graph['id']}").status_code == 204
+            time.sleep(0.2)
+            assert not waiting.done()
+        answer = waiting.result(timeout=30)
     assert answer.status_code == 200
     job = answer.json()
     assert job["status"] == "cancelled" and job["error"]["type"] == "graph_deleted"
     assert live.client.get(f"/v1/jobs/{job['id']}").json() == job  # recorded when it finished
+    assert live.poll(running["id"])["status"] == "succeeded"
 
 
 def test_job_routes_say_where_their_time_went(live: LiveServer) -> None:
@@ -246,7 +241,7 @@ def test_job_routes_say_where_their_time_went(live: LiveServer) -> None:
     elapsed_ms = (time.perf_counter() - started) * 1e3
     assert response.status_code == 200, response.text
     steps = parse_header(response.headers["server-timing"])
-    parts = ["submit", "queue", "dispatch", "compute", "reply", "store", "response"]
+    parts = ["submit", "queue", "compute", "reply", "response"]
     assert list(steps) == parts, steps
     assert all(ms >= 0 for ms in steps.values()) and sum(steps.values()) <= elapsed_ms
     # the worker's time holds the engine's (the job's compute_ms) and is not zero
@@ -272,7 +267,7 @@ def test_job_routes_say_where_their_time_went(live: LiveServer) -> None:
 
 def test_a_202_says_how_long_the_job_waited(live: LiveServer) -> None:
     graph = live.upload_npz([0, 1], [1, 2], [1, 1])
-    with frozen_worker(live):
+    with frozen_worker(live, graph["id"]):
         response = live.submit(graph["id"], wait=0.2)
     assert response.status_code == 202, response.text
     steps = parse_header(response.headers["server-timing"])
