@@ -7,7 +7,8 @@ worker and API process it starts. Each number has one writer:
 * the worker: its ``heartbeat``, what it holds and has free, its queue, and before each run the
   first and last id of the requests of each API process that the run answers (:meth:`Board.stamp`,
   read by that API process if the worker dies: those were running);
-* each API process: the requests it lost or re-sent when a worker died (``lost``, ``resent``).
+* each API process: its requests to each worker not answered yet (``outstanding``: queued there,
+  running, or on their way), and those it lost or re-sent when a worker died (``lost``, ``resent``).
 
 Plain doubles, no locks: each value is written whole by its one writer (integers are exact up
 to 2**53) and read as it is at that moment.
@@ -40,7 +41,7 @@ _WORKER_FIELDS = (
     "computing",
 )
 #: per worker and API process
-_LINK_FIELDS = ("run_first", "run_last", "lost", "resent")
+_LINK_FIELDS = ("run_first", "run_last", "lost", "resent", "outstanding")
 _W = {name: i for i, name in enumerate(_WORKER_FIELDS)}
 _L = {name: i for i, name in enumerate(_LINK_FIELDS)}
 
@@ -136,6 +137,16 @@ class Board:
     def count(self, worker: int, slot: int, name: str, by: int = 1) -> None:
         """An API process counts its ``lost`` or ``resent`` requests of a worker."""
         self.array[self._link(worker, slot, name)] += by
+
+    def outstanding(self, worker: int, slot: int, count: int) -> None:
+        """An API process has ``count`` requests to ``worker`` not answered yet."""
+        self.array[self._link(worker, slot, "outstanding")] = count
+
+    def waiting(self, worker: int) -> int:
+        """Requests of every API process to ``worker`` not answered yet (or the worker's own queue,
+        where that is longer: jobs it took back from the store)."""
+        sent = sum(int(self.array[self._link(worker, s, "outstanding")]) for s in range(self.api_slots))
+        return max(sent, int(self.get(worker, "queue_depth")))
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -8,9 +8,10 @@ ranges of :func:`gpu_core.edge_ranges`, shard ``i`` placed on a worker under
 A job on it is coordinated by the API process it was submitted through (the job's record names
 it, ``coordinator``), which also writes its transitions:
 
-1. the job goes ``running`` (a cancel through any process wins until then), and each shard's
-   worker computes the shard's spanning forest (of the job's objective, without the job's
-   excluded edges that fall in the shard) into a tmp file, all in parallel;
+1. each shard's worker computes the shard's spanning forest (of the job's objective, without the
+   job's excluded edges that fall in the shard) into a tmp file, all in parallel; the first step
+   to begin makes the job ``running`` (a cancel through any API process wins until then, and then
+   no step runs);
 2. once all are written, the worker with the most room computes the task itself (``mst``,
    ``components``, ``clusters``, ``dendrogram``) on the union of the shard forests, whose
    positions ascend with the global edge ids, so the tie order is the whole graph's (see
@@ -40,7 +41,7 @@ from .admission import Admission
 from .links.fleet import Fleet
 from .links.link import consume
 from .results import Results
-from .worker.protocol import JOB, MERGE, MST
+from .worker.protocol import JOB, MERGE, MST, JobSpec
 from .worker.sources import shard_key
 
 log = logging.getLogger("service.runtime.sharding")
@@ -61,6 +62,16 @@ def shard_params(task: str, params: dict[str, Any], lo: int, hi: int) -> dict[st
 def merge_params(task: str, params: dict[str, Any]) -> dict[str, Any]:
     """The task's parameters for the union (the shards have left the excluded edges out already)."""
     return {k: v for k, v in params.items() if k != "exclude"}
+
+
+class _Cancelled(Exception):
+    def __init__(self, record: JobRecord) -> None:
+        super().__init__(record.id)
+        self.record = record
+
+
+def _step(job: JobRecord) -> JobSpec:
+    return JobSpec(job.id, job.graph_id, job.created_at, job.task, job.params, job.owner, True, step=True)
 
 
 class Coordinator:
@@ -96,13 +107,11 @@ class Coordinator:
 
     async def _job(self, job: JobRecord, record: GraphRecord, published: bool) -> dict[str, Any]:
         started = time.time()
-        if published:
-            began = self._store.transition(job.id, frozenset({"queued"}), status="running", started_at=started)
-            if began is None:  # cancelled before it started
-                return {JOB: self._store.get_job(job.id) or job}
         result = str(self._store.result_path(job.id))
         try:
-            summary, stored = await self.run(job, result)
+            summary, stored = await self.run(job, result, guarded=published)
+        except _Cancelled as cancelled:
+            return {JOB: cancelled.record}
         except Exception as exc:
             log.warning("job %s failed: %s: %s", job.id, error_type(exc), exc)
             final = replace(
@@ -122,8 +131,11 @@ class Coordinator:
         stored_record = self._store.finish_job(final, token=True) or self._store.get_job(job.id) or final
         return {**summary, JOB: stored_record} if final.status == "succeeded" else {JOB: stored_record}
 
-    async def run(self, job: JobRecord, result_path: str) -> tuple[dict[str, Any], asyncio.Future[None]]:
-        """Every shard's forest, then the union's task: (its summary, the note of its result file)."""
+    async def run(
+        self, job: JobRecord, result_path: str, guarded: bool = False
+    ) -> tuple[dict[str, Any], asyncio.Future[None]]:
+        """Every shard's forest, then the union's task: (its summary, the note of its result file).
+        ``guarded``: the job's record is in the store; its steps start it (or find it cancelled)."""
         record = self._store.get_graph(job.graph_id)
         if record is None:
             raise dataset_not_found(job.graph_id)
@@ -138,10 +150,15 @@ class Coordinator:
                 if key not in placed:
                     raise dataset_not_found(job.graph_id)
                 link = self._fleet.link(placed[key])
-                reply, note = link.send(MST, key, str(outs[i]), "mst", shard_params(job.task, params, lo, hi), None, note=True)
+                spec = _step(job) if guarded else None
+                step_params = shard_params(job.task, params, lo, hi)
+                reply, note = link.send(MST, key, str(outs[i]), "mst", step_params, spec, note=True)
                 assert note is not None
                 steps.append((reply, note))
             summaries = await asyncio.gather(*(reply for reply, _ in steps))
+            ended = next((s[JOB] for s in summaries if JOB in s), None)
+            if ended is not None:  # cancelled before its first step began: no step ran
+                raise _Cancelled(ended)
             await asyncio.gather(*(note for _, note in steps))
             parts = [(str(out), lo) for out, (lo, _) in zip(outs, ranges, strict=True)]
             args = (

@@ -128,11 +128,16 @@ class LiveServer:
         assert isinstance(pid, int)
         return pid
 
+    @staticmethod
+    def hold_weight() -> int:
+        """A weight no other hold of the test run uses (for a graph uploaded before its hold)."""
+        return next(_holds)
+
     @contextmanager
-    def hold(self) -> Iterator[int]:
-        """A weight that holds a job *running* on the worker computing it (a server with
-        ``CRASH_HOOK_ENV``) until the block ends."""
-        weight = next(_holds)
+    def hold(self, weight: int | None = None) -> Iterator[int]:
+        """A weight that holds a job *running* on the worker computing a forest with it (a server
+        with ``CRASH_HOOK_ENV``) until the block ends; ``weight``: one from :meth:`hold_weight`."""
+        weight = next(_holds) if weight is None else weight
         gate = self.hold_dir / str(weight)
         gate.touch()
         try:

@@ -6,8 +6,19 @@ from dataclasses import replace
 
 import pytest
 
-from service.runtime.pool.local_pool import plan_workers
+from service.runtime.supervisor import plan
 from service.settings import Settings
+
+
+def plan_workers(settings: Settings) -> list:
+    return plan.plan_workers(settings, settings.data_dir / "run", 1)
+
+
+def first_config(settings: Settings):  # type: ignore[no-untyped-def]
+    return plan.first_config(settings, settings.data_dir / "run", 1)
+
+
+keeps, needs_probe = plan.keeps, plan.needs_probe
 
 
 def test_cpu_backend_plans_one_cpu_worker(tmp_path) -> None:
@@ -27,6 +38,11 @@ def test_one_worker_per_listed_gpu(tmp_path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     configs = plan_workers(Settings(backend="gpu", gpus=[0, 2], data_dir=tmp_path))
     assert [(c.index, c.backend, c.cuda_device) for c in configs] == [(0, "gpu", "0"), (1, "gpu", "2")]
+    # several workers per GPU: each GPU's in turn, each with its share of the device's memory
+    configs = plan_workers(Settings(backend="gpu", gpus=[0, 2], workers_per_gpu=3, data_dir=tmp_path))
+    assert [c.cuda_device for c in configs] == ["0", "0", "0", "2", "2", "2"]
+    assert [c.index for c in configs] == list(range(6)) and {c.memory_share for c in configs} == {3}
+    assert len({c.socket_path for c in configs}) == 6
     # ordinals are positions in an inherited CUDA_VISIBLE_DEVICES
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaa,GPU-bbb,GPU-ccc")
     configs = plan_workers(Settings(backend="gpu", gpus=[1, 2], data_dir=tmp_path))
@@ -46,9 +62,7 @@ def test_auto_without_cupy_is_cpu_without_a_probe(tmp_path, monkeypatch: pytest.
 def test_worker_0_starts_before_the_plan_as_the_plan_will_have_it(tmp_path, monkeypatch) -> None:
     """The head start spawns worker 0 before the probe answers: its config is the plan's where the
     plan needs no probe, else ``auto``/``gpu`` on the first GPU the plan can name, kept only where
-    the plan's worker 0 is that one (service/runtime/pool/head_start.py)."""
-    from service.runtime.pool.head_start import first_config, keeps, needs_probe
-
+    the plan's worker 0 is that one (service/runtime/supervisor/plan.py)."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     cpu = Settings(backend="cpu", cpu_workers=2, data_dir=tmp_path)
     assert not needs_probe(cpu) and first_config(cpu) == plan_workers(cpu)[0]

@@ -305,24 +305,21 @@ def test_a_killed_shard_worker_fails_the_job_it_ran_and_runs_the_steps_it_had_no
 def test_a_queued_job_is_cancelled_and_a_restart_keeps_the_graph_sharded(
     server_factory: ServerFactory, tmp_path: Any
 ) -> None:
-    server = server_factory(**WORKERS)
+    server = server_factory(**WORKERS, **CRASH_HOOK_ENV)
     graph = random_graph(4, 300, 3000, dtype="float64", num_weights=None)
+    weight = server.hold_weight()
+    graph.weight[[7, 2990]] = weight  # in both shards: a job's steps hold there while the gate is there
     record = upload(server, graph, shards=2)
     expected = run(server, record["id"], "mst", {"objective": "max"})
-    pids = worker_pids(server)
-    holders = [pids[p["worker"]] for p in record["shard_residency"]]
-    for pid in holders:
-        os.kill(pid, signal.SIGSTOP)
-    try:
+    with server.hold(weight):
         first = server.submit(record["id"]).json()["id"]
-        assert server.poll(first, until=("running", *FINAL))["status"] == "running"
+        server.wait_held(weight)  # its first shard's step began: the job runs
+        assert server.client.get(f"/v1/jobs/{first}").json()["status"] == "running"
         second = server.submit(record["id"]).json()["id"]
+        assert server.client.get(f"/v1/jobs/{second}").json()["status"] == "queued"
         cancelled = server.client.delete(f"/v1/jobs/{second}")
         assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled", cancelled.text
         assert server.client.delete(f"/v1/jobs/{first}").status_code == 409  # running
-    finally:
-        for pid in holders:
-            os.kill(pid, signal.SIGCONT)
     assert server.poll(first)["status"] == "succeeded"
     assert server.client.get(f"/v1/jobs/{second}").json()["status"] == "cancelled"
     server.stop()

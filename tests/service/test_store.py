@@ -48,7 +48,7 @@ def test_ids_are_random_and_prefixed() -> None:
 
 
 def test_wal_mode(store: Store) -> None:
-    assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.db.read_one("PRAGMA journal_mode")[0] == "wal"
 
 
 def test_graph_records(store: Store) -> None:

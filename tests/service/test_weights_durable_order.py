@@ -1,80 +1,54 @@
-"""Weight updates become durable in the order the worker applied them, whichever fsync ends first.
+"""Weight updates become durable in the order their graph's worker applied them.
 
-The worker applies updates in queue order (versions 1, 2, ...), but each update's body is fsynced
-on its own; a large first update's fsync can end after a small second one's. The file in place and
-the record must then hold the second (the latest acknowledged) weights, or a restart would bring
-back the first. The worker's side is played by a stand-in that answers in version order, as the
-real worker does (the end-to-end paths are in test_queries.py); the store is real.
+The graph's worker is the one place its weights change: it applies updates in its queue's order
+and, before each answer, renames the complete new weights over the previous ones and records the
+new version (service/runtime/worker/weights.py). So whichever API processes sent them, the file in
+place and the record hold the last update applied, and a restart brings back exactly those
+weights. The worker is real (a process spawned as the supervisor spawns one), the store too.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from service.runtime.catalog import Catalog
+from service.runtime.worker import protocol as worker
 from service.storage.records import GraphRecord
-from service.storage.spool import Upload
 from service.storage.store import Store
 
-
-class _InOrderWorker:
-    """Jobs.update_weights as the worker answers it: versions in arrival order."""
-
-    def __init__(self) -> None:
-        self.version = 0
-
-    async def update_weights(self, graph_id: str, path: Path, fmt: str, partial: bool) -> dict[str, Any]:
-        self.version += 1
-        return {
-            "weights_file": str(path),
-            "weights_version": self.version,
-            "weight_dtype": "int32",
-            "device_bytes": 64,
-        }
+from .live import npz_body
+from .test_worker import Client, Worker
 
 
-class _NoHolder:
-    def holder(self, graph_id: str) -> None:
-        return None
-
-
-def _upload(store: Store, weights: np.ndarray[Any, Any], synced: asyncio.Future[None]) -> Upload:
-    path = store.tmp_path(".npy")
-    np.save(path, weights)
-    return Upload(path, "npy", path.stat().st_size, "npy", synced)
-
-
-def test_a_later_update_whose_fsync_ends_first_stays_the_durable_one(tmp_path: Path) -> None:
-    store = Store(tmp_path / "data")
-    store.add_graph(GraphRecord("g1", time.time(), 4, 3, "int32", "npz", 100, 64))
-    catalog = Catalog(store, _NoHolder(), _InOrderWorker())  # type: ignore[arg-type]
-    old, first_weights, second_weights = (np.full(3, v, dtype=np.int32) for v in (0, 1, 2))
-    np.save(store.weights_path("g1"), old)
-
-    async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-        first_synced, second_synced = loop.create_future(), loop.create_future()
-        first = asyncio.ensure_future(
-            catalog.update_weights("g1", "", _upload(store, first_weights, first_synced), False)
-        )
-        await asyncio.sleep(0)  # the first reaches the worker first: version 1
-        second = asyncio.ensure_future(
-            catalog.update_weights("g1", "", _upload(store, second_weights, second_synced), False)
-        )
-        await asyncio.sleep(0.01)
-        second_synced.set_result(None)  # the second update's fsync ends first
-        await asyncio.sleep(0.05)
-        first_synced.set_result(None)
-        records = await asyncio.gather(first, second)
-        assert [r.weights_version for r in records] == [1, 2]
-
-    asyncio.run(scenario())
-    assert np.array_equal(np.load(store.weights_path("g1")), second_weights)
-    record = store.get_graph("g1")
-    assert record is not None and record.weights_version == 2
-    store.close()
+def test_updates_from_two_connections_are_durable_in_the_order_applied(tmp_path: Path) -> None:
+    wk = Worker(tmp_path)
+    try:
+        first, second = wk.client, Client(wk.config.socket_path, slot=1)
+        graph = tmp_path / "g.npz"
+        graph.write_bytes(npz_body([0, 1, 2], [1, 2, 0], np.array([5, 1, 3], dtype=np.int32), 3))
+        assert first.call(worker.LOAD, "g_1", str(graph), "npz", None, None)[0]
+        store = Store(tmp_path / "data", checkpoint=False)
+        store.commit_graph(GraphRecord("g_1", time.time(), 3, 3, "int32", "npz", 1, 1), [("g_1", 0, 1)])
+        first.call(worker.COMMIT, "g_1")
+        bodies = []
+        for i, values in enumerate(([1, 1, 1], [7, 8, 9])):
+            path = tmp_path / f"w{i}.npy"
+            np.save(path, np.array(values, dtype=np.int32))
+            bodies.append(str(path))
+        first.send(worker.WEIGHTS, "g_1", bodies[0], "npy", False)
+        second.send(worker.WEIGHTS, "g_1", bodies[1], "npy", False)
+        a, b = first.next_message(), second.next_message()
+        assert a[1] and b[1], (a, b)
+        assert (a[2]["weights_version"], b[2]["weights_version"]) == (1, 2)
+        assert np.array_equal(np.load(store.weights_path("g_1")), [7, 8, 9])
+        record = store.get_graph("g_1")
+        assert record is not None and record.weights_version == 2
+        ok, forest = first.call(worker.MST, "g_1", str(tmp_path / "r.npz"), "mst", {}, None)
+        assert ok and forest["total_weight"] == 15  # the second update's: 7 + 8
+        store.close()
+        second.sock.close()
+        first.sock.close()
+    finally:
+        wk.stop()

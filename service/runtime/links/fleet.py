@@ -139,8 +139,9 @@ class Fleet:
         return [ranked[i % len(ranked)].index for i in range(count)]
 
     def queued(self) -> int:
-        """Requests queued on every worker now (the board), for MST_MAX_QUEUED_JOBS."""
-        return sum(n.queue_depth for n in self.numbers())
+        """Requests waiting on every worker now (the board: sent by any API process and not answered
+        yet), for MST_MAX_QUEUED_JOBS."""
+        return sum(self.board.waiting(i) for i in range(len(self.links)))
 
     def total_bytes(self) -> list[int]:
         return [n.total_bytes for n in self.numbers()]

@@ -125,7 +125,12 @@ class WorkerLink:
             self._connect()
         else:
             self._post(request)
+        self._count()
         return request.future, request.note
+
+    def _count(self) -> None:
+        """Say on the board how many requests of this process the worker has not answered."""
+        self._board.outstanding(self.index, self._slot, len(self.pending) + len(self.held))
 
     async def call(self, op: str, *args: Any) -> Any:
         """Send a request and await its answer."""
@@ -212,6 +217,7 @@ class WorkerLink:
         settle(request.future, payload if ok else None, None if ok else payload)
         if not self.pending and self.held:
             self._send_held()
+        self._count()
 
     # -- the connection -----------------------------------------------------------------------
 
@@ -264,6 +270,7 @@ class WorkerLink:
             settle(request.future, None, error)
             settle(request.note, None, error)
         self.held.clear()
+        self._count()
 
     def _lost_worker(self) -> None:
         """The worker's process is gone: sort out the unanswered requests (see the module's docstring)."""
@@ -304,6 +311,7 @@ class WorkerLink:
         self.resent += len(kept)
         self._board.count(self.index, self._slot, "lost", lost_now)
         self._board.count(self.index, self._slot, "resent", len(kept))
+        self._count()
         if self._closing:
             self._expire_held()
             return

@@ -47,6 +47,8 @@ class Holdings:
         self.last_used: dict[str, float] = {}
         #: new uploads loaded and not yet committed, with the connection that loaded them
         self.provisional: dict[str, object] = {}
+        #: something was loaded or dropped since the loop last said what is held (the board)
+        self.changed = False
 
     # -- what is here -------------------------------------------------------------------------
 
@@ -113,6 +115,7 @@ class Holdings:
         """A new upload (LOAD's arguments), loaded with room made for it; provisional until its
         record is committed (:meth:`commit`)."""
         summary = self.with_room(lambda: load(self.worker, key, *args), keep={key, *busy})
+        self.changed = True
         self.provisional[key] = owner
         self.versions[key] = 0
         self.touch(key)
@@ -129,10 +132,12 @@ class Holdings:
             del self.provisional[key]
             if key not in self.status:
                 drop(self.worker, key)
+                self.changed = True
 
     def forget(self, key: str) -> None:
         """Drop a dataset (deleted, or a new upload refused)."""
         drop(self.worker, key)
+        self.changed = True
         for table in (self.status, self.errors, self.versions, self.last_used, self.provisional):
             table.pop(key, None)
 
@@ -164,6 +169,7 @@ class Holdings:
             held = self.worker.graphs.get(key) or self.worker.points.get(key)
             freed += 0 if held is None else int(held.nbytes)
             drop(self.worker, key)
+            self.changed = True
             self.status[key] = "evicted"
             self.store.set_residency(key, "evicted")
             log.info("worker %d: evicted %s (idle %.1f s)", self.index, key, time.monotonic() - self.last_used.get(key, 0))
@@ -194,6 +200,7 @@ class Holdings:
         self.store.set_residency(key, "resident", device_bytes)
 
     def _now_resident(self, key: str, device_bytes: int) -> None:
+        self.changed = True
         self.status[key] = "resident"
         self.errors.pop(key, None)
         self.touch(key)

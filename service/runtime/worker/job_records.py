@@ -39,6 +39,8 @@ def begin(store: Store, spec: JobSpec) -> JobRecord | None:
     stored = store.get_job(spec.id)
     if stored is None:  # its record is gone (its graph deleted and purged): it ends here
         return _record(spec, time.time(), "cancelled", *_DELETED[1:])
+    if spec.step and stored.status == "running":
+        return None  # another shard's step began the job
     return stored
 
 

@@ -100,7 +100,7 @@ class WorkerLoop:
 
     def add(self, request: Incoming) -> None:
         spec = _spec(request)
-        if spec is not None:
+        if spec is not None and not spec.step:
             twin = self.jobs.get(spec.id)
             if twin is not None and request.conn is not None:
                 twin.also.append((request.conn, request.req_id))
@@ -116,7 +116,7 @@ class WorkerLoop:
         del self.queue[at]
         del self._keys[at]
         spec = _spec(request)
-        if spec is not None:
+        if spec is not None and not spec.step:
             self.jobs.pop(spec.id, None)
 
     def busy_datasets(self) -> set[str]:
@@ -218,7 +218,8 @@ class WorkerLoop:
                 return True, replace_and_publish(holdings, *args), None, False
             if op in (FIT, PREDICT, DROP_MODEL):
                 holdings.ensure(args[0], busy)
-            outcome = holdings.with_room(lambda: _raising(handle(self.worker, op, args)), keep={*busy})
+                busy.add(args[0])  # room is never made by evicting the dataset the request is on
+            outcome = holdings.with_room(lambda: _raising(handle(self.worker, op, args)), keep=busy)
         except BaseException as exc:
             ok, payload, after, fatal = handle_error(self.worker, exc)
             return ok, payload, after, fatal
@@ -265,7 +266,7 @@ class WorkerLoop:
             spec = _spec(request)
             answer: Any = payload
             answered = ok
-            if spec is not None:
+            if spec is not None and not spec.step:
                 try:
                     record = job_records.end(self.store, spec, started_at, ok, payload, version, position > 0)
                 except BaseException as exc:  # the record cannot be written (a full disk)
@@ -281,7 +282,7 @@ class WorkerLoop:
                 if answered and not ok:  # a failed job's answer: no file follows, its note says why
                     messages.append((conn, (STORED, req_id, payload)))
             if ok and after is not None:
-                stored_jobs.append(spec.id if spec is not None else f"r{request.seq}")
+                stored_jobs.append(spec.id if spec is not None and not spec.step else f"r{request.seq}")
                 notes.append(request.requesters())
         _send(messages)
         self.board.clear_stamp(self.index)
@@ -366,8 +367,10 @@ class WorkerLoop:
         board, w = self.board, self.index
         board.set(w, "queue_depth", len(self.queue))
         now = time.monotonic()
+        force = force or self.holdings.changed
         if not force and now - self._memory_at < _MEMORY_EVERY_S:
             return
+        self.holdings.changed = False
         self._memory_at = now
         pending = len(self.holdings.pending())
         board.set(w, "reloads_pending", pending)

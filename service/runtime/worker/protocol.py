@@ -143,6 +143,9 @@ class JobSpec:
     published: bool
     #: it holds a quota token (MST_QUOTA_QUEUED_JOBS), released with its final record
     token: bool = False
+    #: one shard's step of a job on a sharded graph: the first step to begin starts the job (a
+    #: cancel wins until then); its coordinating API process writes the job's end
+    step: bool = False
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ job loads the durable weights back) and the update is refused.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ def replace_and_publish(holdings: Holdings, graph_id: str, path: str, fmt: str, 
     """Apply the weights in the spool file ``path`` (all of them, or some with ``partial``) to the
     resident graph and make them durable; the worker's summary with the graph's new ``record``."""
     store = holdings.store
+    started = time.perf_counter()
     expected = holdings.versions.get(graph_id, 0)
     out = None if fmt == "npy" and not partial else store.tmp_path(".npy")
     summary = replace_weights(holdings.worker, graph_id, path, fmt, None if out is None else str(out), expected)
@@ -39,6 +41,7 @@ def replace_and_publish(holdings: Holdings, graph_id: str, path: str, fmt: str, 
         source = Path(path) if out is None else out
         _fsync(source)  # the API process's fsync of the body has normally run already: cheap
         replaced = store.publish_replacing(source, store.weights_path(graph_id))
+        published = time.perf_counter()
         record = store.set_graph_weights(
             graph_id, expected + 1, str(summary["weight_dtype"]), int(summary["device_bytes"])
         )
@@ -53,5 +56,11 @@ def replace_and_publish(holdings: Holdings, graph_id: str, path: str, fmt: str, 
         remove_files(replaced)
     holdings.versions[graph_id] = expected + 1
     holdings.sized(graph_id, int(summary["device_bytes"]))
+    applied_ms = sum(summary.get("timings_ms", {}).values())
+    summary["timings_ms"] = {
+        **summary.get("timings_ms", {}),
+        "publish": (published - started) * 1e3 - applied_ms,
+        "commit": (time.perf_counter() - published) * 1e3,
+    }
     summary["record"] = record
     return summary

@@ -21,8 +21,8 @@ from ..oracle import check_forest
 from .test_graphs import problem
 
 @contextmanager
-def frozen_worker(live: LiveServer, graph_id: str) -> Iterator[None]:
-    """SIGSTOP the graph's worker briefly: its jobs stay queued meanwhile."""
+def frozen_worker(live: LiveServer, graph_id: str | None = None) -> Iterator[None]:
+    """SIGSTOP the graph's worker (worker 0 without one) briefly: its jobs stay queued meanwhile."""
     pid = live.worker_pid(graph_id)
     os.kill(pid, signal.SIGSTOP)
     try:
