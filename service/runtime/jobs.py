@@ -161,12 +161,14 @@ class Jobs:
         if not placements:
             raise dataset_not_found(job.graph_id)
         link = self._fleet.link(placements[0].worker)
+        sent = time.monotonic()
+        job = replace(job, stamp=sent)  # its place in the worker's queue, kept by a worker taking it back
         if publish:
             self._store.add_job(job)
         spec = JobSpec(job.id, job.graph_id, job.created_at, job.task, job.params, job.owner, publish, token)
         result = str(self._store.result_path(job.id))
-        sent = time.monotonic()
-        reply, note = link.send(MST, job.graph_id, result, job.task, json.loads(job.params), spec, note=True)
+        args = (job.graph_id, result, job.task, json.loads(job.params), spec)
+        reply, note = link.send(MST, *args, note=True, stamp=sent)
         submitted = Submitted(job, reply, note, link, sent=sent)
         reply.add_done_callback(lambda _: self._replied(submitted))
         if publish:
@@ -177,7 +179,11 @@ class Jobs:
         submitted.replied = time.monotonic()
         reply = submitted.reply
         assert reply is not None
-        if reply.cancelled() or reply.exception() is not None:
+        if reply.cancelled():
+            return
+        error = reply.exception()
+        if error is not None:  # no record from its worker: lost while running, or never reached
+            self._record_failure(submitted, error)
             return
         answer = reply.result()
         job = answer.get(JOB) if isinstance(answer, dict) else None
@@ -208,22 +214,27 @@ class Jobs:
             answer = await asyncio.wait_for(asyncio.shield(reply), timeout)
         except TimeoutError:
             return submitted.job
-        except ServiceError as exc:  # the worker was lost running it, or never came back
-            return await self._failed(submitted, exc)
+        except ServiceError:  # its failure is recorded (_replied): the job as it ended
+            return submitted.job
         job = answer.get(JOB) if isinstance(answer, dict) else answer
         if isinstance(job, JobRecord):
             submitted.job = job
         return submitted.job
 
-    async def _failed(self, submitted: Submitted, exc: ServiceError) -> JobRecord:
-        """A job whose worker failed it without a record (lost while running it): recorded failed."""
+    def _record_failure(self, submitted: Submitted, exc: BaseException) -> None:
+        """A job whose worker never answered with its record (it was lost while running it, or no
+        worker came back in time): recorded failed, unless it ended otherwise meanwhile."""
+        code = exc.code if isinstance(exc, ServiceError) else "internal_error"
         job = replace(
-            submitted.job, status="failed", finished_at=time.time(), error_type=exc.code, error_message=str(exc)
+            submitted.job, status="failed", finished_at=time.time(), error_type=code, error_message=str(exc)
         )
-        stored = self._store.finish_job(job, token=True)
+        try:
+            stored = self._store.finish_job(job, token=True)
+        except Exception:  # the store cannot take it now (a full disk): the job stays as it is
+            log.exception("job %s: its failure could not be recorded", job.id)
+            return
         submitted.job = stored if stored is not None else (self._store.get_job(job.id) or job)
         self._metrics.job_finished(submitted.job.status, None, None)
-        return submitted.job
 
     async def publish(self, submitted: Submitted) -> JobRecord:
         """Record a job submitted with ``?wait=`` whose wait ran out (its id is about to go out)."""

@@ -28,7 +28,7 @@ from .records import FINISHED, JobRecord, JobStatus
 
 _JOB_COLUMNS = [f.name for f in fields(JobRecord)]
 _JOB_SETTABLE = frozenset(_JOB_COLUMNS[1:])
-_REAL_COLUMNS = ("created_at", "started_at", "finished_at", "compute_ms")
+_REAL_COLUMNS = ("created_at", "started_at", "finished_at", "compute_ms", "stamp")
 _INSERT_JOB = f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) VALUES ({', '.join('?' * len(_JOB_COLUMNS))})"
 #: what a job's end sets (the rest was fixed at its submission)
 _FINAL_COLUMNS = (

@@ -79,6 +79,9 @@ class JobRecord:
     coalesced: bool = False
     #: a job on a sharded graph: the API process (its slot) that coordinates its steps
     coordinator: int | None = None
+    #: ``time.monotonic()`` when its request was first written to its worker: its place in that
+    #: worker's queue, kept if a new worker takes it back from the store
+    stamp: float | None = None
 
     @property
     def finished(self) -> bool:

@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     reused_index   INTEGER,
     owner          TEXT NOT NULL DEFAULT '',
     coalesced      INTEGER NOT NULL DEFAULT 0,
-    coordinator    INTEGER
+    coordinator    INTEGER,
+    stamp          REAL
 );
 CREATE TABLE IF NOT EXISTS models (
     id            TEXT PRIMARY KEY,
@@ -96,6 +97,7 @@ ADDED_COLUMNS = (
     ("jobs", "coalesced", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "reused_index", "INTEGER"),
     ("jobs", "coordinator", "INTEGER"),
+    ("jobs", "stamp", "REAL"),
 )
 _INDEXES = (
     "CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs (graph_id, weights_version, task, params)",

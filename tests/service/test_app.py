@@ -15,7 +15,7 @@ import numpy as np
 from tests.utils.graphs import random_graph
 
 from .conftest import ServerFactory
-from .live import OCTET, REPO, LiveServer
+from .live import CRASH_HOOK_ENV, OCTET, REPO, LiveServer
 from .oracle import check_forest
 
 
@@ -32,8 +32,7 @@ def wait_resident(server: LiveServer, graph_id: str, timeout: float = 30.0) -> d
 
 def test_restart_keeps_graphs_and_jobs(server_factory: ServerFactory, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    # one job at a time, so the second job below stays queued (not handed) when the API crashes
-    server = server_factory(data, MST_DISPATCH_DEPTH="1")
+    server = server_factory(data, **CRASH_HOOK_ENV)
     g_int = random_graph(21, 200, 900, dtype="int64", num_weights=None, components=2)
     g_f32 = random_graph(22, 150, 700, dtype="float32", num_weights=25, isolated=4)
     a = server.client.post(
@@ -55,20 +54,20 @@ def test_restart_keeps_graphs_and_jobs(server_factory: ServerFactory, tmp_path: 
         headers={"content-type": OCTET},
     )
     c_id = c.json()["id"]
+    hold = server.hold_weight()
+    h_id = server.upload_npz([0, 1], [1, 2], [1, hold])["id"]
     done = server.submit(a_id, wait=30).json()
     before_json = server.client.get(f"/v1/jobs/{done['id']}/result").json()
     graphs_before = server.client.get("/v1/graphs").json()["graphs"]
 
-    # crash the API while one job is handed to the (stopped) worker and one is queued
-    worker = server.worker_pid()
-    os.kill(worker, signal.SIGSTOP)
-    running = server.submit(b_id).json()["id"]
-    server.poll(running, until=("running",))
-    queued = server.submit(c_id).json()["id"]
-    assert server.stop(signal.SIGKILL) == -signal.SIGKILL
-    os.kill(worker, signal.SIGCONT)  # it finds its pipe closed and exits
-
-    server = server_factory(data)
+    # crash the service while one job runs (held) and one is queued behind it
+    with server.hold(hold):
+        running = server.submit(h_id).json()["id"]
+        server.wait_held(hold)
+        queued = server.submit(c_id).json()["id"]
+        assert server.stop(signal.SIGKILL) == -signal.SIGKILL
+        # the old worker, released when this block ends, finds its supervisor gone and exits
+        server = server_factory(data, **CRASH_HOOK_ENV)
     listed = server.client.get("/v1/graphs").json()["graphs"]
     assert [g["id"] for g in listed] == [g["id"] for g in graphs_before]
     for graph in listed:

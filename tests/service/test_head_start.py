@@ -42,7 +42,7 @@ def _imported(*modules: str) -> list[str]:
 def test_worker_0_is_spawned_before_anything_heavy_is_imported() -> None:
     """What the API process imports before it spawns worker 0 (its settings, the head start), and
     a spawned worker before its entry point runs: no web framework, no NumPy, no engine."""
-    before_spawn = _imported("service.__main__", "service.settings", "service.runtime.pool.head_start")
+    before_spawn = _imported("service.__main__", "service.settings", "service.runtime.supervisor.supervisor")
     assert [m for m in before_spawn if m.split(".")[0] in HEAVY] == []
     entry = _imported("service.runtime.worker.entry")
     assert [m for m in entry if m.split(".")[0] in (*HEAVY, "pydantic")] == []

@@ -1,14 +1,14 @@
 """A worker's death fails one job at most; its graphs come back in the background (issue 22).
 
 Live servers (real ``python -m service``, real worker processes, real SIGKILLs), CPU backend.
-Documented behaviour (docs/operations.md "Failures and restarts", service/runtime/pool/restarts.py):
+Documented behaviour (docs/operations.md "Failures and restarts", service/runtime/links/link.py):
 
 * only the request a worker was running when it died fails (``worker_lost``); every request
-  handed to it and not started goes to the next worker, in order, and succeeds;
+  sent to it and not started goes to the next worker, in order, and succeeds;
 * requests it was computing as one run (identical jobs coalesced, one-shots batched) are each
   sent again alone; one that is running when a worker dies again fails for good;
 * the next worker takes requests as soon as it is up; a job on a graph it has not reloaded yet
-  waits for that reload (``Server-Timing: reload``) while jobs on graphs already back run.
+  waits for that reload (in its ``queue`` time) while jobs on graphs already back run.
 
 A job "that kills its worker" is made with a test-only hook (``crash_hook/sitecustomize.py``):
 its worker SIGKILLs itself when it computes a forest that holds the weight ``KILL_WEIGHT``.
@@ -98,8 +98,8 @@ def check_one_shot(response: httpx.Response, graph: Edges) -> None:
 
 
 def stopped_with_handed(server: LiveServer, count: int) -> None:
-    """Wait until ``count`` tasks are handed to worker 0 (in its pipe: it is SIGSTOPped)."""
-    until(lambda: worker0(server)["handed"] == count, f"{count} tasks handed", timeout=30)
+    """Wait until ``count`` requests wait for worker 0 (in its socket: it is SIGSTOPped)."""
+    until(lambda: worker0(server)["requests_waiting"] == count, f"{count} requests waiting", timeout=30)
 
 
 def test_a_job_that_kills_its_worker_fails_after_one_death_and_the_jobs_behind_it_run(
@@ -315,7 +315,7 @@ def test_jobs_wait_for_their_graphs_reload_while_graphs_already_back_answer(
         answer = answers[graph_id]
         assert answer.json()["status"] == "succeeded", answer.text
         timing = parse_header(answer.headers.get("server-timing", ""))
-        assert timing.get("reload", 0) > 0, answer.headers
+        assert timing.get("queue", 0) > 0, answer.headers  # its graph's reload came first
         check_result(server, answer.json()["id"], graph)
     worker = worker0(server)
     assert worker["pid"] != pid and worker["reloads_pending"] == 1, worker  # the big graph's
@@ -373,10 +373,10 @@ def test_a_warm_standby_takes_over_at_once_and_another_follows(server_factory: S
     until(lambda: not _alive(third) and not _alive(spare), "every worker process gone", timeout=15)
 
 
-def test_handed_jobs_keep_their_order_and_weights_across_a_kill(server_factory: ServerFactory) -> None:
-    """A job handed to a worker that dies before running it goes to the next worker behind its
-    graph's reload and ahead of what was queued after it: the job submitted before a weight update
-    computes on the old weights, the one after it on the new ones."""
+def test_sent_jobs_keep_their_order_and_weights_across_a_kill(server_factory: ServerFactory) -> None:
+    """A job sent to a worker that dies before running it goes to the next worker ahead of what was
+    sent after it: the job submitted before a weight update computes on the old weights, the one
+    after it on the new ones."""
     server = server_factory()
     old = random_graph(70, 300, 2000)
     graph_id = server.upload_npz(*old)["id"]
@@ -396,16 +396,17 @@ def test_handed_jobs_keep_their_order_and_weights_across_a_kill(server_factory: 
             )
         )
     )
-    update.start()  # queued behind the handed job (a weight update waits for what was handed before it)
-    until(lambda: worker0(server)["queue_depth"] == 1, "the update queued", timeout=30)
+    update.start()  # sent behind the job (the worker is stopped: both wait in its socket)
+    stopped_with_handed(server, 2)
     after = server.submit(graph_id).json()["id"]
+    stopped_with_handed(server, 3)
     os.kill(pid, signal.SIGKILL)
     update.join(60)
     assert put and put[0].status_code == 200, put
     for job_id, graph in ((before, old), (after, new)):
         assert server.poll(job_id)["status"] == "succeeded"
         check_result(server, job_id, graph)
-    assert worker0(server)["requests_resent"] == 1
+    assert worker0(server)["requests_resent"] == 3
 
 
 def test_with_backend_auto_worker_0_starts_while_the_gpu_probe_runs(
@@ -413,12 +414,12 @@ def test_with_backend_auto_worker_0_starts_while_the_gpu_probe_runs(
 ) -> None:
     """``MST_BACKEND=auto`` with CuPy installed probes for GPUs in a child process (seconds on a GPU
     host); worker 0 starts meanwhile, its backend left to itself, and is kept when the plan agrees.
-    Here CuPy "is installed" for the API process only: the probe and the worker find no GPU and
+    Here CuPy "is installed" for the supervisor only: the probe and the worker find no GPU and
     both settle on the CPU, so the early worker is kept as worker 0."""
     import asyncio
     import importlib.util
 
-    from service.runtime.supervisor import Supervisor
+    from service.runtime.supervisor.supervisor import Supervisor
     from service.settings import Settings
 
     real = importlib.util.find_spec
@@ -426,16 +427,21 @@ def test_with_backend_auto_worker_0_starts_while_the_gpu_probe_runs(
         importlib.util, "find_spec", lambda name, *a: object() if name == "cupy" else real(name, *a)
     )
     settings = Settings(backend="auto", data_dir=tmp_path, cpu_workers=2)
-    (tmp_path / "spool" / "tmp").mkdir(parents=True)
 
     async def scenario() -> list[dict[str, Any]]:
-        supervisor = Supervisor(settings, lambda _: None)
+        supervisor = Supervisor(settings)
+        supervisor.begin()
+        assert supervisor._head is not None
+        early = supervisor._head.process.pid
         await supervisor.start()
         try:
-            for handle in supervisor.workers:
-                await handle.wait_accepting(120)
-            assert supervisor.workers[0].config.backend == "auto"  # the one started early
-            return [w.describe() for w in supervisor.workers]
+            until_serving = time.monotonic() + 120
+            while not all(s.current is not None and s.current.serving for s in supervisor.slots):
+                assert time.monotonic() < until_serving
+                await asyncio.sleep(0.02)
+            current = supervisor.slots[0].current
+            assert current is not None and current.pid == early  # the one started early
+            return [s.facts() for s in supervisor.slots]
         finally:
             await supervisor.stop()
 

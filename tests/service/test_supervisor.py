@@ -107,6 +107,9 @@ class _FakeWorker:
 
     def accept(self) -> None:
         self.conn, _ = self.listener.accept()
+        hello = self.read(1)[0]
+        assert hello[0] == "hello"
+        self.conn.sendall(framed(("welcome",)))
 
     def read(self, count: int, timeout: float = 10.0) -> list[Any]:
         assert self.conn is not None
@@ -151,9 +154,9 @@ def test_requests_larger_than_the_socket_are_written_whole_without_blocking(tmp_
     got, pending = asyncio.run(scenario())
     fake.close()
     assert pending > 0
-    hello, *requests = got
-    assert hello[0] == "hello"
-    assert [(op, args[0]) for op, _, _, *args in requests] == [("mst", p) for p in payloads]
+    synced, *requests = got
+    assert synced[0] == "synced"
+    assert [(op, args[0]) for op, _, _, _, *args in requests] == [("mst", p) for p in payloads]
     assert [req_id for _, req_id, *_ in requests] == sorted(req_id for _, req_id, *_ in requests)
 
 
@@ -174,7 +177,7 @@ def test_replies_larger_than_the_socket_are_read_whole(tmp_path: Path) -> None:
         accepting.join()
         futures = [link.send("ping")[0] for _ in forests]
         _, *requests = await asyncio.to_thread(fake.read, 1 + len(forests))
-        replies = [(req_id, True, {"edge_ids": f}) for (_, req_id, _), f in zip(requests, forests, strict=True)]
+        replies = [(r[1], True, {"edge_ids": f}) for r, f in zip(requests, forests, strict=True)]
         assert fake.conn is not None
         data = b"".join(framed(r) for r in replies)
         writing = asyncio.ensure_future(asyncio.to_thread(fake.conn.sendall, data))

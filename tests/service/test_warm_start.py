@@ -68,7 +68,7 @@ def overloads():
             for key, value in vars(module).items() if isinstance(value, Dispatcher)}
 
 tmp = Path(tempfile.mkdtemp())
-worker = Worker(WorkerConfig(0, backend, None, str(tmp), 10**8, 0.5))
+worker = Worker(WorkerConfig(0, backend, str(tmp), str(tmp / "w.sock"), None, str(tmp), 10**8, 0.5))
 where = "start"
 ready = start(worker, beside=sys.argv[3] in ("beside", "at-ready"))
 ready_warm_up = ready["warm_up"]

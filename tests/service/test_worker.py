@@ -39,10 +39,11 @@ class Client:
         self.ids = iter(range(1, 10**6))
         self.waiting: list[Any] = []
         self.last_id = 0
+        assert self.next_message() == (worker.WELCOME,)
 
     def send(self, op: str, *args: Any, stamp: float | None = None) -> int:
         req_id = next(self.ids)
-        self.sock.sendall(worker.framed((op, req_id, time.monotonic() if stamp is None else stamp, *args)))
+        self.sock.sendall(worker.framed((op, req_id, time.monotonic() if stamp is None else stamp, 0, *args)))
         self.last_id = req_id
         return req_id
 
@@ -244,6 +245,7 @@ class _Holdings:
         self.status: dict[str, str] = {}
         self.versions: dict[str, int] = {}
         self.provisional: dict[str, object] = {}
+        self.sizes: dict[str, int] = {}
 
     def resident(self, key: str) -> bool:
         return key in self.resident_keys

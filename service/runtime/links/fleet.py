@@ -10,7 +10,6 @@ records where (:mod:`service.storage.graph_table`).
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,8 @@ from ...errors import ServiceUnavailableError
 from ...settings import Settings
 from ..board import Board, WorkerNumbers
 from ..supervisor.plan import socket_path
-from ..supervisor.supervisor import read_facts
+from ..supervisor.supervisor import FACTS, read_facts
 from .link import WorkerLink
-
-#: seconds between two reads of the supervisor's facts file (``/readyz``, placements)
-_FACTS_EVERY_S = 0.2
 
 
 class Fleet:
@@ -40,7 +36,7 @@ class Fleet:
         #: bytes this process is loading onto each worker now (a placement counts them)
         self.reserved = [0] * workers
         self._facts: dict[str, Any] = {}
-        self._facts_at = 0.0
+        self._facts_at = -1
 
     def open(self) -> None:
         for link in self.links:
@@ -64,10 +60,13 @@ class Fleet:
 
     def facts(self) -> list[dict[str, Any]]:
         """What the supervisor last said of each worker (backend, device, start-up, standby, ...)."""
-        now = time.monotonic()
-        if now - self._facts_at > _FACTS_EVERY_S:
+        try:
+            changed = (self.run_dir / FACTS).stat().st_mtime_ns
+        except OSError:
+            changed = 0
+        if changed != self._facts_at:
             self._facts = read_facts(self.run_dir)
-            self._facts_at = now
+            self._facts_at = changed
         workers: list[dict[str, Any]] = self._facts.get("workers", [])
         return workers
 
@@ -102,6 +101,8 @@ class Fleet:
                     "free_bytes": n.free_bytes,
                     "total_bytes": n.total_bytes,
                     "queue_depth": n.queue_depth,
+                    "requests_waiting": self.board.waiting(n.index),
+                    "computing": n.computing,
                     "last_error": fact.get("last_error"),
                     "reloads_pending": n.reloads_pending,
                     "requests_resent": n.resent,

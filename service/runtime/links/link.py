@@ -13,14 +13,15 @@ request is then:
 * **lost** (:class:`~service.errors.WorkerLostError`) when it ran alone: it may be what killed
   the worker, and must not kill the next one;
 * kept and re-sent **suspect** when it ran with others (coalesced jobs, batched one-shots): which
-  one killed the worker is unknown, so each runs alone next (written when nothing else is
-  unanswered, nothing after it until it is answered), and is lost if it was running when a second
-  worker died;
+  one killed the worker is unknown, so each runs alone next (the worker gives it a run of its
+  own), and is lost if it was running when a second worker died;
 * kept and re-sent, in the order it was made, when it had not started.
 
-The link connects again as soon as the next process listens (its standby at once, or a new one)
-and sends what it kept; requests made meanwhile wait with them, up to ``MST_WORKER_START_TIMEOUT_S``,
-then fail (503).
+The link connects again as soon as the next process listens (its standby at once, or a new one),
+sends what it kept (with the requests made meanwhile, which wait with them up to
+``MST_WORKER_START_TIMEOUT_S``, then fail 503), each at its first stamp, and says it has
+(``SYNCED``): the new process runs nothing before every API process has, so nothing sent later
+overtakes what was sent before the death.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 
 from ...errors import ServiceUnavailableError, WorkerLostError
 from ..board import Board
-from ..worker.protocol import HELLO, STORED, framed, unframed, widen
+from ..worker.protocol import HELLO, RESENT, STORED, SUSPECT, SYNCED, WELCOME, framed, unframed, widen
 
 log = logging.getLogger("service.runtime.links")
 
@@ -44,6 +45,8 @@ log = logging.getLogger("service.runtime.links")
 _READ_SIZE = 1 << 20
 #: seconds between two tries to reach a worker that is not listening yet
 _RECONNECT_S = 0.02
+#: seconds a connected worker process has to welcome the link
+_WELCOME_S = 2.0
 
 
 @dataclass(eq=False)
@@ -58,11 +61,14 @@ class Pending:
     note: asyncio.Future[None] | None = None
     #: it ran with others when a worker died: it runs alone from now on
     suspect: bool = False
+    #: it is sent again, to the process that replaced the one it went to
+    resent: bool = False
     req_id: int = 0
     made_at: float = field(default_factory=time.monotonic)
 
     def message(self) -> tuple[Any, ...]:
-        return (self.op, self.req_id, self.stamp, *self.args)
+        flags = (RESENT if self.resent else 0) | (SUSPECT if self.suspect else 0)
+        return (self.op, self.req_id, self.stamp, flags, *self.args)
 
 
 def settle(fut: asyncio.Future[Any] | None, result: Any, error: BaseException | None) -> None:
@@ -112,15 +118,18 @@ class WorkerLink:
     def connected(self) -> bool:
         return self._sock is not None
 
-    def send(self, op: str, *args: Any, note: bool = False) -> tuple[asyncio.Future[Any], asyncio.Future[None] | None]:
+    def send(
+        self, op: str, *args: Any, note: bool = False, stamp: float | None = None
+    ) -> tuple[asyncio.Future[Any], asyncio.Future[None] | None]:
         """Make a request and write it (or hold it until the worker is reached); its reply's future,
-        and with ``note`` the future of the STORED note that follows a successful reply."""
+        and with ``note`` the future of the STORED note that follows a successful reply. ``stamp``:
+        its place in the worker's queue (``time.monotonic()`` now, by default)."""
         loop = asyncio.get_running_loop()
-        request = Pending(op, args, loop.create_future(), time.monotonic())
+        request = Pending(op, args, loop.create_future(), time.monotonic() if stamp is None else stamp)
         if note:
             request.note = loop.create_future()
             request.note.add_done_callback(consume)
-        if self._sock is None or self.held:
+        if self._sock is None:
             self.held.append(request)
             self._connect()
         else:
@@ -215,8 +224,6 @@ class WorkerLink:
         elif request.note is not None:
             settle(request.note, None, payload if isinstance(payload, BaseException) else None)
         settle(request.future, payload if ok else None, None if ok else payload)
-        if not self.pending and self.held:
-            self._send_held()
         self._count()
 
     # -- the connection -----------------------------------------------------------------------
@@ -228,38 +235,52 @@ class WorkerLink:
     async def _connecting(self) -> None:
         deadline = time.monotonic() + self._start_timeout_s
         while not self._closing:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.connect(self._path)
-            except OSError:
-                sock.close()
+            sock = await self._greeted()
+            if sock is None:
                 if time.monotonic() > deadline:
                     self._expire_held()
                     deadline = time.monotonic() + self._start_timeout_s
                 await asyncio.sleep(_RECONNECT_S)
                 continue
-            sock.setblocking(False)
-            widen(sock)
             self._sock = sock
-            self._inbox.clear()
-            self._outbox = bytearray(framed((HELLO, self._slot)))
+            self._outbox.clear()
             asyncio.get_running_loop().add_reader(sock.fileno(), self._readable)
-            self._flush()
             self._send_held()
             return
 
+    async def _greeted(self) -> socket.socket | None:
+        """A connection the worker process has welcomed, or None. A connection the kernel took
+        into the listening socket of a process that is dying (or stopped) is never welcomed: the
+        link waits for the next process rather than take that one's end for a second death."""
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self._path)
+            sock.setblocking(False)
+            widen(sock)
+            await loop.sock_sendall(sock, framed((HELLO, self._slot)))
+            data = await asyncio.wait_for(loop.sock_recv(sock, _READ_SIZE), _WELCOME_S)
+        except (OSError, TimeoutError):
+            sock.close()
+            return None
+        self._inbox = bytearray(data)
+        messages = unframed(self._inbox)
+        if not messages or messages[0] != (WELCOME,):
+            sock.close()
+            return None
+        for message in messages[1:]:  # nothing else comes first; kept for the reader all the same
+            self._on_message(message)
+        return sock
+
     def _send_held(self) -> None:
-        """Write the requests held for this connection, in order; a suspect alone."""
-        while self.held and self._sock is not None:
-            request = self.held[0]
-            if request.suspect and self.pending:
-                return  # it waits until nothing else is unanswered
-            self.held.pop(0)
-            if request.future.done():
-                continue  # its caller gave up
-            self._post(request)
-            if request.suspect:
-                return  # nothing after it until it is answered
+        """Write the requests held for this connection, in order (a suspect runs alone: the worker
+        sees to that); then say so, so that a new worker process may begin (``SYNCED``)."""
+        held, self.held = self.held, []
+        for request in held:
+            if not request.future.done():  # else its caller gave up
+                self._post(request)
+        self._outbox += framed((SYNCED, 0, time.monotonic(), 0))
+        self._flush()
 
     def _expire_held(self) -> None:
         """No worker process listened within MST_WORKER_START_TIMEOUT_S: the held requests fail."""
@@ -305,6 +326,7 @@ class WorkerLink:
                 lost_now += 1
             else:
                 request.suspect = request.suspect or request in ran
+                request.resent = True
                 kept.append(request)
         self.held[:0] = kept
         self.lost += lost_now

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...errors import ServiceUnavailableError
 from ...settings import Settings
 from ...storage.records import Placement
 from ...storage.store import Store
@@ -90,7 +89,7 @@ class Supervisor:
                 head.process.kill()
             raise
         if len(configs) > MAX_WORKERS:
-            raise ServiceUnavailableError(f"{len(configs)} workers planned; at most {MAX_WORKERS} are supported.")
+            raise ValueError(f"{len(configs)} workers planned; at most {MAX_WORKERS} are supported.")
         store.replace_placements(place_stored(store, len(configs)))
         for config in configs:
             slot = WorkerSlot(config, settings, self.board, self.write_facts)

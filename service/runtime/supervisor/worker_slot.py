@@ -133,7 +133,7 @@ class WorkerSlot:
         if head == "ready":
             process.info = message[1]
             if process is self.current:
-                process.tell("serve")
+                process.tell("serve", {"resume": self.restarts > 0})
             elif process is self.spare:
                 self._spare_failures = 0
                 log.info("worker %d: standby process (pid %d) warm", self.index, process.pid)
@@ -192,7 +192,7 @@ class WorkerSlot:
             log.info("worker %d: the standby process (pid %d) takes over", self.index, spare.pid)
             self._take(spare)
             if spare.info is not None:
-                spare.tell("serve")
+                spare.tell("serve", {"resume": True})
             return
         await asyncio.sleep(min(0.2 * 2 ** min(self._failures_in_row, 8), 30.0))
         if not self.stopping:

@@ -49,6 +49,8 @@ class Holdings:
         self.provisional: dict[str, object] = {}
         #: something was loaded or dropped since the loop last said what is held (the board)
         self.changed = False
+        #: each placed dataset's bytes as last known (loads of the smallest come first)
+        self.sizes: dict[str, int] = {}
 
     # -- what is here -------------------------------------------------------------------------
 
@@ -59,6 +61,7 @@ class Holdings:
         """At start-up: every dataset the store places here is to be reloaded."""
         for placement in self.store.placed_on(self.index):
             self.status[placement.key] = "loading"
+            self.sizes[placement.key] = placement.device_bytes
             self.store.set_residency(placement.key, "loading")
 
     def pending(self) -> list[str]:
@@ -201,6 +204,7 @@ class Holdings:
 
     def _now_resident(self, key: str, device_bytes: int) -> None:
         self.changed = True
+        self.sizes[key] = device_bytes
         self.status[key] = "resident"
         self.errors.pop(key, None)
         self.touch(key)

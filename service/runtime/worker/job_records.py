@@ -4,9 +4,9 @@ A job's MST request carries its :class:`~.protocol.JobSpec`. A published job (it
 the store, ``queued``) is started only if it still is (:func:`begin`: a cancel through any API
 process wins until then); every job's end is written by the worker before its reply
 (:func:`end`), so the record is durable before the API process gives the answer out, and the
-job's end is recorded even if that API process is gone. At start-up a worker fails the jobs
-that were running on its datasets (its predecessor died running them: ``worker_lost``) and
-queues again the ones still queued (:func:`recover`).
+job's end is recorded even if that API process is gone. At start-up a worker queues again the
+jobs still queued on its datasets; those its dead predecessor had begun are sent again (or
+failed) by their API processes, and failed here only if none does (:func:`recover`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ def spec_of(job: JobRecord) -> JobSpec:
     )
 
 
-def begin(store: Store, spec: JobSpec) -> JobRecord | None:
-    """Start a job: None to run it, else its record as stored (cancelled meanwhile: answer with it)."""
+def begin(store: Store, spec: JobSpec, resent: bool = False) -> JobRecord | None:
+    """Start a job: None to run it, else its record as stored (cancelled meanwhile: answer with it).
+    ``resent``: its API process sent it again after its worker died: if that worker had begun it,
+    it runs again here (it is ``running`` already)."""
     if not spec.published:
         return None
     if store.start_job(spec.id, time.time()):
@@ -39,8 +41,8 @@ def begin(store: Store, spec: JobSpec) -> JobRecord | None:
     stored = store.get_job(spec.id)
     if stored is None:  # its record is gone (its graph deleted and purged): it ends here
         return _record(spec, time.time(), "cancelled", *_DELETED[1:])
-    if spec.step and stored.status == "running":
-        return None  # another shard's step began the job
+    if stored.status == "running" and (spec.step or resent):
+        return None  # another shard's step began the job, or the dead worker did
     return stored
 
 
@@ -93,18 +95,20 @@ def _record(
     )
 
 
-def recover(store: Store, keys: list[str], reason: str) -> list[JobRecord]:
-    """At start-up: fail the jobs left running on these datasets (``worker_lost``); the queued
-    ones, in submission order, to run again."""
+def recover(store: Store, keys: list[str]) -> tuple[list[JobRecord], list[JobRecord]]:
+    """At start-up: the jobs on these datasets still queued (in submission order, to run again) and
+    those running (the dead predecessor began them: their API processes send them again, or fail
+    them if they were what it ran alone; :func:`fail_orphans` ends those nobody sends again)."""
+    return store.jobs_of(keys, "queued"), store.jobs_of(keys, "running")
+
+
+def fail_orphans(store: Store, job_ids: list[str], reason: str) -> None:
+    """Fail jobs a dead worker had begun that no API process sent again (their own died too)."""
     now = time.time()
-    for job in store.jobs_of(keys, "running"):
-        store.transition(
-            job.id,
-            frozenset({"running"}),
-            status="failed",
-            finished_at=now,
-            error_type="worker_lost",
+    for job_id in job_ids:
+        failed = store.transition(
+            job_id, frozenset({"running"}), status="failed", finished_at=now, error_type="worker_lost",
             error_message=reason,
-        )
-        store.release_token(job.id)
-    return store.jobs_of(keys, "queued")
+        )  # fmt: skip
+        if failed is not None:
+            store.release_token(job_id)

@@ -49,7 +49,10 @@ from .protocol import (
     ONESHOT,
     PREDICT,
     PUBLISHED,
+    RESENT,
     STORED,
+    SUSPECT,
+    SYNCED,
     WEIGHTS,
     JobSpec,
 )
@@ -93,6 +96,12 @@ class WorkerLoop:
         self.jobs: dict[str, Incoming] = {}
         #: how many requests went ahead of the first one waiting for a load
         self._overtaken = 0
+        #: jobs the dead predecessor had begun, until their API processes send them again (deadlines)
+        self.orphans: dict[str, float] = {}
+        #: a replacement's barrier: the API processes that have not yet sent again what they kept
+        #: for it, and until when it waits for them (see :meth:`resume_after`)
+        self.unsynced: set[int] = set()
+        self._sync_deadline = 0.0
         self.stopping = False
         self._memory_at = 0.0
 
@@ -100,6 +109,8 @@ class WorkerLoop:
 
     def add(self, request: Incoming) -> None:
         spec = _spec(request)
+        if spec is not None:
+            self.orphans.pop(spec.id, None)
         if spec is not None and not spec.step:
             twin = self.jobs.get(spec.id)
             if twin is not None and request.conn is not None:
@@ -119,27 +130,51 @@ class WorkerLoop:
         if spec is not None and not spec.step:
             self.jobs.pop(spec.id, None)
 
+    def resume_after(self, slots: int, timeout_s: float) -> None:
+        """A replacement of a dead worker: run nothing until every API process has sent again what
+        it kept (``SYNCED``), or ``timeout_s`` has passed (an API process that is gone sends nothing),
+        so that nothing sent after the death overtakes what was sent before it."""
+        self.unsynced = set(range(slots))
+        self._sync_deadline = time.monotonic() + timeout_s
+
+    def synced(self) -> bool:
+        if self.unsynced and time.monotonic() > self._sync_deadline:
+            log.warning("worker %d: no word from API process(es) %s; running on", self.index, sorted(self.unsynced))
+            self.unsynced.clear()
+        return not self.unsynced
+
+    def expire_orphans(self, reason: str) -> None:
+        """Fail the jobs the predecessor had begun that nobody sent again in time."""
+        now = time.monotonic()
+        expired = [job_id for job_id, deadline in self.orphans.items() if deadline <= now]
+        for job_id in expired:
+            del self.orphans[job_id]
+        if expired:
+            job_records.fail_orphans(self.store, expired, reason)
+
     def busy_datasets(self) -> set[str]:
         return {key for r in self.queue if (key := dataset_of(r)) is not None}
 
     def next_request(self) -> Incoming | None:
-        """The request to run now (see the module's docstring); None when the queue is empty."""
-        blocked: set[str] = set()
-        waiting: Incoming | None = None
+        """The request to run now (see the module's docstring); None when the queue is empty. With
+        nothing else to run, the first request of the smallest dataset that must be loaded first."""
+        blocked: dict[str, Incoming] = {}
         for request in self.queue:
             key = dataset_of(request)
             if key is not None and key in blocked:
                 continue
             if key is None or self.holdings.resident(key):
-                if waiting is not None:
+                if blocked:
                     if self._overtaken >= MAX_OVERTAKEN:
                         break
                     self._overtaken += 1
                 return request
-            blocked.add(key)
-            waiting = waiting or request
+            blocked[key] = request
         self._overtaken = 0
-        return waiting
+        if not blocked:
+            return None
+        sizes = self.holdings.sizes
+        return blocked[min(blocked, key=lambda k: (sizes.get(k, 0), blocked[k].stamp))]
 
     # -- control requests ---------------------------------------------------------------------
 
@@ -148,6 +183,9 @@ class WorkerLoop:
         conn = request.conn
         assert conn is not None
         op, args = request.op, request.args
+        if op == SYNCED:
+            self.unsynced.discard(conn.slot)
+            return
         if op == AWAIT_STORED:
             if self.writer.await_file(str(args[0]), conn, request.req_id):
                 return
@@ -188,18 +226,18 @@ class WorkerLoop:
     def run_next(self) -> bool:
         """Run the next request (with those that share its run); False when the worker must end
         (its device failed)."""
-        request = self.next_request()
+        request = self.next_request() if self.synced() else None
         if request is None:
             return True
         if request.op == MST:
             return self._run_mst(request)
-        if request.op == ONESHOT and self.worker.config.oneshot_batch_edges:
+        if request.op == ONESHOT and self.worker.config.oneshot_batch_edges and not request.flags & SUSPECT:
             return self._run_oneshots(request)
         self._take(request)
         self._stamp([request])
         ok, payload, after, fatal = self._handle(request)
         self._reply([request], ok, payload)
-        self.board.clear_stamp(self.index)
+        self._unstamp()
         if after is not None:
             self.writer.behind(self._notes(after, request.requesters()))
         return not fatal
@@ -237,7 +275,7 @@ class WorkerLoop:
         live: list[Incoming] = []
         for request in group:
             spec = _spec(request)
-            ended = None if spec is None else job_records.begin(self.store, spec)
+            ended = None if spec is None else job_records.begin(self.store, spec, bool(request.flags & RESENT))
             if ended is None:
                 live.append(request)
                 continue
@@ -285,7 +323,7 @@ class WorkerLoop:
                 stored_jobs.append(spec.id if spec is not None and not spec.step else f"r{request.seq}")
                 notes.append(request.requesters())
         _send(messages)
-        self.board.clear_stamp(self.index)
+        self._unstamp()
         if ok and after is not None:
             paths = [r.args[1] for r in live]
             self.writer.files(stored_jobs, _files(after, paths), notes)
@@ -294,7 +332,7 @@ class WorkerLoop:
     def _identical(self, first: Incoming) -> list[Incoming]:
         """``first`` and the identical MST requests queued behind it (see the module's docstring)."""
         group = [first]
-        if not self.worker.config.coalesce:
+        if not self.worker.config.coalesce or first.flags & SUSPECT:
             return group
         key, _, task, params = first.args[:4]
         start = self.queue.index(first) + 1
@@ -305,7 +343,8 @@ class WorkerLoop:
                 continue
             if request.op != MST or request.args[2] != task or request.args[3] != params:
                 break
-            group.append(request)
+            if not request.flags & SUSPECT:  # a suspect runs alone
+                group.append(request)
         return group
 
     def _behind(self, first: Incoming) -> list[Incoming]:
@@ -320,7 +359,7 @@ class WorkerLoop:
         return out
 
     def _run_oneshots(self, first: Incoming) -> bool:
-        group = [r for r in self.queue if r.op == ONESHOT][:MAX_COALESCED]
+        group = [r for r in self.queue if r.op == ONESHOT and not r.flags & SUSPECT][:MAX_COALESCED]
         for request in group:
             self._take(request)
         self._stamp(group)
@@ -332,7 +371,7 @@ class WorkerLoop:
             for conn, req_id in by_seq[seq].requesters()
         ]
         _send(messages)
-        self.board.clear_stamp(self.index)
+        self._unstamp()
         return not fatal
 
     # -- answers ------------------------------------------------------------------------------
@@ -346,6 +385,11 @@ class WorkerLoop:
                     first, last = runs.get(conn.slot, (req_id, req_id))
                     runs[conn.slot] = (min(first, req_id), max(last, req_id))
         self.board.stamp(self.index, runs)
+        self.board.set(self.index, "computing", len(run))
+
+    def _unstamp(self) -> None:
+        self.board.clear_stamp(self.index)
+        self.board.set(self.index, "computing", 0)
 
     def _reply(self, run: list[Incoming], ok: bool, payload: Any) -> None:
         _send([(conn, (req_id, ok, payload)) for r in run for conn, req_id in r.requesters()])

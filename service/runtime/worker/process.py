@@ -36,8 +36,12 @@ from .startup import start
 from .state import Worker, portable
 from .writer import writing
 
-#: why the jobs a dead worker was running failed
+#: why the jobs a dead worker was running failed, when no API process sent them again
 LOST = "The worker running the job was lost; submit again."
+#: how long a new worker waits for the API processes to send again the jobs its predecessor began
+ORPHAN_GRACE_S = 10.0
+#: how long a replacement waits for every API process's word before it runs anything
+SYNC_TIMEOUT_S = 2.0
 
 
 def main(config: WorkerConfig, board: Board, supervisor: Connection, entered: float | None = None) -> None:
@@ -63,7 +67,7 @@ def main(config: WorkerConfig, board: Board, supervisor: Connection, entered: fl
         return
     if order[0] != "serve":
         return
-    serve(worker, board, supervisor)
+    serve(worker, board, supervisor, resume=bool(order[1].get("resume")) if len(order) > 1 else False)
 
 
 def _heartbeat(board: Board, index: int, interval: float) -> None:
@@ -72,8 +76,9 @@ def _heartbeat(board: Board, index: int, interval: float) -> None:
         time.sleep(interval)
 
 
-def serve(worker: Worker, board: Board, supervisor: Connection) -> None:
-    """Take this worker's datasets and jobs, listen on its socket and run the loop."""
+def serve(worker: Worker, board: Board, supervisor: Connection, resume: bool = False) -> None:
+    """Take this worker's datasets and jobs, listen on its socket and run the loop. ``resume``: it
+    replaces a worker process that died (the API processes send again what they kept for it)."""
     config = worker.config
     board.beat(config.index)  # the serving process alone beats (a standby waiting beside it does not)
     beat = threading.Thread(
@@ -87,10 +92,16 @@ def serve(worker: Worker, board: Board, supervisor: Connection) -> None:
     try:
         with writing() as writer:
             loop = WorkerLoop(worker, holdings, board, server, writer)
-            for job in job_records.recover(store, list(holdings.status), LOST):
+            queued, running = job_records.recover(store, list(holdings.status))
+            now = time.monotonic()
+            for job in queued:  # at their places in the queue (no later than now: after a reboot)
                 result = str(store.result_path(job.id))
                 args = [job.graph_id, result, job.task, json.loads(job.params), job_records.spec_of(job)]
-                loop.add(server.made(MST, args))
+                loop.add(server.made(MST, args, min(job.stamp or 0.0, now)))
+            deadline = time.monotonic() + ORPHAN_GRACE_S
+            loop.orphans = {job.id: deadline for job in running}
+            if resume:
+                loop.resume_after(config.api_slots, SYNC_TIMEOUT_S)
             board.set_state(config.index, "reloading")
             loop.publish_numbers(force=True)
             supervisor.send(("serving", {}))
@@ -130,9 +141,11 @@ def _run(loop: WorkerLoop, supervisor: Connection) -> None:
             idle_since = None
             if not loop.run_next():
                 return  # the device failed: a fresh process gets a fresh CUDA context
-        elif loop.holdings.pending():
+        elif loop.holdings.pending() and loop.synced():  # what is asked for first, then the rest
             loop.holdings.reload_next(loop.busy_datasets())
             loop.publish_numbers(force=True)
+        if loop.orphans:
+            loop.expire_orphans(LOST)
         loop.publish_numbers()
 
 

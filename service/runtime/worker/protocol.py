@@ -5,8 +5,9 @@ process keeps one connection to every worker and first says which API process it
 (``(HELLO, slot)``). Then, over each connection (or a Ray actor's calls, which carry the same
 messages):
 
-* a request is ``(op, req_id, stamp, *args)``: ``req_id`` counts up per connection, ``stamp``
-  is the sender's ``time.monotonic()`` (system-wide on Linux) when it wrote the request. The
+* a request is ``(op, req_id, stamp, flags, *args)``: ``req_id`` counts up per connection,
+  ``stamp`` is the sender's ``time.monotonic()`` (system-wide on Linux) when it first wrote the
+  request, ``flags`` say whether it is sent again after a worker's death (:data:`RESENT`). The
   worker reads every connection at once and takes the requests in stamp order, so a request
   written after another was answered (or queued: a submission is acknowledged only once its
   request is written) is never taken before it, whichever API processes sent them;
@@ -49,8 +50,9 @@ WEIGHTS = "weights"
 ONESHOT = "oneshot"
 DROP = "drop"
 PING = "ping"
-#: the first message of a connection: which API process it is
+#: the first message of a connection: which API process it is; the worker answers WELCOME
 HELLO = "hello"
+WELCOME = "welcome"
 #: wait until a job's result file is written (or say at once that none is being written)
 AWAIT_STORED = "await_stored"
 #: a job submitted with ?wait= was given out unfinished: its record is in the store now
@@ -74,9 +76,18 @@ INLINE = "arrays"
 #: the key of a one-shot reply's count of one-shots its engine run computed (1: alone)
 BATCH_MEMBERS = "batch_members"
 
+#: a request's flags: sent again to the next worker process after the one it went to died (a job
+#: of it that its predecessor had begun runs again, see :mod:`.job_records`); and suspect: it ran
+#: with others when a worker died, so it runs alone now (no other request in its run)
+RESENT = 1
+SUSPECT = 2
+#: an API process has sent again everything it kept for a new worker process (which waits for
+#: every API process's word, or a moment, before it runs anything: see :mod:`.loop`)
+SYNCED = "synced"
+
 #: requests a worker answers as soon as it reads them, whatever is queued (DROP among them: a
 #: deleted dataset's queued jobs are cancelled, not run on what is still resident)
-CONTROL = frozenset({HELLO, AWAIT_STORED, PUBLISHED, COMMIT, ABANDON, DROP, STOP})
+CONTROL = frozenset({HELLO, SYNCED, AWAIT_STORED, PUBLISHED, COMMIT, ABANDON, DROP, STOP})
 #: the key of a job's reply that holds its final record, as stored
 JOB = "job"
 

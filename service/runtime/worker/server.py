@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from .protocol import HELLO, framed, unframed, widen
+from .protocol import HELLO, WELCOME, framed, unframed, widen
 
 #: bytes read from a connection at once
 _READ_SIZE = 1 << 20
@@ -54,15 +54,18 @@ class Connection:
 class Incoming:
     """A request read from a connection (or made by the worker itself: ``conn`` None)."""
 
-    __slots__ = ("conn", "op", "req_id", "stamp", "args", "seq", "also")
+    __slots__ = ("conn", "op", "req_id", "stamp", "args", "seq", "flags", "also")
 
-    def __init__(self, conn: Connection | None, op: str, req_id: int, stamp: float, args: list[Any], seq: int):
+    def __init__(
+        self, conn: Connection | None, op: str, req_id: int, stamp: float, args: list[Any], seq: int, flags: int = 0
+    ):
         self.conn = conn
         self.op = op
         self.req_id = req_id
         self.stamp = stamp
         self.args = args
         self.seq = seq
+        self.flags = flags
         #: other requests answered with this one's answer: (connection, request id)
         self.also: list[tuple[Connection, int]] = []
 
@@ -147,15 +150,16 @@ class Server:
                 continue  # nothing a well-behaved API process sends
             if message[0] == HELLO and len(message) == 2:
                 conn.slot = int(message[1])
+                conn.send((WELCOME,))
                 continue
-            if len(message) < 3:
+            if len(message) < 4:
                 continue
-            op, req_id, stamp, *args = message
+            op, req_id, stamp, flags, *args = message
             self._seq += 1
-            out.append(Incoming(conn, op, int(req_id), float(stamp), args, self._seq))
+            out.append(Incoming(conn, op, int(req_id), float(stamp), args, self._seq, int(flags)))
         return True
 
-    def made(self, op: str, args: list[Any]) -> Incoming:
-        """A request of the worker's own (a job recovered from the store), before any read."""
+    def made(self, op: str, args: list[Any], stamp: float = 0.0) -> Incoming:
+        """A request of the worker's own (a job taken back from the store, at its place ``stamp``)."""
         self._seq += 1
-        return Incoming(None, op, 0, 0.0, args, self._seq)
+        return Incoming(None, op, 0, stamp, args, self._seq)
