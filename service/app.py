@@ -96,7 +96,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         hosted = Hosted(0, supervisor.board, supervisor.run_dir, supervisor.workers)
     else:
         store = Store(settings.data_dir, checkpoint=False)
-    fleet = Fleet(settings, hosted.board, hosted.run_dir, hosted.slot, hosted.workers)
+    links = None
+    if settings.worker_pool == "ray" and supervisor is not None:
+        from .runtime.links.ray_link import RayLink
+
+        links = [RayLink(slot, hosted.board, settings.worker_start_timeout_s) for slot in supervisor.slots]  # type: ignore[arg-type]
+    fleet = Fleet(settings, hosted.board, hosted.run_dir, hosted.slot, hosted.workers, links)
     fleet.open()
     admission = Admission(settings, store, fleet)
     jobs_ = Jobs(store, fleet, metrics, admission)

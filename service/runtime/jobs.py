@@ -34,6 +34,7 @@ from ..errors import (
     JobNotFinishedError,
     JobNotFoundError,
     ServiceError,
+    WorkerLostError,
     dataset_not_found,
 )
 from ..metrics import Metrics
@@ -182,9 +183,10 @@ class Jobs:
         if reply.cancelled():
             return
         error = reply.exception()
-        if error is not None:  # no record from its worker: lost while running, or never reached
+        if isinstance(error, WorkerLostError):  # its worker died running it: no record came
             self._record_failure(submitted, error)
-            return
+        if error is not None:  # (else: the service stops, and its worker finishes it; or it never
+            return  # reached a worker, and stays queued in the store for the next)
         answer = reply.result()
         job = answer.get(JOB) if isinstance(answer, dict) else None
         if isinstance(job, JobRecord):
@@ -214,17 +216,17 @@ class Jobs:
             answer = await asyncio.wait_for(asyncio.shield(reply), timeout)
         except TimeoutError:
             return submitted.job
-        except ServiceError:  # its failure is recorded (_replied): the job as it ended
+        except WorkerLostError:  # its failure is recorded (_replied): the job as it ended
             return submitted.job
         job = answer.get(JOB) if isinstance(answer, dict) else answer
         if isinstance(job, JobRecord):
             submitted.job = job
         return submitted.job
 
-    def _record_failure(self, submitted: Submitted, exc: BaseException) -> None:
-        """A job whose worker never answered with its record (it was lost while running it, or no
-        worker came back in time): recorded failed, unless it ended otherwise meanwhile."""
-        code = exc.code if isinstance(exc, ServiceError) else "internal_error"
+    def _record_failure(self, submitted: Submitted, exc: ServiceError) -> None:
+        """A job whose worker died running it (no record came): recorded failed, unless it ended
+        otherwise meanwhile."""
+        code = exc.code
         job = replace(
             submitted.job, status="failed", finished_at=time.time(), error_type=code, error_message=str(exc)
         )

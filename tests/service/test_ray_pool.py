@@ -267,13 +267,13 @@ def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray
     assert pid is not None and other["pid"] is not None, before
     # counters against their values before: an actor may have been replaced by an earlier test
     restarts, lost, resent = (before[victim][k] for k in ("restarts", "requests_lost", "requests_resent"))
-    os.kill(pid, signal.SIGSTOP)  # the job is handed to the actor but never answered
+    os.kill(pid, signal.SIGSTOP)  # the job is sent to the actor (its one call in flight), never answered
     try:
         job_id = ray_server.submit(third["id"]).json()["id"]
-        assert ray_server.poll(job_id, until=("running", "succeeded", "failed"))["status"] == "running"
-        behind = [ray_server.submit(third["id"]).json()["id"] for _ in range(2)]
-        for queued in behind:  # handed too, waiting for their turn on the actor
-            assert ray_server.poll(queued, until=("running", "succeeded", "failed"))["status"] == "running"
+        behind = [ray_server.submit(third["id"]).json()["id"] for _ in range(2)]  # waiting for their turn
+        time.sleep(0.5)
+        for waiting in (job_id, *behind):
+            assert ray_server.client.get(f"/v1/jobs/{waiting}").json()["status"] in ("queued", "running")
     finally:
         os.kill(pid, signal.SIGKILL)
     job = ray_server.poll(job_id)
@@ -358,34 +358,37 @@ class _Method:
 def test_a_ready_actors_heartbeat_counts_from_its_start_s_answer(tmp_path: Path) -> None:
     """A Ray worker's start is judged by MST_WORKER_START_TIMEOUT_S only, however long it takes (its
     imports on a loaded host); once it has answered, its heartbeat's age counts from that answer.
-    It counted from the spawn: a start longer than MST_HEARTBEAT_TIMEOUT_S, and a first heartbeat
-    slower than the monitor's next look (every MST_HEARTBEAT_INTERVAL_S), and the ready actor was
-    killed for "no heartbeat" (CI on 2 cores: restarts 2 where the tests killed one). A stand-in
-    actor whose start answers after 3 s and whose heartbeat never does makes that window wide."""
+    Counted from the spawn, a start longer than MST_HEARTBEAT_TIMEOUT_S and a first heartbeat
+    slower than the check's next look would have the ready actor killed for "no heartbeat". A
+    stand-in actor whose start answers after 3 s and whose heartbeat never does makes that window
+    wide."""
     import asyncio
 
-    from service.runtime.pool.interface import worker_config
-    from service.runtime.pool.ray_pool import RayWorkerHandle
+    from service.runtime.board import Board
+    from service.runtime.supervisor.plan import worker_config
+    from service.runtime.supervisor.ray_workers import RaySlot
 
     settings = Settings(data_dir=tmp_path, backend="cpu", heartbeat_interval_s=0.2, heartbeat_timeout_s=2.0)
-    info = {"free_bytes": 1 << 30, "total_bytes": 1 << 30, "device": "cpu", "startup_ms": {}}
+    info = {"pid": 1, "free_bytes": 1 << 30, "total_bytes": 1 << 30, "device": "cpu", "startup_ms": {}}
 
     async def scenario() -> tuple[float, str]:
         loop = asyncio.get_running_loop()
-        handle = RayWorkerHandle(worker_config(settings, 0, "cpu", None), settings, lambda _: None, {})
+        board = Board.create(1, 1)
+        slot = RaySlot(worker_config(settings, tmp_path, 1, 0, "cpu", None), {}, settings, board, lambda: None)
         actor = type("Actor", (), {})()
         actor.start = _Method(lambda: asyncio.sleep(3.0, result=info))  # a slow start
         actor.beat = _Method(loop.create_future)  # a first heartbeat that has not come back yet
-        handle._actor, handle.state = actor, "starting"
-        handle.started_at = handle._beat_at = time.monotonic()  # as _spawn sets them
-        await handle._start_actor(actor, handle.generation)
-        age, state = handle.heartbeat_age(), handle.state
-        for task in list(handle._tasks_bg):
+        actor.reload_next = _Method(lambda: asyncio.sleep(0, result=False))
+        slot.actor, slot.generation, slot.started_at = actor, 1, time.monotonic()
+        await slot._start(actor, 1)
+        slot.check(time.monotonic())  # the check's look right after the start's answer
+        age, state = time.monotonic() - board.get(0, "heartbeat"), board.state(0)
+        for task in list(slot._tasks):
             task.cancel()
         return age, state
 
     age, state = asyncio.run(scenario())
-    assert state != "starting", state  # the start's answer made it ready (reloading, nothing to reload)
+    assert state == "ready", state  # the start's answer made it ready, and the check left it so
     assert age < settings.heartbeat_timeout_s, age  # not judged stuck for the start's 3 s
 
 

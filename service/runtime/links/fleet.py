@@ -24,12 +24,21 @@ from .link import WorkerLink
 class Fleet:
     """The workers as API process ``slot`` sees them (see the module's docstring)."""
 
-    def __init__(self, settings: Settings, board: Board, run_dir: Path, slot: int, workers: int) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        board: Board,
+        run_dir: Path,
+        slot: int,
+        workers: int,
+        links: list[WorkerLink] | None = None,
+    ) -> None:
         self.settings = settings
         self.board = board
         self.run_dir = run_dir
         self.slot = slot
-        self.links = [
+        #: a link to every worker: over its socket, or given (a Ray actor's, :mod:`.ray_link`)
+        self.links = links or [
             WorkerLink(i, socket_path(run_dir, i), board, slot, settings.worker_start_timeout_s)
             for i in range(workers)
         ]

@@ -293,8 +293,8 @@ class WorkerLink:
         self.held.clear()
         self._count()
 
-    def _lost_worker(self) -> None:
-        """The worker's process is gone: sort out the unanswered requests (see the module's docstring)."""
+    def _drop_transport(self) -> None:
+        """Let go of the dead worker's connection (and what waited to be written to it)."""
         sock, self._sock = self._sock, None
         if sock is not None:
             loop = asyncio.get_running_loop()
@@ -307,13 +307,21 @@ class WorkerLink:
         for done in self._drained:
             settle(done, None, None)
         self._drained.clear()
+
+    def _running_ids(self) -> set[int]:
+        """The ids of this process's requests the dead worker was running (the board's stamp)."""
+        return set(self._board.running(self.index, self._slot))
+
+    def _lost_worker(self) -> None:
+        """The worker's process is gone: sort out the unanswered requests (see the module's docstring)."""
+        running = self._running_ids()
+        self._drop_transport()
         lost = WorkerLostError(
             f"worker {self.index} was lost while handling the request; it is being restarted, submit again."
         )
         for note in self.notes.values():  # their files may be missing: a request for one computes it again
             settle(note, None, lost)
         self.notes.clear()
-        running = set(self._board.running(self.index, self._slot))
         ordered = sorted(self.pending.values(), key=lambda r: r.req_id)
         self.pending.clear()
         ran = [r for r in ordered if r.req_id in running]
@@ -351,11 +359,8 @@ class WorkerLink:
             self._connector.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._connector
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(sock.fileno())
-            sock.close()
+        with contextlib.suppress(Exception):
+            self._drop_transport()
         error = ServiceUnavailableError("the service is shutting down.")
         for request in [*self.pending.values(), *self.held]:
             request.future.add_done_callback(consume)  # a caller that no longer waits for it

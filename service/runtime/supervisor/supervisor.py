@@ -24,7 +24,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ...settings import Settings
 from ...storage.records import Placement
@@ -43,6 +43,22 @@ MAX_WORKERS = 64
 FACTS = "workers.json"
 
 
+class Slot(Protocol):
+    """One worker as the supervisor keeps it: a local process (:class:`WorkerSlot`) or a Ray actor."""
+
+    index: int
+    restarts: int
+    plan_ms: float | None
+
+    async def start(self) -> None: ...
+
+    async def stop(self, timeout: float = 10.0) -> None: ...
+
+    def check(self, now: float) -> None: ...
+
+    def facts(self) -> dict[str, Any]: ...
+
+
 class Supervisor:
     """The workers of one service (see the module's docstring)."""
 
@@ -51,7 +67,7 @@ class Supervisor:
         self.api_slots = api_slots
         self.run_dir = Path(tempfile.mkdtemp(prefix="mst-"))  # 0700: only this user reaches the sockets
         self.board = Board.create(MAX_WORKERS, api_slots)
-        self.slots: list[WorkerSlot] = []
+        self.slots: list[Slot] = []
         self.store: Store | None = None
         self._head: Spawned | None = None
         self._probe: Probe | None = None
@@ -79,6 +95,31 @@ class Supervisor:
             log.warning("%d job(s) were running when the service stopped; marked failed (worker_lost)", failed)
         if queued:
             log.info("%d queued job(s) run again", len(queued))
+        if settings.worker_pool == "ray":
+            await self._start_ray(store)
+        else:
+            await self._start_local(store)
+        self._monitor = asyncio.create_task(self._watch(), name="heartbeat-monitor")
+        if settings.max_result_bytes:
+            self._cap = ResultCap(store.result_dir, settings.max_result_bytes)
+
+    async def _start_ray(self, store: Store) -> None:
+        from .ray_workers import RaySlot
+        from .ray_workers import plan as ray_plan
+
+        started = time.perf_counter()
+        planned = await asyncio.to_thread(ray_plan, self.settings, self.run_dir)
+        store.replace_placements(place_stored(store, len(planned)))
+        for config, options in planned:
+            slot = RaySlot(config, options, self.settings, self.board, self.write_facts)
+            slot.plan_ms = round((time.perf_counter() - started) * 1e3, 3)
+            self.slots.append(slot)
+        self.write_facts()
+        for slot in self.slots:
+            await slot.start()
+
+    async def _start_local(self, store: Store) -> None:
+        settings = self.settings
         started = time.perf_counter()
         head, probe = self._head, self._probe
         self._head = self._probe = None
@@ -103,9 +144,6 @@ class Supervisor:
         self.write_facts()
         for slot in self.slots:
             await slot.start()
-        self._monitor = asyncio.create_task(self._watch(), name="heartbeat-monitor")
-        if settings.max_result_bytes:
-            self._cap = ResultCap(store.result_dir, settings.max_result_bytes)
 
     async def _watch(self) -> None:
         while True:
@@ -122,6 +160,10 @@ class Supervisor:
         if self._cap is not None:
             self._cap.stop()
         await asyncio.gather(*(slot.stop() for slot in self.slots))
+        if self.settings.worker_pool == "ray":
+            from .ray_workers import shutdown
+
+            await asyncio.to_thread(shutdown)
         if self.store is not None:
             self.store.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)

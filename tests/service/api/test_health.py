@@ -33,9 +33,12 @@ def test_readyz_describes_the_worker(live: LiveServer) -> None:
     assert response.status_code == 200
     body = response.json()
     assert body["status"] == "ready"
-    [worker] = body["workers"]
-    assert worker["state"] in ("ready", "reloading") and worker["backend"] == "cpu"
-    assert worker["pid"] > 0 and worker["heartbeat_age_s"] < 5 and worker["total_bytes"] > 0
+    workers = body["workers"]
+    assert [w["index"] for w in workers] == [0, 1]  # the shared server's two workers
+    for worker in workers:
+        assert worker["state"] in ("ready", "reloading") and worker["backend"] == "cpu"
+        assert worker["pid"] > 0 and worker["heartbeat_age_s"] < 5 and worker["total_bytes"] > 0
+        assert worker["requests_waiting"] >= 0 and worker["standby"] is None
 
 
 def test_metrics_count_requests_jobs_and_resident_graphs(live: LiveServer) -> None:
@@ -58,12 +61,11 @@ def test_metrics_count_requests_jobs_and_resident_graphs(live: LiveServer) -> No
     assert metric(after, "mst_jobs_finished_total", status="succeeded") >= 3
     assert metric(after, "mst_job_duration_seconds_count") >= 3
     assert metric(after, "mst_job_compute_seconds_count") >= 3
-    assert metric(after, "mst_queue_depth", worker="0") == 0
-    graphs = len(live.client.get("/v1/graphs").json()["graphs"])
-    graphs += len(live.client.get("/v1/points").json()["point_sets"])  # both kinds are placed
-    assert metric(after, "mst_resident_graphs", worker="0") == graphs
-    assert metric(after, "mst_device_bytes", worker="0") >= graph["residency"]["device_bytes"] > 0
-    assert metric(after, "mst_worker_up", worker="0") == 1
+    assert metric(after, "mst_queue_depth") >= 0
+    assert metric(after, "mst_resident_graphs") >= 1  # (other tests add and delete theirs meanwhile)
+    worker = str(graph["residency"]["worker"])
+    assert metric(after, "mst_device_bytes", worker=worker) >= graph["residency"]["device_bytes"] > 0
+    assert metric(after, "mst_worker_up", worker="0") == metric(after, "mst_worker_up", worker="1") == 1
 
 
 def test_job_status_polls_are_counted_under_their_route(live: LiveServer) -> None:
