@@ -325,6 +325,8 @@ class HDBSCAN:
         if metric.precomputed:
             raise ValueError("Cannot store centers when using a precomputed distance matrix.")
         search = index_coordinates(model.index)
+        if not _is_cupy(points):
+            search = _host(search)
         found = centers(points, search, model.labels, model.probabilities, metric, str(self.store_centers))
         for name, value in found.items():
             setattr(self, name, _host(value) if not _is_cupy(points) else value)

@@ -128,7 +128,8 @@ def split_non_finite(points: Array) -> tuple[Array, Outliers | None]:
     """The rows of finite coordinates, and where the others were (None: all finite). A row is
     missing when its sum is NaN, infinite when it is +-inf (scikit-learn's rule)."""
     xp = _module_of(points)
-    total = points.sum(axis=1)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf and overflows: told apart below
+        total = points.sum(axis=1)
     finite = xp.isfinite(total)
     if bool(finite.all()):
         return points, None

@@ -30,7 +30,7 @@ from .._backend.resolve import Backend
 from .._dendrogram.cpu import linkage_from_sorted_edges
 from ..errors import MetricError
 from .index import PointIndex, build_index, check_index_backend, tree_on_index, validated
-from .metrics import Metric, resolve_metric
+from .metrics import resolve_metric
 from .tree import EuclideanTree
 from .validate import check_min_samples
 
@@ -93,9 +93,8 @@ def metric_mst(
 
 def _check_index_metric(index: PointIndex, metric: Any, metric_params: Any) -> None:
     """An index answers for its own metric: ``metric`` must be the default or name it."""
-    if isinstance(metric, Metric):
-        metric = metric.name
-    if (metric == "euclidean" and metric_params is None) or metric is None:
+    default = metric is None or (isinstance(metric, str) and metric == "euclidean" and metric_params is None)
+    if default:
         return
     wanted = resolve_metric(metric, metric_params)
     if wanted.name != index.metric or wanted.params != index.metric_params:
