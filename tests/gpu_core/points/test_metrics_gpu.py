@@ -20,12 +20,16 @@ from tests.utils.metrics import CASES, blobs, case_id, lat_lon
 pytestmark = pytest.mark.gpu
 
 
+def _host(array: Any) -> np.ndarray:
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
 def assert_same_tree(a: Any, b: Any) -> None:
-    assert np.array_equal(np.asarray(a.src), np.asarray(b.src))
-    assert np.array_equal(np.asarray(a.dst), np.asarray(b.dst))
-    assert np.array_equal(np.asarray(a.weights), np.asarray(b.weights))
+    assert np.array_equal(_host(a.src), _host(b.src))
+    assert np.array_equal(_host(a.dst), _host(b.dst))
+    assert np.array_equal(_host(a.weights), _host(b.weights))
     if a.core_distances is not None:
-        assert np.array_equal(np.asarray(a.core_distances), np.asarray(b.core_distances))
+        assert np.array_equal(_host(a.core_distances), _host(b.core_distances))
 
 
 def with_ties(x: np.ndarray, seed: int) -> np.ndarray:
