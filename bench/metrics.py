@@ -153,6 +153,66 @@ def targets(repeats: int, smoke: bool) -> dict[str, Any]:
     return out
 
 
+def _agreement(ours: np.ndarray, theirs: np.ndarray) -> float:
+    """The share of points with the same label once labels are matched by assignment."""
+    from scipy.optimize import linear_sum_assignment
+
+    a, b = np.unique(ours, return_inverse=True)[1], np.unique(theirs, return_inverse=True)[1]
+    counts = np.zeros((a.max() + 1, b.max() + 1))
+    np.add.at(counts, (a, b), 1)
+    rows, cols = linear_sum_assignment(-counts)
+    return float(counts[rows, cols].sum() / ours.size)
+
+
+def ties_table() -> str:
+    """Agreement with scikit-learn's HDBSCAN where mutual-reachability distances tie (docs/hdbscan.md)."""
+    import warnings
+
+    from sklearn.cluster import HDBSCAN
+
+    warnings.simplefilter("ignore")
+    rng = np.random.default_rng(0)
+    centres = np.random.default_rng(1).uniform(-10, 10, (5, 2))
+    blobs = np.concatenate(
+        [c + rng.normal(scale=0.8, size=(300, 2)) for c in centres] + [rng.uniform(-12, 12, (300, 2))]
+    )
+    grid = np.random.default_rng(0).integers(0, 12, (2000, 3)).astype(float) + 1
+    sets = [("blobs 2-D", blobs, 5), ("blobs 2-D", blobs, 10), ("integer grid 3-D", grid, 8)]
+    lines = [
+        "| metric | data | min_samples | labels equal | max |Δ probability| |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    metrics = (
+        ("euclidean", None),
+        ("manhattan", None),
+        ("chebyshev", None),
+        ("minkowski", {"p": 3}),
+        ("cosine", None),
+    )
+    for metric, params in metrics:
+        for name, x, k in sets:
+            ours = gpu_core.hdbscan(
+                x, min_cluster_size=15, min_samples=k, metric=metric, metric_params=params, backend="cpu"
+            )
+            theirs = HDBSCAN(
+                min_cluster_size=15, min_samples=k, metric=metric, metric_params=params, copy=True
+            ).fit(x)
+            delta = np.abs(ours.probabilities - theirs.probabilities_).max()
+            lines.append(
+                f"| {metric} | {name} | {k} | {_agreement(ours.labels, theirs.labels_):.4f} | {delta:.3g} |"
+            )
+    places = np.concatenate([c + rng.normal(scale=0.05, size=(250, 2)) for c in np.column_stack(
+        (rng.uniform(-1.2, 1.2, 6), rng.uniform(-3, 3, 6)))] + [np.column_stack((rng.uniform(-1.5, 1.5, 300),
+        rng.uniform(-3.1, 3.1, 300)))])  # fmt: skip
+    for k in (5, 10):
+        ours = gpu_core.hdbscan(places, min_cluster_size=15, min_samples=k, metric="haversine", backend="cpu")
+        theirs = HDBSCAN(min_cluster_size=15, min_samples=k, metric="haversine", copy=True).fit(places)
+        delta = np.abs(ours.probabilities - theirs.probabilities_).max()
+        share = _agreement(ours.labels, theirs.labels_)
+        lines.append(f"| haversine | clusters on the sphere | {k} | {share:.4f} | {delta:.3g} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -162,8 +222,14 @@ def main(argv: list[str] | None = None) -> int:
         "--no-peers", action="store_true", help="ours only; speed-ups from --out's sklearn.json"
     )
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument(
+        "--ties", action="store_true", help="agreement with scikit-learn where weights tie (CPU)"
+    )
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args(argv)
+    if args.ties:
+        print(ties_table())
+        return 0
     sets = SMOKE_PEER_SETS if args.smoke else PEER_SETS
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.no_peers:
