@@ -45,7 +45,7 @@ def read_points(path: str, fmt: str, max_inflated_bytes: int, max_ratio: float) 
             array: np.ndarray[Any, Any] = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
             raise InvalidUploadError(f"the body cannot be read as npy: {exc}", field="body") from None
-        return array
+        return _npy_array(array)
     return parse_points(Path(path).read_bytes(), fmt, max_inflated_bytes, max_ratio)
 
 
@@ -59,8 +59,7 @@ def parse_points(data: bytes, fmt: str, max_inflated_bytes: int, max_ratio: floa
 
     try:
         if fmt == "points.npy":
-            array: np.ndarray[Any, Any] = np.load(io.BytesIO(data), allow_pickle=False)
-            return array
+            return _npy_array(np.load(io.BytesIO(data), allow_pickle=False))
         if fmt == "points.arrow":
             return arrow_points(data)
         arrays = npz_arrays(data, max_inflated_bytes=max_inflated_bytes, max_ratio=max_ratio)
@@ -74,6 +73,15 @@ def parse_points(data: bytes, fmt: str, max_inflated_bytes: int, max_ratio: floa
             field="points",
         )
     return arrays["points"]
+
+
+def _npy_array(loaded: Any) -> np.ndarray[Any, Any]:
+    """``np.load``'s answer for an npy body: a zip archive (an npz) loads as something else."""
+    if not isinstance(loaded, np.ndarray):
+        raise InvalidUploadError(
+            "the body is an npz archive, not an npy array; send it with ?format=npz.", field="body"
+        )
+    return loaded
 
 
 def arrow_points(data: bytes) -> np.ndarray[Any, Any]:
