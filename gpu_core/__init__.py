@@ -35,10 +35,11 @@ from ._graphs.shards import (
 )
 from ._graphs.validate import MAX_VERTICES, WEIGHT_DTYPES
 from ._interop.scipy_compat import minimum_spanning_tree
-from ._points.emst import euclidean_mst, single_linkage
+from ._points.emst import euclidean_mst, metric_mst, single_linkage
 from ._points.estimate import estimate_point_set_bytes
 from ._points.index import PointIndex, build_point_index
-from ._points.tree import EuclideanTree
+from ._points.metrics import METRICS
+from ._points.tree import EuclideanTree, PointTree
 from ._points.validate import MAX_DIMENSIONS
 from ._warm_up import warm_up
 from .formats import FORMATS, read_graph
@@ -48,6 +49,7 @@ __all__ = [
     "HDBSCAN",
     "MAX_DIMENSIONS",
     "MAX_VERTICES",
+    "METRICS",
     "OBJECTIVES",
     "WEIGHT_DTYPES",
     "Backend",
@@ -59,6 +61,7 @@ __all__ = [
     "MinimumSpanningTree",
     "NotFittedError",
     "PointIndex",
+    "PointTree",
     "PredictionData",
     "ShardForest",
     "SingleLinkageTree",
@@ -79,6 +82,7 @@ __all__ = [
     "maximum_spanning_forest",
     "membership_vector",
     "merge_shard_forests",
+    "metric_mst",
     "minimum_spanning_forest",
     "minimum_spanning_tree",
     "read_graph",

@@ -16,6 +16,7 @@ Mistakes in the input also derive from :class:`ValueError`, so plain
     │   ├── PointDtypeError                 coordinates of a non-numeric dtype
     │   ├── NonFiniteCoordinateError        a NaN or infinite coordinate
     │   ├── ClusteringParameterError        e.g. min_samples larger than the number of points
+    │   ├── MetricError                     an unknown metric, a parameter it does not take, input it refuses
     │   └── PointIndexBackendError          a point index passed with another backend than its own
     ├── GraphTooLargeError (ValueError)     over a backend's index limits
     ├── BackendUnavailableError (RuntimeError)
@@ -129,6 +130,14 @@ class ClusteringParameterError(PointSetValidationError):
     code = "invalid_clustering_parameter"
 
 
+class MetricError(PointSetValidationError):
+    """The metric is unknown, takes other ``metric_params``, or refuses the input (haversine angles
+    out of range, a zero vector under cosine, a precomputed matrix that is not a distance matrix);
+    the message names the metric and what is wrong."""
+
+    code = "invalid_metric"
+
+
 class PointIndexBackendError(PointSetValidationError):
     """A point index was passed with a backend other than the one it was built on; pass
     ``backend="auto"`` (the index's own) or build an index on the backend wanted."""
@@ -193,6 +202,7 @@ __all__ = [
     "GraphTooLargeError",
     "GraphValidationError",
     "MSTError",
+    "MetricError",
     "NonFiniteCoordinateError",
     "NonFiniteWeightError",
     "PointDtypeError",

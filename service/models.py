@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from gpu_core import MAX_DIMENSIONS
 
@@ -17,6 +17,12 @@ PointsFormat = Literal["npz", "npy"]
 PredictFormat = Literal["npz", "npy", "arrow"]
 Objective = Literal["min", "max"]
 WeightDtype = Literal["int32", "int64", "float32", "float64"]
+#: the metrics of point-set tasks and models: scikit-learn's names and aliases (gpu_core.METRICS;
+#: "precomputed" is no metric of a point set, whose rows are coordinates)
+PointMetric = Literal[
+    "euclidean", "l2", "manhattan", "l1", "cityblock", "chebyshev", "infinity", "minkowski", "p", "cosine",
+    "haversine",
+]  # fmt: skip
 JobStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
@@ -85,8 +91,32 @@ class DendrogramParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class EmstParams(BaseModel):
-    """Parameters of an ``emst`` job: the Euclidean minimum spanning tree of a point set."""
+class MetricParams(BaseModel):
+    """The metric of a point-set task or model (``gpu_core.metric_mst`` states each one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: PointMetric = Field(
+        "euclidean",
+        description="Distances between points, scikit-learn's names: euclidean (l2), manhattan (l1, "
+        "cityblock), chebyshev (infinity), minkowski (p), cosine (1 - cos; a zero vector is refused), "
+        "haversine (2 coordinates: latitude, longitude in radians; great-circle radians).",
+    )
+    metric_params: dict[str, StrictInt | StrictFloat] | None = Field(
+        None, description="{'p': p} with p >= 1 for minkowski; the other metrics take none."
+    )
+
+    @model_validator(mode="after")
+    def _metric_known(self) -> MetricParams:
+        """The engine's own check of the metric and its parameters (a 422 that names what is wrong)."""
+        from gpu_core._points.metrics import resolve_metric
+
+        resolve_metric(self.metric, self.metric_params)
+        return self
+
+
+class EmstParams(MetricParams):
+    """Parameters of an ``emst`` job: the minimum spanning tree of a point set under its metric."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -98,7 +128,7 @@ class EmstParams(BaseModel):
     )
 
 
-class HdbscanParams(BaseModel):
+class HdbscanParams(MetricParams):
     """Parameters of an ``hdbscan`` job, as scikit-learn's ``HDBSCAN`` takes them."""
 
     model_config = ConfigDict(extra="forbid")
@@ -109,10 +139,12 @@ class HdbscanParams(BaseModel):
     cluster_selection_epsilon: StrictInt | StrictFloat = Field(
         0.0, ge=0, description="Clusters closer than this are merged."
     )
+    allow_single_cluster: StrictBool = Field(False, description="Whether the root may be the one cluster.")
+    max_cluster_size: StrictInt | None = Field(None, ge=1, description="Largest size of a cluster (eom).")
 
 
-class SingleLinkageParams(BaseModel):
-    """A ``single_linkage`` job takes no parameters."""
+class SingleLinkageParams(MetricParams):
+    """A ``single_linkage`` job takes the metric only."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -150,12 +182,14 @@ class PointsJobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task: Literal["emst", "hdbscan", "single_linkage"] = Field(
-        description="'emst': the exact Euclidean (or, with min_samples > 1, HDBSCAN*'s "
-        "mutual-reachability) minimum spanning tree; 'hdbscan': labels and probabilities; "
+        description="'emst': the exact minimum spanning tree under the metric (or, with min_samples > 1, "
+        "HDBSCAN*'s mutual-reachability tree); 'hdbscan': labels and probabilities; "
         "'single_linkage': the dendrogram as a SciPy linkage matrix."
     )
     params: dict[str, Any] = Field(
-        default_factory=dict, description="The task's parameters: EmstParams, HdbscanParams or none."
+        default_factory=dict,
+        description="The task's parameters: EmstParams, HdbscanParams or SingleLinkageParams (each takes "
+        "metric and metric_params).",
     )
 
 
@@ -331,9 +365,6 @@ class ResultOut(JobSummary):
 class ModelRequest(HdbscanParams):
     """An HDBSCAN* model to fit on a point set, as :class:`gpu_core.HDBSCAN` (and the hdbscan
     library) takes its parameters."""
-
-    allow_single_cluster: StrictBool = Field(False, description="Whether the root may be the one cluster.")
-    max_cluster_size: StrictInt | None = Field(None, ge=1, description="Largest size of a cluster (eom).")
 
 
 class ModelOut(BaseModel):

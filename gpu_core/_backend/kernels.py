@@ -63,6 +63,10 @@ DENDROGRAM_FILE = "dendrogram.cu"
 HDBSCAN_FILE = "hdbscan_tree.cu"
 #: the brute-force searches of points of many coordinates (plain extern "C" kernels)
 BRUTE_FILE = "brute.cu"
+#: the metrics' device arithmetic: unit vectors, distances of keys, exact Minkowski key tiles
+METRICS_FILE = "metrics.cu"
+#: HDBSCAN* of precomputed dense distance matrices: core distances by row and Borůvka over rows
+PRECOMPUTED_FILE = "precomputed.cu"
 #: per file: name expressions and NVRTC options (no FMA contraction in the exact point kernels)
 FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     KERNEL_FILE: (NAME_EXPRESSIONS, ("-std=c++17",)),
@@ -73,20 +77,37 @@ FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     DENDROGRAM_FILE: ((), ("-std=c++17",)),
     HDBSCAN_FILE: ((), ("-std=c++17", "--fmad=false")),
     BRUTE_FILE: ((), ("-std=c++17", "--fmad=false")),
+    METRICS_FILE: ((), ("-std=c++17", "--fmad=false")),
+    PRECOMPUTED_FILE: ((), ("-std=c++17", "--fmad=false")),
 }
+#: builds of a file with other options, by name: emst.cu's manhattan, chebyshev and minkowski keys
+#: (the metric chosen at run time within this build; the Euclidean build stays as it is)
+VARIANTS: dict[tuple[str, str], tuple[str, ...]] = {(EMST_FILE, "minkowski"): ("-DEMST_MINKOWSKI=1",)}
 
 
 def kernel_source(name: str = KERNEL_FILE) -> str:
-    """A ``.cu`` file of ``gpu_core/kernels``, with a ``#line`` so NVRTC errors name the file."""
+    """A ``.cu`` file of ``gpu_core/kernels``, with a ``#line`` so NVRTC errors name the file; its
+    ``#include "x.cuh"`` lines of the same folder are replaced by those files (with their own
+    ``#line``), so NVRTC needs no include path."""
     text = resources.files("gpu_core").joinpath("kernels", name).read_text(encoding="utf-8")
-    return f'#line 1 "{name}"\n{text}'
+    lines = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith('#include "') and line.rstrip().endswith('.cuh"'):
+            header = line.split('"')[1]
+            body = resources.files("gpu_core").joinpath("kernels", header).read_text(encoding="utf-8")
+            lines += [f'#line 1 "{header}"', body, f'#line {number + 1} "{name}"']
+        else:
+            lines.append(line)
+    return f'#line 1 "{name}"\n' + "\n".join(lines) + "\n"
 
 
 @functools.cache
-def _module(device_id: int, file: str = KERNEL_FILE, loops: bool = False) -> Any:
+def _module(device_id: int, file: str = KERNEL_FILE, loops: bool = False, variant: str = "") -> Any:
     import cupy
 
     name_expressions, options = (LOOPS_NAME_EXPRESSIONS, LOOPS_OPTIONS) if loops else FILES[file]
+    if variant:
+        options = (*options, *VARIANTS[(file, variant)])
     with cupy.cuda.Device(device_id):
         module = cupy.RawModule(
             code=kernel_source(file), options=options, name_expressions=name_expressions or None
@@ -95,13 +116,14 @@ def _module(device_id: int, file: str = KERNEL_FILE, loops: bool = False) -> Any
     return module
 
 
-def kernel(name: str, file: str = KERNEL_FILE, *, loops: bool = False) -> Any:
+def kernel(name: str, file: str = KERNEL_FILE, *, loops: bool = False, variant: str = "") -> Any:
     """The compiled kernel ``name`` (a ``cupy.RawKernel``) of ``file`` for the current device.
 
-    ``loops``: ``link_lightest`` from the build that ends device loops (:data:`LOOPS_OPTIONS`).
+    ``loops``: ``link_lightest`` from the build that ends device loops (:data:`LOOPS_OPTIONS`);
+    ``variant``: a build of :data:`VARIANTS`.
     """
     if loops and (file != KERNEL_FILE or name not in LOOPS_NAME_EXPRESSIONS):
         raise ValueError(f"{name} of {file} has no device-loop build")
     import cupy
 
-    return _module(cupy.cuda.Device().id, file, loops).get_function(name)
+    return _module(cupy.cuda.Device().id, file, loops, variant).get_function(name)

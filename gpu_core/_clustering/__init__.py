@@ -7,6 +7,8 @@ and the choice of them (``compiled``, ``passes``); the selection on the device b
 (``dendrogram_labels``: the device path and the NumPy reference); the entry point ``hdbscan`` and
 the host's paths from a tree (``hdbscan``); the fitted model that keeps every stage (``model``),
 prediction, soft clustering and GLOSH over it (``prediction``), the hdbscan library's tree objects
-(``trees``) and the scikit-learn estimator ``HDBSCAN`` with the prediction functions on top
-(``estimator``). Imports ``_backend``, ``_dendrogram``, ``_points`` and ``errors``.
+(``trees``), what the estimator does as scikit-learn's does (``sklearn_compat``: parameter
+constraints, non-finite rows, centers, DBSCAN* cuts) and the scikit-learn estimator ``HDBSCAN`` with
+the prediction functions on top (``estimator``). Imports ``_backend``, ``_dendrogram``, ``_points``
+and ``errors``.
 """

@@ -3,9 +3,12 @@
 The scikit-learn API (``get_params``/``set_params``, ``fit``/``fit_predict``/``predict``, tags,
 ``clone``) without a scikit-learn base class: importing ``gpu_core`` must not import scikit-learn
 (2 s), so the estimator protocol is written out here (scikit-learn's ``check_estimator`` passes,
-tests/gpu_core/clustering/test_hdbscan_estimator.py). ``__init__`` stores the parameters unchanged; ``fit``
-checks them. Clustering is ``gpu_core.hdbscan``'s (scikit-learn's semantics: ``min_samples``
-counts the point itself); the attributes and the prediction follow the hdbscan library.
+tests/gpu_core/clustering/test_hdbscan_estimator.py). ``__init__`` stores the parameters unchanged;
+``fit`` validates them with scikit-learn's ``_parameter_constraints`` (``sklearn_compat``) and the
+engine's checks. Every parameter of ``sklearn.cluster.HDBSCAN`` is taken with its meaning, and its
+own test module passes against this class (tests/gpu_core/clustering/test_sklearn_suite.py).
+Clustering is ``gpu_core.hdbscan``'s (scikit-learn's semantics: ``min_samples`` counts the point
+itself); the attributes and the prediction follow the hdbscan library.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import numpy as np
 
 from .._backend.resolve import BACKENDS, Backend, resolve_backend
 from .._points.index import PointIndex, build_point_index
+from .._points.metrics import resolve_metric
 from .._points.neighbours import index_coordinates, query_points
+from .._points.precomputed import is_sparse
 from .model import Model, check_options, fit_model, glosh_scores
 from .prediction import (
     PredictionData,
@@ -26,6 +31,20 @@ from .prediction import (
     membership_vectors,
     predict_labels,
     prediction_data,
+)
+from .sklearn_compat import (
+    INFINITE_LABEL,
+    MISSING_LABEL,
+    ConstraintsDescriptor,
+    Outliers,
+    centers,
+    check_algorithm,
+    hierarchy,
+    labels_at_cut,
+    place,
+    place_labels,
+    split_non_finite,
+    validate_parameters,
 )
 from .trees import CondensedTree, MinimumSpanningTree, SingleLinkageTree, condensed_rows
 
@@ -51,13 +70,16 @@ def _not_fitted_class() -> type[NotFittedError]:
 class _Lazy:
     """What a fitted estimator computes on first use (prediction data, GLOSH scores, the model
     again after unpickling), kept apart from its ``__dict__``: scikit-learn requires that
-    ``predict`` leaves that unchanged."""
+    ``predict`` leaves that unchanged. ``points``: what was fitted (the finite rows, or the
+    distance matrix); ``outliers``: where the rows set apart were."""
 
     def __init__(self) -> None:
         self.model: Model | None = None
         self.index: PointIndex | None = None
         self.prediction: PredictionData | None = None
         self.outlier_scores: Array | None = None
+        self.points: Any = None
+        self.outliers: Outliers | None = None
 
 
 def _host(array: Any) -> Array:
@@ -69,35 +91,103 @@ def _is_cupy(value: Any) -> bool:
 
 
 class HDBSCAN:
-    """HDBSCAN* clustering (scikit-learn's semantics), with the hdbscan library's prediction, soft
-    clustering, GLOSH outlier scores and trees.
+    """HDBSCAN* clustering: a drop-in for ``sklearn.cluster.HDBSCAN``, with the hdbscan library's
+    prediction, soft clustering, GLOSH outlier scores and trees, on the GPU where there is one.
 
-    ``min_samples`` counts the point itself, as in ``sklearn.cluster.HDBSCAN``: the hdbscan
-    library's ``min_samples=k`` is ``min_samples=k + 1`` here (with its
-    ``approx_min_span_tree=False``); ``None`` means ``min_cluster_size``. ``max_cluster_size``:
-    None or 0 (the library's default) for no limit. ``prediction_data``: compute what prediction
-    needs during ``fit``; otherwise ``predict`` and the module functions compute it on first use.
-    ``backend``: ``"auto"`` (the GPU where CuPy sees one), ``"gpu"`` or ``"cpu"``; the two give
-    the same labels bit for bit.
+    Parameters
+    ----------
+    min_cluster_size : int, default=5
+        The smallest size of a cluster; smaller groups are noise.
+    min_samples : int, default=None
+        Core distance = the distance to the ``min_samples``-th nearest point, the point itself
+        counted (scikit-learn's convention: the hdbscan library's ``k`` is ``k + 1`` here). None:
+        ``min_cluster_size``.
+    cluster_selection_epsilon : float, default=0.0
+        Clusters split below this distance are merged.
+    max_cluster_size : int, default=None
+        The largest cluster excess of mass may select; None or 0 (the hdbscan library's default):
+        no limit.
+    metric : str or callable, default="euclidean"
+        ``"euclidean"``, ``"manhattan"`` (``"l1"``, ``"cityblock"``), ``"chebyshev"``
+        (``"infinity"``), ``"minkowski"`` (``"p"``), ``"cosine"``, ``"haversine"`` (latitude,
+        longitude in radians), ``"precomputed"`` (``X`` is a distance matrix, dense or sparse), or
+        a callable of two points (evaluated on every pair, on the host).
+    metric_params : dict, default=None
+        ``{"p": p}`` (p >= 1) for minkowski; the other metrics take none.
+    alpha : float, default=1.0
+        Edges weigh ``max(core_i, core_j, d(i, j) / alpha)`` (robust single linkage's scale).
+    algorithm : {"auto", "brute", "kd_tree", "ball_tree"}, default="auto"
+        scikit-learn's choice of CPU method: accepted and validated as scikit-learn validates it
+        (a metric its tree cannot take, sparse input with a tree), else a hint; the engine's
+        index is chosen by the dimension.
+    leaf_size : int, default=40
+        A hint (scikit-learn's trees' leaf size), validated.
+    n_jobs : int, default=None
+        A hint (scikit-learn's processes), validated.
+    cluster_selection_method : {"eom", "leaf"}, default="eom"
+        Excess of mass, or the leaves of the condensed tree.
+    allow_single_cluster : bool, default=False
+        Whether the root may be the one cluster.
+    store_centers : {None, "centroid", "medoid", "both"}, default=None
+        Store ``centroids_`` (probability-weighted means) and/or ``medoids_`` (under the metric).
+    copy : bool, default=False
+        Accepted for scikit-learn's signature: the engine never writes into ``X``.
+    prediction_data : bool, default=False
+        Compute what prediction needs during ``fit`` (otherwise on first use).
+    backend : {"auto", "gpu", "cpu"}, default="auto"
+        Where to compute (the GPU where CuPy sees one); both give the same labels bit for bit.
+
+    Attributes
+    ----------
+    labels_ : ndarray of shape (n_samples,)
+        Cluster labels; -1 noise, -2 rows with an infinite coordinate, -3 rows with a missing one.
+    probabilities_ : ndarray of shape (n_samples,)
+        Membership strengths (0 for noise and infinite rows, NaN for missing rows).
+    n_features_in_ : int
+        The number of features (columns) of ``X``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        The column names of a DataFrame ``X`` whose names are all strings.
+    centroids_, medoids_ : ndarray of shape (n_clusters, n_features)
+        With ``store_centers``.
+    cluster_persistence_, outlier_scores_, exemplars_, prediction_data_ : the hdbscan library's.
+    condensed_tree_, single_linkage_tree_, minimum_spanning_tree_ : the hdbscan library's trees.
     """
+
+    _parameter_constraints = ConstraintsDescriptor()
 
     def __init__(
         self,
         min_cluster_size: int = 5,
         min_samples: int | None = None,
-        cluster_selection_method: str = "eom",
         cluster_selection_epsilon: float = 0.0,
-        allow_single_cluster: bool = False,
         max_cluster_size: int | None = None,
+        metric: Any = "euclidean",
+        metric_params: dict[str, Any] | None = None,
+        alpha: float = 1.0,
+        algorithm: str = "auto",
+        leaf_size: int = 40,
+        n_jobs: int | None = None,
+        cluster_selection_method: str = "eom",
+        allow_single_cluster: bool = False,
+        store_centers: str | None = None,
+        copy: bool = False,
         prediction_data: bool = False,
         backend: Backend = "auto",
     ) -> None:
         self.min_cluster_size = min_cluster_size
         self.min_samples = min_samples
-        self.cluster_selection_method = cluster_selection_method
         self.cluster_selection_epsilon = cluster_selection_epsilon
-        self.allow_single_cluster = allow_single_cluster
         self.max_cluster_size = max_cluster_size
+        self.metric = metric
+        self.metric_params = metric_params
+        self.alpha = alpha
+        self.algorithm = algorithm
+        self.leaf_size = leaf_size
+        self.n_jobs = n_jobs
+        self.cluster_selection_method = cluster_selection_method
+        self.allow_single_cluster = allow_single_cluster
+        self.store_centers = store_centers
+        self.copy = copy
         self.prediction_data = prediction_data
         self.backend = backend
 
@@ -136,25 +226,20 @@ class HDBSCAN:
             transformer_tags=None,
             regressor_tags=None,
             classifier_tags=None,
-            input_tags=InputTags(allow_nan=False, sparse=False),
+            input_tags=InputTags(allow_nan=self.metric != "precomputed", sparse=True),
         )
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "labels_")
 
     def __getstate__(self) -> dict[str, Any]:
-        """The fitted attributes, the prediction data and the training points, on the host; the
-        model (index, trees) is made again on first use after unpickling, the same bits
-        (prediction needs only the index)."""
+        """The fitted attributes, the prediction data and the points fitted (the finite rows, or
+        the distance matrix), on the host; the model (index, trees) is made again on first use
+        after unpickling, the same bits (prediction needs only the index)."""
         state = dict(self.__dict__)
         lazy: _Lazy | None = state.pop("_lazy", None)
         if lazy is not None:
-            index = lazy.index
-            assert index is not None
-            if index.n > 1:
-                state["_points"] = _host(index_coordinates(index))
-            else:  # a GPU index of one point keeps no coordinates; one point predicts nothing
-                state["_points"] = np.zeros((1, index.dimensions))
+            state["_points"] = _host(lazy.points) if not is_sparse(lazy.points) else lazy.points
             if lazy.prediction is not None:
                 state["_prediction"] = lazy.prediction.to_module(np)
             state["_outlier_scores"] = lazy.outlier_scores
@@ -168,43 +253,88 @@ class HDBSCAN:
         self.__dict__.update(state)
         if points is not None:
             lazy = _Lazy()
-            lazy.prediction, lazy.outlier_scores = prediction, scores
+            lazy.prediction, lazy.outlier_scores, lazy.points = prediction, scores, points
             self._lazy = lazy
-            self._points = points
 
     # --- fitting ---------------------------------------------------------------------------------
 
     def fit(self, X: Any, y: Any = None) -> HDBSCAN:
-        """Cluster ``X`` (an ``(n, d)`` array-like, NumPy or CuPy); ``y`` is ignored."""
+        """Cluster ``X``: an ``(n_samples, n_features)`` array-like, NumPy, CuPy or SciPy sparse
+        (densified), or with ``metric="precomputed"`` an ``(n_samples, n_samples)`` distance matrix
+        (dense, or sparse as scikit-learn takes it). ``y`` is ignored."""
         del y
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}.")
-        if not isinstance(self.prediction_data, bool | np.bool_):
-            raise ValueError(f"prediction_data must be True or False; got {self.prediction_data!r}.")
-        points = self._check_input(X, fitting=True)
-        self.__dict__.pop("_points", None)
-
-        def options(n: int) -> Any:
-            return check_options(
-                n, self.min_cluster_size, self.min_samples, self.cluster_selection_method,
-                self.cluster_selection_epsilon, self.allow_single_cluster, self.max_cluster_size,
-            )  # fmt: skip
-
-        model = fit_model(points, options, self.backend)
+        if not isinstance(X, PointIndex):  # first, so its message names the metric a tree refuses
+            check_algorithm(self.algorithm, self.metric, is_sparse(X))
+        self._check_parameters()
+        if self.metric == "precomputed" and self.store_centers is not None:
+            raise ValueError("Cannot store centers when using a precomputed distance matrix.")
+        metric = resolve_metric(self.metric, self.metric_params)
+        outliers: Outliers | None = None
+        if isinstance(X, PointIndex):
+            data: Any = X
+        else:
+            data = self._check_input(X, fitting=True)
+            if not metric.precomputed or metric.func is not None:
+                data, outliers = split_non_finite(data)
+            self._check_size(int(data.shape[0]))
+        model = fit_model(data, self._options, self.backend, metric=metric)
         lazy = _Lazy()
         lazy.model, lazy.index = model, model.index
+        lazy.points = (
+            data if not isinstance(data, PointIndex) else _points_of(data, self.__dict__.get("_lazy"))
+        )
+        lazy.outliers = outliers
         self._lazy = lazy
-        self.labels_ = model.labels
-        self.probabilities_ = model.probabilities
+        self.labels_, self.probabilities_ = place_labels(model.labels, model.probabilities, outliers)
         self.cluster_persistence_ = _persistence(model)
         self.n_features_in_ = model.index.dimensions
+        for name in ("centroids_", "medoids_"):
+            self.__dict__.pop(name, None)
+        if self.store_centers is not None and not isinstance(data, PointIndex):
+            self._store_centers(model, data, metric)
         if self.prediction_data:
             lazy.prediction = prediction_data(model)
         return self
 
+    def _options(self, n: int) -> Any:
+        return check_options(
+            n, self.min_cluster_size, self.min_samples, self.cluster_selection_method,
+            self.cluster_selection_epsilon, self.allow_single_cluster, self.max_cluster_size, self.alpha,
+        )  # fmt: skip
+
+    def _check_parameters(self) -> None:
+        """scikit-learn's validation of every parameter where it is installed (else the engine's
+        checks of the clustering's during the fit, and these)."""
+        if validate_parameters(self.get_params(), type(self).__name__):
+            return
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}.")
+        for name in ("prediction_data", "copy"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}.")
+
+    def _check_size(self, n: int) -> None:
+        """scikit-learn's refusals of a set too small for the parameters, in its words."""
+        if n == 1:
+            raise ValueError("n_samples=1 while HDBSCAN requires more than one sample")
+        k = self.min_cluster_size if self.min_samples is None else self.min_samples
+        if isinstance(k, int | np.integer) and k > n:
+            raise ValueError(f"min_samples ({k}) must be at most the number of samples in X ({n})")
+
+    def _store_centers(self, model: Model, points: Any, metric: Any) -> None:
+        if metric.precomputed:
+            raise ValueError("Cannot store centers when using a precomputed distance matrix.")
+        search = index_coordinates(model.index)
+        if not _is_cupy(points):
+            search = _host(search)
+        found = centers(points, search, model.labels, model.probabilities, metric, str(self.store_centers))
+        for name, value in found.items():
+            setattr(self, name, _host(value) if not _is_cupy(points) else value)
+
     def fit_predict(self, X: Any, y: Any = None) -> Array:
         """``fit(X).labels_``."""
-        return self.fit(X, y).labels_
+        labels: Array = self.fit(X, y).labels_
+        return labels
 
     def predict(self, X: Any) -> Any:
         """The labels of new points by ``approximate_predict`` (NumPy, or CuPy for CuPy points on
@@ -212,12 +342,32 @@ class HDBSCAN:
         labels, _ = approximate_predict(self, X)
         return labels
 
+    def dbscan_clustering(self, cut_distance: float, min_cluster_size: int = 5) -> Array:
+        """DBSCAN* at ``cut_distance`` (scikit-learn's ``dbscan_clustering``): the clusters of the
+        mutual-reachability tree's edges lighter than the cut, of at least ``min_cluster_size``
+        points (else noise, -1), numbered by their smallest point; rows set apart keep -2 and -3."""
+        model = self._require_model()
+        lazy = self._require_fitted()
+        t = model.tree
+        labels = labels_at_cut(model.n, t.src, t.dst, t.weights, float(cut_distance), int(min_cluster_size))
+        placed: Array = place(labels, lazy.outliers, INFINITE_LABEL, MISSING_LABEL)
+        return placed
+
+    @property
+    def _single_linkage_tree_(self) -> Array:
+        """The single-linkage tree as scikit-learn's structured array (``HIERARCHY_dtype``)."""
+        return hierarchy(_host(self._require_model().linkage), self._require_fitted().outliers)
+
     def _check_input(self, X: Any, *, fitting: bool) -> Any:
-        """``X`` as the engine takes it: CuPy or a NumPy array; the feature names of a DataFrame."""
+        """``X`` as the engine takes it: CuPy or a NumPy array (sparse coordinates densified; a
+        sparse distance matrix as it is); the feature names of a DataFrame."""
         if _is_cupy(X) or isinstance(X, PointIndex):
             return X
-        if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
-            raise TypeError(f"{type(self).__name__} does not take sparse input; pass a dense array.")
+        if is_sparse(X):
+            if fitting and self.metric == "precomputed":
+                self.n_features_in_ = int(X.shape[1])
+                return X
+            return self._check_input(X.toarray(), fitting=fitting)
         names = getattr(X, "columns", None)
         array = np.asarray(X)
         if array.dtype.kind == "c":
@@ -266,16 +416,20 @@ class HDBSCAN:
         lazy = self._require_fitted()
         if lazy.model is None:  # unpickled: the same fit again, on this host's backend
             params = self.get_params()
-            params["backend"] = self._index_of().backend
-            refit = HDBSCAN(**params).fit(self._index_of())
-            lazy.model = refit._require_fitted().model
+            params.update(backend=self._index_of().backend, store_centers=None, prediction_data=False)
+            refit = HDBSCAN(**params)
+            refit._lazy = lazy
+            lazy.model = refit.fit(self._index_of())._require_fitted().model
         assert lazy.model is not None
         return lazy.model
 
     def _index_of(self) -> PointIndex:
         lazy = self._require_fitted()
         if lazy.index is None:
-            lazy.index = build_point_index(self.__dict__["_points"], backend=resolve_backend(self.backend))
+            lazy.index = build_point_index(
+                lazy.points, metric=self.metric, metric_params=self.metric_params,
+                backend=resolve_backend(self.backend),
+            )  # fmt: skip
         return lazy.index
 
     def _prediction_of(self) -> PredictionData:
@@ -300,10 +454,12 @@ class HDBSCAN:
 
     @property
     def outlier_scores_(self) -> Array:
-        """GLOSH outlier scores (the hdbscan library's definition), computed on first use."""
+        """GLOSH outlier scores (the hdbscan library's definition), computed on first use; NaN for
+        rows set apart (non-finite coordinates)."""
         lazy = self._require_fitted()
         if lazy.outlier_scores is None:
-            lazy.outlier_scores = _host(glosh_scores(self._require_model())).astype(np.float64)
+            scores = _host(glosh_scores(self._require_model())).astype(np.float64)
+            lazy.outlier_scores = place(scores, lazy.outliers, np.nan, np.nan)
         return lazy.outlier_scores
 
     @property
@@ -313,7 +469,7 @@ class HDBSCAN:
         n = model.n
         arrays = (c.parent, c.birth, c.size, c.point_cluster, c.point_lam)
         rows = condensed_rows(n, *(_host(a) for a in arrays))
-        return CondensedTree(rows, self.labels_, n + _host(model.selected_clusters()))
+        return CondensedTree(rows, model.labels, n + _host(model.selected_clusters()))
 
     @property
     def single_linkage_tree_(self) -> SingleLinkageTree:
@@ -321,19 +477,35 @@ class HDBSCAN:
 
     @property
     def minimum_spanning_tree_(self) -> MinimumSpanningTree:
+        """The tree over the points fitted (their coordinates as given: the finite rows, or
+        positions on a line for a distance matrix)."""
         model = self._require_model()
         t = model.tree
         edges = np.column_stack((_host(t.src).astype(np.float64), _host(t.dst).astype(np.float64),
                                  _host(t.weights)))  # fmt: skip
-        return MinimumSpanningTree(edges, _host(index_coordinates(model.index)))
+        points = self._require_fitted().points
+        if model.index._metric.precomputed:
+            points = np.column_stack((np.arange(model.n, dtype=np.float64), np.zeros(model.n)))
+        return MinimumSpanningTree(edges, _host(points))
 
     @property
     def exemplars_(self) -> list[Array]:
         """Per label, the coordinates of its exemplars (the points of its leaf clusters that
         leave last), as the hdbscan library's prediction data has them."""
         data = self._prediction_of()
-        labels, exemplars = _host(data.exemplar_label), _host(data.exemplars)
-        return [exemplars[labels == j] for j in range(data.num_labels)]
+        points = _host(self._require_fitted().points)
+        labels, index = _host(data.exemplar_label), _host(data.exemplar_index)
+        return [points[index[labels == j]] for j in range(data.num_labels)]
+
+
+def _points_of(index: PointIndex, earlier: _Lazy | None) -> Any:
+    """What a fit on an index keeps as its points: an earlier fit's (a model made again after
+    unpickling), else the index's own coordinates or matrix."""
+    if earlier is not None and earlier.points is not None:
+        return earlier.points
+    if index._metric.precomputed:
+        return index._state.matrix  # type: ignore[attr-defined]
+    return index_coordinates(index)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -399,33 +571,60 @@ def _persistence(model: Model) -> Array:
 # --- the module functions, as the hdbscan library's prediction.py has them --------------------------
 
 
-def _prediction_inputs(clusterer: HDBSCAN, points: Any) -> tuple[PredictionData, PointIndex, Any, bool]:
+def _prediction_inputs(
+    clusterer: HDBSCAN, points: Any
+) -> tuple[PredictionData, PointIndex, Any, bool, Outliers | None]:
+    """The model's prediction data and index, the finite query rows as the index searches them,
+    whether they came as CuPy, and where the rows set apart (non-finite coordinates) were."""
     data = clusterer._prediction_of()
     index = clusterer._index_of()
     if not _is_cupy(points):
         points = clusterer._check_input(points, fitting=False)
+    outliers: Outliers | None = None
+    if getattr(points, "ndim", 0) == 2 and points.shape[0] and points.dtype.kind == "f":
+        points, outliers = split_non_finite(points)
+    if outliers is not None and not outliers.finite.size:
+        return data, index, None, _is_cupy(points), outliers
     queries, from_cupy = query_points(index, points)
-    return data, index, queries, from_cupy
+    return data, index, queries, from_cupy, outliers
 
 
 def _out(array: Any, from_cupy: bool) -> Any:
     return array if from_cupy else _host(array)
 
 
+def _placed(array: Any, outliers: Outliers | None, from_cupy: bool, infinite: Any, missing: Any) -> Any:
+    """A per-row answer of the finite rows, placed among the rows set apart (on the host)."""
+    if outliers is None:
+        return _out(array, from_cupy)
+    return place(_host(array), outliers, infinite, missing)
+
+
 def approximate_predict(clusterer: HDBSCAN, points_to_predict: Any) -> tuple[Any, Any]:
     """Labels and probabilities of new points in ``clusterer``'s clustering (the hdbscan
     library's ``approximate_predict``): NumPy arrays, or CuPy ones for CuPy points on a GPU model
-    (nothing then leaves the device)."""
-    data, index, queries, from_cupy = _prediction_inputs(clusterer, points_to_predict)
-    labels, probabilities = predict_labels(data, index, queries)
-    return _out(labels, from_cupy), _out(probabilities, from_cupy)
+    (nothing then leaves the device). Rows with an infinite coordinate get -2 (probability 0),
+    rows with a missing one -3 (NaN), as ``fit`` labels them."""
+    data, index, queries, from_cupy, outliers = _prediction_inputs(clusterer, points_to_predict)
+    if queries is None:
+        labels, probabilities = np.empty(0, dtype=np.int64), np.empty(0)
+    else:
+        labels, probabilities = predict_labels(data, index, queries)
+    return (
+        _placed(labels, outliers, from_cupy, INFINITE_LABEL, MISSING_LABEL),
+        _placed(probabilities, outliers, from_cupy, 0.0, np.nan),
+    )
 
 
 def membership_vector(clusterer: HDBSCAN, points_to_predict: Any) -> Any:
     """Soft cluster membership of new points (the hdbscan library's ``membership_vector``):
-    ``(q, L)``, column ``j`` the label ``j``."""
-    data, index, queries, from_cupy = _prediction_inputs(clusterer, points_to_predict)
-    return _out(membership_vectors(data, index, queries), from_cupy)
+    ``(q, L)``, column ``j`` the label ``j``; NaN rows for rows of non-finite coordinates."""
+    data, index, queries, from_cupy, outliers = _prediction_inputs(clusterer, points_to_predict)
+    if queries is None:
+        vectors: Any = np.empty((0, data.num_labels))
+    else:
+        vectors = membership_vectors(data, index, queries)
+    return _placed(vectors, outliers, from_cupy, np.nan, np.nan)
 
 
 def all_points_membership_vectors(clusterer: HDBSCAN) -> Any:
@@ -433,4 +632,9 @@ def all_points_membership_vectors(clusterer: HDBSCAN) -> Any:
     ``all_points_membership_vectors``): ``(n, L)``; CuPy on a model fitted on CuPy points."""
     data = clusterer._prediction_of()
     index = clusterer._index_of()
-    return _out(all_points_vectors(data, index), index.on_device)
+    vectors = all_points_vectors(data, index)
+    outliers = clusterer._require_fitted().outliers
+    if outliers is not None:  # rows set apart (non-finite coordinates): NaN rows
+        vectors = place(_host(vectors), outliers, np.nan, np.nan)
+        return _out(vectors, False)
+    return _out(vectors, index.on_device)

@@ -31,7 +31,16 @@ import numpy as np
 from .._backend.arrays import is_cupy, to_host
 from .._backend.resolve import Backend
 from .._dendrogram.cpu import check_tree, linkage_from_sorted_edges, not_a_tree
-from .._points.index import PointIndex, build_index, check_index_backend, tree_on_index, validated
+from .._points.emst import _check_index_metric
+from .._points.index import (
+    PointIndex,
+    build_index,
+    check_alpha,
+    check_index_backend,
+    tree_on_index,
+    validated,
+)
+from .._points.metrics import resolve_metric
 from .._points.validate import check_min_samples
 from ..errors import ClusteringParameterError
 from .dendrogram_labels import labels_from_dendrogram
@@ -288,26 +297,35 @@ def hdbscan(
     *,
     min_cluster_size: int = 5,
     min_samples: int | None = None,
+    metric: Any = "euclidean",
+    metric_params: dict[str, Any] | None = None,
+    alpha: float = 1.0,
     cluster_selection_method: Literal["eom", "leaf"] = "eom",
     cluster_selection_epsilon: float = 0.0,
     backend: Backend = "auto",
 ) -> HDBSCANResult:
     """HDBSCAN* clustering of ``points`` with ``sklearn.cluster.HDBSCAN``'s semantics.
 
-    ``points``: an ``(n, d)`` NumPy or CuPy array, or a :class:`PointIndex` (then any
-    ``min_samples`` reuses it, on its own backend). ``min_samples=None`` means
-    ``min_cluster_size``. The mutual-reachability tree is computed on ``backend``; on the GPU
+    ``points``: an ``(n, d)`` NumPy or CuPy array (an ``n x n`` distance matrix, dense or sparse,
+    for ``metric="precomputed"``), or a :class:`PointIndex` (then any ``min_samples`` reuses it, on
+    its own backend and metric). ``min_samples=None`` means ``min_cluster_size``. ``metric`` and
+    ``metric_params``: scikit-learn's names (:func:`gpu_core.metric_mst` lists them); ``alpha``:
+    edges weigh ``max(core_i, core_j, d(i, j) / alpha)`` (scikit-learn's tree-based algorithms and
+    the hdbscan library). The mutual-reachability tree is computed on ``backend``; on the GPU
     backend its dendrogram, condensed tree, selection and labels too (with an epsilon, the
     selection over the clusters on the host). The labels and probabilities are NumPy arrays
     either way, the same bits.
     """
     started = time.perf_counter()
     index: PointIndex | None = None
+    alpha = check_alpha(alpha)
     if isinstance(points, PointIndex):
+        _check_index_metric(points, metric, metric_params)
         check_index_backend(points, backend)
         index, n = points, points.n
     else:  # validated here only (the tree's computation takes the index built from them)
-        coords, chosen, from_cupy = validated(points, backend)
+        resolved = resolve_metric(metric, metric_params)
+        coords, chosen, from_cupy = validated(points, backend, resolved)
         n = int(coords.shape[0])
     if (
         isinstance(min_cluster_size, bool)
@@ -332,9 +350,9 @@ def hdbscan(
         )
     fresh = index is None
     if index is None:
-        index = build_index(points, coords, chosen, from_cupy)
+        index = build_index(points, coords, chosen, from_cupy, metric=resolved)
     # on the GPU backend the tree stays on the device: the dendrogram and the labels are made there
-    tree = tree_on_index(index, k, started, fresh=fresh, on_device=index.backend == "gpu")
+    tree = tree_on_index(index, k, started, fresh=fresh, on_device=index.backend == "gpu", alpha=alpha)
     t0 = time.perf_counter()
     timings = dict(tree.timings_ms)
     if n == 1:

@@ -26,7 +26,9 @@ from typing import Any
 import numpy as np
 
 from .._backend.resolve import Backend
-from .._points.index import PointIndex, build_index, tree_on_index, validated
+from .._points.emst import _check_index_metric
+from .._points.index import PointIndex, build_index, check_alpha, tree_on_index, validated
+from .._points.metrics import resolve_metric
 from .._points.tree import EuclideanTree
 from .._points.validate import check_min_samples
 from ..errors import ClusteringParameterError
@@ -54,6 +56,8 @@ class Options:
     epsilon: float
     allow_single_cluster: bool
     max_cluster_size: int | None
+    #: edges weigh max(core_i, core_j, d(i, j) / alpha)
+    alpha: float = 1.0
 
 
 def check_options(
@@ -64,6 +68,7 @@ def check_options(
     epsilon: Any,
     allow_single_cluster: Any,
     max_cluster_size: Any,
+    alpha: Any = 1.0,
 ) -> Options:
     """The parameters as :class:`Options`, or a :class:`ClusteringParameterError` naming the bad one."""
     if (
@@ -116,7 +121,9 @@ def check_options(
                 field="max_cluster_size",
             )
         limit = int(max_cluster_size) or None
-    return Options(int(min_cluster_size), k, str(method), eps, bool(allow_single_cluster), limit)
+    return Options(
+        int(min_cluster_size), k, str(method), eps, bool(allow_single_cluster), limit, check_alpha(alpha)
+    )
 
 
 @dataclass(eq=False)
@@ -167,19 +174,36 @@ class Model:
         return self._tables
 
 
-def fit_model(points: Any, options_of: Any, backend: Backend = "auto") -> Model:
-    """Validate ``points`` (an ``(n, d)`` NumPy or CuPy array, or a :class:`PointIndex`), check the
-    options (``options_of(n)`` returns :class:`Options`) and fit."""
+def fit_model(
+    points: Any,
+    options_of: Any,
+    backend: Backend = "auto",
+    *,
+    metric: Any = "euclidean",
+    metric_params: dict[str, Any] | None = None,
+) -> Model:
+    """Validate ``points`` (an ``(n, d)`` NumPy or CuPy array, a distance matrix for
+    ``metric="precomputed"``, or a :class:`PointIndex`: then of its own metric), check the options
+    (``options_of(n)`` returns :class:`Options`) and fit."""
     started = time.perf_counter()
     if isinstance(points, PointIndex):
+        _check_index_metric(points, metric, metric_params)
         index = points
         fresh = False
     else:
-        coords, chosen, from_cupy = validated(points, backend)
-        index = build_index(points, coords, chosen, from_cupy)
+        resolved = resolve_metric(metric, metric_params)
+        coords, chosen, from_cupy = validated(points, backend, resolved)
+        index = build_index(points, coords, chosen, from_cupy, metric=resolved)
         fresh = True
     options: Options = options_of(index.n)
-    tree = tree_on_index(index, options.min_samples, started, fresh=fresh, on_device=index.backend == "gpu")
+    tree = tree_on_index(
+        index,
+        options.min_samples,
+        started,
+        fresh=fresh,
+        on_device=index.backend == "gpu",
+        alpha=options.alpha,
+    )
     timings = dict(tree.timings_ms)
     t0 = time.perf_counter()
     n = index.n

@@ -39,6 +39,7 @@ import numpy as np
 
 from .._points.estimate import estimate_point_set_bytes
 from .._points.index import PointIndex, build_point_index
+from .._points.metrics import EUCLIDEAN, Metric
 from .._points.neighbours import index_coordinates, kth_distances, query_neighbours
 from .dendrogram_labels import _module_of, _to_host
 from .model import Model, exemplar_points, merge_heights
@@ -57,8 +58,9 @@ class PredictionData:
     distance (to its ``min_samples - 1``-th nearest point, itself counted). Per condensed cluster:
     its label (of its selected ancestor-or-self, -1 if none) and death, and its place in the
     preorder (``tin``, ``tout``, the births' sparse table ``birth_min`` and ``log2``). The
-    selected clusters in label order, and their exemplars (point indices, labels, coordinates,
-    and ``pad``: per label, indices into them padded with the label's first).
+    selected clusters in label order, and their exemplars (point indices, labels, search
+    coordinates: the unit vectors for cosine and haversine, and ``pad``: per label, indices into
+    them padded with the label's first). ``metric`` and ``alpha``: the model's.
     """
 
     min_samples: int
@@ -77,6 +79,8 @@ class PredictionData:
     exemplar_label: Array
     exemplars: Array
     pad: Array
+    metric: Metric = EUCLIDEAN
+    alpha: float = 1.0
 
     @property
     def num_clusters(self) -> int:
@@ -131,7 +135,7 @@ def prediction_data(model: Model) -> PredictionData:
         cluster_label=cluster_label, deaths=model.deaths,
         selected=selected, tin=tables.tin, tout=tables.tout, birth_min=tables.birth_min,
         log2=tables.log2, exemplar_index=points, exemplar_label=labels, exemplars=exemplars,
-        pad=pad.astype(xp.int64),
+        pad=pad.astype(xp.int64), metric=model.index._metric, alpha=model.options.alpha,
     )  # fmt: skip
 
 
@@ -165,9 +169,11 @@ def nearest_reachable(data: PredictionData, index: PointIndex, queries: Array) -
     xp = _module_of(queries)
     m = data.min_samples - 1
     k = min(max(2 * m, m + 1), index.n)
-    ids, w2 = query_neighbours(index, queries, k)
-    dist = xp.sqrt(w2)
+    ids, keys = query_neighbours(index, queries, k)
+    dist = data.metric.distances(keys).reshape(keys.shape)
     own = dist[:, min(m, k - 1)][:, None]
+    if data.alpha != 1.0:  # as the tree: max(core, core', d / alpha)
+        dist = dist / data.alpha
     reach = xp.maximum(xp.maximum(data.core_distances[ids], own), dist)
     best = xp.argmin(reach, axis=1)[:, None]
     nearest = xp.take_along_axis(ids, best, axis=1)[:, 0]
@@ -213,8 +219,9 @@ def distance_vectors(data: PredictionData, points: Array) -> Array:
 
 
 def _exemplar_distances(data: PredictionData, points: Array) -> Array:
-    """Each point's distance to each cluster's nearest exemplar, ``(count, L)``: the square root of
-    the exact ``Σ (a_j - b_j)²`` in dimension order, whichever way it is found.
+    """Each point's distance to each cluster's nearest exemplar, ``(count, L)``: the metric's
+    distance of the exact key (the square root of ``Σ (a_j - b_j)²`` in dimension order for
+    Euclidean points), whichever way it is found.
 
     Few points against few exemplars: every distance, in chunks (the library's way). Otherwise a
     nearest-neighbour search per cluster, in an index of its exemplars built once per model (kept
@@ -232,8 +239,8 @@ def _exemplar_distances(data: PredictionData, points: Array) -> Array:
             block = xp.arange(lo, hi, dtype=xp.int64)[None, :]
             out[:, label] = _dense_exemplar_distances(data, points, block)[:, 0]
         else:
-            _, w2 = query_neighbours(index, points, 1)
-            out[:, label] = xp.sqrt(w2[:, 0])
+            _, keys = query_neighbours(index, points, 1)
+            out[:, label] = data.metric.distances(xp.ascontiguousarray(keys[:, 0]))
     return out
 
 
@@ -302,7 +309,10 @@ def _exemplar_indexes(data: PredictionData) -> list[tuple[int, int, PointIndex |
             index = None
             if size > DENSE_EXEMPLARS:
                 backend: Literal["cpu", "gpu"] = "cpu" if xp is np else "gpu"
-                index = build_point_index(xp.ascontiguousarray(data.exemplars[lo:stop]), backend=backend)
+                index = build_point_index(
+                    xp.ascontiguousarray(data.exemplars[lo:stop]), metric=data.metric.search_metric,
+                    backend=backend,
+                )  # fmt: skip
             built.append((lo, stop, index))
         _INDEXES[data] = built
         return built
@@ -316,13 +326,16 @@ def _dense_exemplar_distances(data: PredictionData, points: Array, pad: Array) -
     out = xp.empty((count, int(pad.shape[0])))
     ex = data.exemplars[pad]  # (rows, width, d)
     step = _rows(count, int(pad.size))
+    space = data.metric.space
+    assert space is not None
     for lo in range(0, count, step):
         chunk = points[lo : lo + step]
         acc = xp.zeros((int(chunk.shape[0]), *pad.shape))
         for j in range(int(points.shape[1])):
             diff = chunk[:, j][:, None, None] - ex[None, :, :, j]
-            acc = acc + diff * diff
-        out[lo : lo + step] = xp.sqrt(acc.min(axis=2))
+            acc = acc + diff * diff if space.kind == "l2" else space.combine(acc, space.term(diff))
+        least = xp.ascontiguousarray(acc.min(axis=2))
+        out[lo : lo + step] = data.metric.distances(least).reshape(least.shape)
     return out
 
 

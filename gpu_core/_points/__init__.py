@@ -1,4 +1,5 @@
-"""Point sets: the exact Euclidean minimum spanning tree and HDBSCAN*'s mutual-reachability tree.
+"""Point sets: exact minimum spanning trees under a metric (Euclidean by default) and HDBSCAN*'s
+mutual-reachability tree.
 
 From the bottom up: validation (``validate``), the tree type and the exact squared distance both
 backends share (``tree``), SciPy's k-d tree as an exact search (``kdtree``: the CPU backend's, and
@@ -10,5 +11,8 @@ points, which HDBSCAN*'s prediction reads (``neighbours``). Points of many coord
 by brute force instead (``filter``: the fast distances' error bound; ``brute``: Borůvka over exact
 neighbour lists, both backends; ``brute_cpu``, ``brute_gpu``: their tiled searches with an exact
 recheck); ``estimate`` bounds an index's and a tree's memory; ``warm_up`` compiles what a point-set
-request meets. Imports ``_backend``, ``_dendrogram`` and ``errors``.
+request meets. The metrics (``metrics``: keys, search coordinates, maps to distances; ``detmath``
+and ``metric_kernels``: the arithmetic both backends share; ``brute_exact``: Minkowski keys by brute
+force; ``precomputed``, ``precomputed_gpu``: distance matrices). Imports ``_graphs`` (a sparse
+distance matrix's forest), ``_backend``, ``_dendrogram`` and ``errors``.
 """

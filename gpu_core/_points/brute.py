@@ -91,15 +91,20 @@ def stable_argsort(xp: Any, keys: Array, axis: int = -1) -> Array:
     return np.argsort(keys, axis=axis, kind="stable") if xp is np else keys.argsort(axis=axis)
 
 
-def boruvka(engine: Engine, k: int, timings: dict[str, float]) -> tuple[Array, Array, Array, Array | None]:
+def boruvka(
+    engine: Engine, k: int, timings: dict[str, float], core_scale: float = 1.0
+) -> tuple[Array, Array, Array, Array | None]:
     """The tree of ``min_samples = k`` (``n >= 2``): its edges' ``(lo, hi, key)`` in no order and
-    the squared core distances (None for ``k = 1``), in the engine's array module. ``timings``
-    receives ``lists_ms``, ``rounds_ms``, ``rounds`` and ``refreshed`` (points refreshed)."""
+    the core keys (squared core distances; None for ``k = 1``), in the engine's array module.
+    ``core_scale``: the core keys are multiplied by it for the rounds (``alpha``) and returned as
+    they were. ``timings`` receives ``lists_ms``, ``rounds_ms``, ``rounds`` and ``refreshed``
+    (points refreshed)."""
     xp, n = engine.xp, engine.n
     width = list_width(n, k)
     t0 = time.perf_counter()
     ids, d2 = engine.nearest(width)
-    core2 = xp.ascontiguousarray(d2[:, k - 1]) if k > 1 else None
+    reported = xp.ascontiguousarray(d2[:, k - 1]) if k > 1 else None
+    core2 = reported if reported is None or core_scale == 1.0 else reported * core_scale
     ids, keys, bound = _edge_lists(xp, ids, d2, core2, n)
     del d2
     timings["lists_ms"] = (time.perf_counter() - t0) * 1e3
@@ -136,7 +141,7 @@ def boruvka(engine: Engine, k: int, timings: dict[str, float]) -> tuple[Array, A
     timings["rounds"] = float(rounds)
     timings["refreshed"] = float(refreshed)
     lo, hi, w2 = (xp.concatenate([p[i] for p in parts]) for i in range(3))
-    return lo, hi, w2, core2
+    return lo, hi, w2, reported
 
 
 def _edge_lists(xp: Any, ids: Array, d2: Array, core2: Array | None, n: int) -> tuple[Array, Array, Array]:

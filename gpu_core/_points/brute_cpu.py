@@ -229,21 +229,12 @@ class BruteCpuIndex(BruteIndex):
     def build_ms(self) -> float:
         return self._build_ms
 
-    def tree(self, min_samples: int, started: float, fresh: bool, on_device: bool) -> EuclideanTree:
+    def tree(
+        self, min_samples: int, started: float, fresh: bool, on_device: bool, *, keys: bool = False,
+        core_scale: float = 1.0,
+    ) -> EuclideanTree:  # fmt: skip
         del on_device  # the CPU backend's trees are NumPy arrays
-        timings: dict[str, float] = {"index_ms": self._build_ms if fresh else 0.0}
-        k, n, d = min_samples, self.n, self.d
-        if n == 1:
-            empty = np.empty(0, dtype=np.int64)
-            return finish_tree(
-                empty, empty, np.empty(0), n=n, d=d, min_samples=k, backend="cpu",
-                core2=np.zeros(1) if k > 1 else None, started=started, timings_ms=timings,
-            )  # fmt: skip
-        lo, hi, w2, core2 = boruvka(self.engine, k, timings)
-        return finish_tree(
-            lo, hi, w2, n=n, d=d, min_samples=k, core2=core2, backend="cpu", started=started,
-            timings_ms=timings,
-        )  # fmt: skip
+        return host_brute_tree(self, min_samples, started, fresh, keys, core_scale)
 
     def nearest(self, k: int) -> tuple[Array, Array]:
         return self.engine.nearest(k)
@@ -253,3 +244,22 @@ class BruteCpuIndex(BruteIndex):
 
     def coordinates(self) -> Array:
         return self.coords
+
+
+def host_brute_tree(
+    index: Any, k: int, started: float, fresh: bool, keys: bool, core_scale: float
+) -> EuclideanTree:
+    """The tree of a host brute-force index (its ``engine``, ``n``, ``d`` and build time)."""
+    timings: dict[str, float] = {"index_ms": index.build_ms() if fresh else 0.0}
+    n, d = index.n, index.d
+    if n == 1:
+        empty = np.empty(0, dtype=np.int64)
+        return finish_tree(
+            empty, empty, np.empty(0), n=n, d=d, min_samples=k, backend="cpu",
+            core2=np.zeros(1) if k > 1 else None, started=started, timings_ms=timings, keys=keys,
+        )  # fmt: skip
+    lo, hi, w2, core2 = boruvka(index.engine, k, timings, core_scale)
+    return finish_tree(
+        lo, hi, w2, n=n, d=d, min_samples=k, core2=core2, backend="cpu", started=started,
+        timings_ms=timings, keys=keys,
+    )  # fmt: skip

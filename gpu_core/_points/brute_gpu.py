@@ -318,33 +318,11 @@ class BruteGpuIndex(BruteIndex):
             self._build_ms = float(self.cp.cuda.get_elapsed_time(begin, end))
         return self._build_ms
 
-    def tree(self, min_samples: int, started: float, fresh: bool, on_device: bool) -> EuclideanTree:
-        from .gpu import _device_failures
-
-        cp, n, d, k = self.cp, self.n, self.d, min_samples
-        timings: dict[str, float] = {"index_ms": self.build_ms() if fresh else 0.0}
-        if n == 1:
-            src = cp.empty(0, dtype=cp.int64)
-            lo = hi = src
-            w2 = cp.empty(0)
-            core2 = cp.zeros(1) if k > 1 else None
-        else:
-            with _device_failures(cp, "computing the tree"):
-                lo, hi, w2, core2 = boruvka(self.engine, k, timings)
-        t0 = time.perf_counter()
-        order = finish_order(cp, lo, hi, w2, n)
-        src, dst, weights = lo[order], hi[order], cp.sqrt(w2[order])
-        core = None if core2 is None else cp.sqrt(core2)
-        if not on_device:
-            src, dst, weights = src.get(), dst.get(), weights.get()
-            core = None if core is None else core.get()
-        total = float(weights.sum())
-        timings["host_ms"] = (time.perf_counter() - t0) * 1e3
-        return EuclideanTree(
-            src=src, dst=dst, weights=weights, total_weight=total, n=n, dimensions=d, min_samples=k,
-            backend="gpu", compute_ms=(time.perf_counter() - started) * 1e3, core_distances=core,
-            timings_ms=timings,
-        )  # fmt: skip
+    def tree(
+        self, min_samples: int, started: float, fresh: bool, on_device: bool, *, keys: bool = False,
+        core_scale: float = 1.0,
+    ) -> EuclideanTree:  # fmt: skip
+        return device_brute_tree(self, min_samples, started, fresh, on_device, keys, core_scale)
 
     def nearest(self, k: int) -> tuple[Array, Array]:
         return self.engine.nearest(k)
@@ -354,3 +332,36 @@ class BruteGpuIndex(BruteIndex):
 
     def coordinates(self) -> Array:
         return self.engine.coords
+
+
+def device_brute_tree(
+    index: Any, k: int, started: float, fresh: bool, on_device: bool, keys: bool, core_scale: float
+) -> EuclideanTree:
+    """The tree of a device brute-force index (its ``engine``, ``cp``, ``n``, ``d``, build time)."""
+    from .gpu import _device_failures
+
+    cp, n, d = index.cp, index.n, index.d
+    timings: dict[str, float] = {"index_ms": index.build_ms() if fresh else 0.0}
+    if n == 1:
+        src = cp.empty(0, dtype=cp.int64)
+        lo = hi = src
+        w2 = cp.empty(0)
+        core2 = cp.zeros(1) if k > 1 else None
+    else:
+        with _device_failures(cp, "computing the tree"):
+            lo, hi, w2, core2 = boruvka(index.engine, k, timings, core_scale)
+    t0 = time.perf_counter()
+    order = finish_order(cp, lo, hi, w2, n)
+    root = cp.copy if keys else cp.sqrt
+    src, dst, weights = lo[order], hi[order], root(w2[order])
+    core = None if core2 is None else root(core2)
+    if not on_device:
+        src, dst, weights = src.get(), dst.get(), weights.get()
+        core = None if core is None else core.get()
+    total = float(weights.sum())
+    timings["host_ms"] = (time.perf_counter() - t0) * 1e3
+    return EuclideanTree(
+        src=src, dst=dst, weights=weights, total_weight=total, n=n, dimensions=d, min_samples=k,
+        backend="gpu", compute_ms=(time.perf_counter() - started) * 1e3, core_distances=core,
+        timings_ms=timings,
+    )  # fmt: skip

@@ -26,7 +26,8 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
-from .kdtree import Array, KdTree, Neighbours, Search, core_distances
+from .kdtree import L2, Array, KdTree, Neighbours, Search, core_distances
+from .metrics import KeySpace
 from .tree import EuclideanTree, finish_tree
 
 #: neighbours cached per point at the start (core distances ask for min_samples more)
@@ -48,9 +49,9 @@ class CpuIndex(KdTree):
     ``nbytes``), not the caller's array.
     """
 
-    def __init__(self, coords: Array, *, owns_coords: bool) -> None:
+    def __init__(self, coords: Array, *, owns_coords: bool, space: KeySpace = L2) -> None:
         started = time.perf_counter()
-        super().__init__(coords)
+        super().__init__(coords, space)
         self._owns_coords = owns_coords
         self._build_ms = (time.perf_counter() - started) * 1e3
 
@@ -62,9 +63,12 @@ class CpuIndex(KdTree):
     def build_ms(self) -> float:
         return self._build_ms
 
-    def tree(self, min_samples: int, started: float, fresh: bool, on_device: bool) -> EuclideanTree:
+    def tree(
+        self, min_samples: int, started: float, fresh: bool, on_device: bool, *, keys: bool = False,
+        core_scale: float = 1.0,
+    ) -> EuclideanTree:  # fmt: skip
         del on_device  # the CPU backend's trees are NumPy arrays
-        return cpu_tree(self, min_samples, started, fresh)
+        return cpu_tree(self, min_samples, started, fresh, keys=keys, core_scale=core_scale)
 
 
 def _row_best(nb: Neighbours, comp: Array, n: int) -> tuple[Array, Array]:
@@ -116,15 +120,19 @@ def _complement_search(search: Search, rows: Array, comp: Array, best_w: Array, 
             k *= 2
 
 
-def cpu_tree(index: CpuIndex, k: int, started: float, fresh: bool) -> EuclideanTree:
-    """The tree of ``min_samples = k`` (checked) on ``index``; ``fresh``: built for this computation."""
+def cpu_tree(
+    index: CpuIndex, k: int, started: float, fresh: bool, *, keys: bool = False, core_scale: float = 1.0
+) -> EuclideanTree:
+    """The tree of ``min_samples = k`` (checked) on ``index``; ``fresh``: built for this computation.
+    ``keys``: weights and core distances as keys (no square roots); ``core_scale``: the core keys
+    are multiplied by it before the rounds (``alpha``), and reported as they were."""
     n, d = index.n, index.d
     timings: dict[str, float] = {"index_ms": index.build_ms() if fresh else 0.0}
     empty = np.empty(0, dtype=np.int64)
     if n == 1:
         return finish_tree(
             empty, empty, np.empty(0), n=n, d=d, min_samples=k, backend="cpu",
-            core2=np.zeros(1) if k > 1 else None, started=started, timings_ms=timings,
+            core2=np.zeros(1) if k > 1 else None, started=started, timings_ms=timings, keys=keys,
         )  # fmt: skip
 
     search = Search(index, None)
@@ -132,7 +140,7 @@ def cpu_tree(index: CpuIndex, k: int, started: float, fresh: bool) -> EuclideanT
     if k > 1:
         t0 = time.perf_counter()
         core2 = core_distances(search, k)
-        search.core2 = np.append(core2, np.inf)
+        search.core2 = np.append(core2 if core_scale == 1.0 else core2 * core_scale, np.inf)
         timings["core_ms"] = (time.perf_counter() - t0) * 1e3
 
     t0 = time.perf_counter()
@@ -177,5 +185,5 @@ def cpu_tree(index: CpuIndex, k: int, started: float, fresh: bool) -> EuclideanT
     timings["rounds"] = float(rounds)
     return finish_tree(
         np.concatenate(lo_parts), np.concatenate(hi_parts), np.concatenate(w_parts),
-        n=n, d=d, min_samples=k, core2=core2, backend="cpu", started=started, timings_ms=timings,
+        n=n, d=d, min_samples=k, core2=core2, backend="cpu", started=started, timings_ms=timings, keys=keys,
     )  # fmt: skip

@@ -30,6 +30,8 @@ import numpy as np
 
 from .._backend.kernels import EMST_FILE, EMST_LEAF, EMST_LIST, kernel
 from ..errors import DeviceError, DeviceMemoryError, GraphTooLargeError
+from .kdtree import L2
+from .metrics import KeySpace
 from .tree import EuclideanTree, finish_tree
 
 BLOCK = 256
@@ -50,8 +52,8 @@ PACKED_FLOATS = 8  # floats per packed node (two float4)
 Array = Any
 
 
-def _k(name: str) -> Any:
-    return kernel(name, EMST_FILE)
+def _k(name: str, variant: str = "") -> Any:
+    return kernel(name, EMST_FILE, variant=variant)
 
 
 def _grid(work: int) -> tuple[int]:
@@ -61,13 +63,17 @@ def _grid(work: int) -> tuple[int]:
 class _Device:
     """The points on the device, sorted by Morton code, with the boxes of the hierarchy over them.
 
-    Written once, here; computations only read it.
+    Written once, here; computations only read it. ``space``: the keys its searches compare (the
+    Euclidean build of the kernels, or the minkowski build with the metric's code and ``p``).
     """
 
-    def __init__(self, cp: Any, coords: Array) -> None:
+    def __init__(self, cp: Any, coords: Array, space: KeySpace = L2) -> None:
         self.cp = cp
         n, d = coords.shape
         self.n, self.d = n, d
+        self.space = space
+        self.variant = "" if space.kind == "l2" else "minkowski"
+        self.metric_args = (np.int32(space.code), np.float64(space.p))
         x = cp.asarray(coords)
         # per coordinate over a contiguous copy: a column reduction of (n, d) runs on d blocks only
         columns = cp.ascontiguousarray(x.T)
@@ -77,7 +83,7 @@ class _Device:
         scale = cp.where(span > 0, 1.0 / cp.where(span > 0, span, 1.0), 0.0)
         bits = max(1, min(32, 63 // d))
         codes = cp.empty(n, dtype=cp.uint64)
-        _k("morton_codes")(
+        self.k("morton_codes")(
             _grid(n), (BLOCK,), (x, np.int32(n), np.int32(d), lo, scale, np.int32(bits), codes)
         )
         order = cp.argsort(codes)
@@ -94,19 +100,23 @@ class _Device:
         self.hi = cp.empty(self.nodes * d, dtype=cp.float64)
         # the kernels also reduce per-node core distances: none here (a scratch the index drops)
         scratch = cp.empty(self.nodes, dtype=cp.float64)
-        _k("build_leaves")(
+        self.k("build_leaves")(
             _grid(self.num_leaves), (BLOCK,),
             (self.pts, np.int32(n), np.int32(d), np.int32(self.num_leaves), None, self.lo, self.hi, scratch),
         )  # fmt: skip
         level = self.num_leaves // 2
         while level >= 1:
             args = (np.int32(level), np.int32(d), self.lo, self.hi, scratch)
-            _k("build_level")(_grid(level), (BLOCK,), args)
+            self.k("build_level")(_grid(level), (BLOCK,), args)
             level //= 2
 
     @property
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in (self.pts, self.orig, self.pos, self.lo, self.hi)))
+
+    def k(self, name: str) -> Any:
+        """A kernel of this index's build (Euclidean or minkowski)."""
+        return _k(name, self.variant)
 
     def min_core2(self, core2: Array | None) -> Array:
         """Each node's smallest squared core distance (+inf for a node without points), bottom-up:
@@ -130,7 +140,7 @@ class _Device:
         """A computation's packed float copy of the boxes (PackedNode in kernels/emst.cu, 32 bytes per
         node: the searches of 1 to 3 dimensions read it), to be filled by :meth:`pack`; None for more
         dimensions (their searches read the double boxes)."""
-        if self.d > PACKED_MAX_DIMS:
+        if self.d > PACKED_MAX_DIMS or self.space.kind == "lp":  # lp: the double boxes' keys
             return None
         return self.cp.empty(self.nodes * PACKED_FLOATS, dtype=self.cp.float32)
 
@@ -138,15 +148,15 @@ class _Device:
         """Fill ``packed`` from the index's boxes and the computation's node core minima."""
         if packed is not None:
             args = (np.int32(self.nodes), np.int32(self.d), self.lo, self.hi, min_core2, packed)
-            _k("pack_nodes")(_grid(self.nodes), (BLOCK,), args)
+            self.k("pack_nodes")(_grid(self.nodes), (BLOCK,), args)
 
     def components(self, comp: Array, node_comp: Array, packed: Array | None) -> None:
         leaves = self.num_leaves
         args = (comp, np.int32(self.n), np.int32(leaves), node_comp, packed)
-        _k("leaf_components")(_grid(leaves), (BLOCK,), args)
+        self.k("leaf_components")(_grid(leaves), (BLOCK,), args)
         level = leaves // 2
         while level >= 1:
-            _k("level_components")(_grid(level), (BLOCK,), (np.int32(level), node_comp, packed))
+            self.k("level_components")(_grid(level), (BLOCK,), (np.int32(level), node_comp, packed))
             level //= 2
 
     def core_distances(self, k: int, packed: Array | None) -> Array:
@@ -179,7 +189,7 @@ class _Device:
         # among the index's: neighbouring threads walk the same boxes (on an H200, 10^6 queries of
         # 3-D blobs against 10^7 points: 67 ms searched in the order given, without a first bound)
         codes = cp.empty(count, dtype=cp.uint64)
-        _k("morton_codes")(
+        self.k("morton_codes")(
             _grid(count), (BLOCK,),
             (queries, np.int32(count), np.int32(self.d), self.code_lo, self.code_scale, np.int32(self.bits),
              codes),
@@ -209,10 +219,10 @@ class _Device:
         """``framed``: the queries' first bounds from where they fall in the index's Morton order."""
         dims = self.d if self.d <= 3 else 0
         frame = (self.code_lo, self.code_scale, np.int32(self.bits)) if framed else (None, None, np.int32(0))
-        _k(f"core_distances<{dims}, {template}>")(
+        self.k(f"core_distances<{dims}, {template}>")(
             _grid(count if queries is not None else self.n), (BLOCK,),
             (self.pts, np.int32(self.n), np.int32(self.d), np.int32(self.num_leaves), self.lo, self.hi,
-             packed, np.int32(k), core2, pos, w2, queries, np.int32(count), *frame),
+             packed, np.int32(k), core2, pos, w2, queries, np.int32(count), *frame, *self.metric_args),
         )  # fmt: skip
 
     def host_coords(self) -> np.ndarray[Any, Any]:
@@ -238,9 +248,10 @@ def _device_failures(cp: Any, doing: str) -> Iterator[None]:
 
 
 class GpuIndex:
-    """The device index of validated coordinates (NumPy, copied to the device, or CuPy)."""
+    """The device index of validated coordinates (NumPy, copied to the device, or CuPy), searched
+    under ``space``'s keys."""
 
-    def __init__(self, coords: Array) -> None:
+    def __init__(self, coords: Array, space: KeySpace = L2) -> None:
         import cupy as cp
 
         n, d = (int(x) for x in coords.shape)
@@ -252,6 +263,7 @@ class GpuIndex:
             )
         self.cp = cp
         self.n, self.d = n, d
+        self.space = space
         self.device: _Device | None = None
         self._events: tuple[Any, Any] | None = None
         self._build_ms: float | None = 0.0 if n == 1 else None
@@ -259,7 +271,7 @@ class GpuIndex:
             with _device_failures(cp, "building the index"):
                 begin = cp.cuda.Event()
                 begin.record()
-                self.device = _Device(cp, coords)
+                self.device = _Device(cp, coords, space)
                 end = cp.cuda.Event()
                 end.record()
                 self._events = (begin, end)
@@ -275,7 +287,12 @@ class GpuIndex:
             self._build_ms = float(self.cp.cuda.get_elapsed_time(begin, end))
         return self._build_ms or 0.0
 
-    def tree(self, min_samples: int, started: float, fresh: bool, on_device: bool) -> EuclideanTree:
+    def tree(
+        self, min_samples: int, started: float, fresh: bool, on_device: bool, *, keys: bool = False,
+        core_scale: float = 1.0,
+    ) -> EuclideanTree:  # fmt: skip
+        """``keys``: weights and core distances as keys (no square roots); ``core_scale``: the core
+        keys multiplied by it for the rounds (``alpha``), reported as they were."""
         cp = self.cp
         timings: dict[str, float] = {}
         if self.device is None:
@@ -284,6 +301,7 @@ class GpuIndex:
             tree = finish_tree(
                 empty, empty, np.empty(0), n=self.n, d=self.d, min_samples=min_samples, backend="gpu",
                 core2=np.zeros(1) if min_samples > 1 else None, started=started, timings_ms=timings,
+                keys=keys,
             )  # fmt: skip
             return _on_device(cp, tree) if on_device else tree
         clock = _Clock(cp)
@@ -292,7 +310,17 @@ class GpuIndex:
         else:
             timings["index_ms"] = 0.0
         with _device_failures(cp, "computing the tree"):
-            return _compute(cp, self.device, min_samples, started, timings, clock, on_device)
+            return _compute(
+                cp,
+                self.device,
+                min_samples,
+                started,
+                timings,
+                clock,
+                on_device,
+                keys=keys,
+                core_scale=core_scale,
+            )
 
 
 def _on_device(cp: Any, tree: EuclideanTree) -> EuclideanTree:
@@ -329,9 +357,19 @@ class _Clock:
 
 
 def _compute(
-    cp: Any, dev: _Device, k: int, started: float, timings: dict[str, float], clock: _Clock, on_device: bool
+    cp: Any,
+    dev: _Device,
+    k: int,
+    started: float,
+    timings: dict[str, float],
+    clock: _Clock,
+    on_device: bool,
+    *,
+    keys: bool = False,
+    core_scale: float = 1.0,
 ) -> EuclideanTree:
     n, d = dev.n, dev.d
+    _k = dev.k  # the kernels of the index's build
     t0 = clock.start()
     min_core2 = dev.min_core2(None)
     packed_nodes = dev.packed()
@@ -347,6 +385,7 @@ def _compute(
         resolved = cp.empty(n, dtype=cp.uint8)
         clock.stop("lists_ms", t0)
     core2: Array | None = None
+    reported: Array | None = None  # the core keys as computed (core2 may be scaled by alpha)
     if k > 1:
         t0 = clock.start()
         if lists is not None and k <= LIST:
@@ -356,7 +395,10 @@ def _compute(
         else:  # beyond the registers of one thread: the exact host search, same values
             from .kdtree import exact_core_distances
 
-            core2 = cp.asarray(exact_core_distances(dev.host_coords(), k))[dev.orig]
+            core2 = cp.asarray(exact_core_distances(dev.host_coords(), k, dev.space))[dev.orig]
+        reported = core2
+        if core_scale != 1.0:  # alpha: the rounds compare max(alpha core, alpha core', d)
+            core2 = core2 * core_scale
         min_core2 = dev.min_core2(core2)
         dev.pack(min_core2, packed_nodes)  # the boxes again, with the node core minima
         clock.stop("core_ms", t0)
@@ -384,7 +426,9 @@ def _compute(
         t0 = clock.start()
         dev.components(comp, node_comp, packed_nodes)
         _k("reset_round")(grid, (BLOCK,), (np.int32(n), bound, pair))
-        _k("seed_bounds")(grid, (BLOCK,), (dev.pts, core2, comp, np.int32(n), np.int32(d), bound))
+        _k("seed_bounds")(
+            grid, (BLOCK,), (dev.pts, core2, comp, np.int32(n), np.int32(d), bound, *dev.metric_args)
+        )
         t1 = clock.start()
         if lists is not None:
             _k(f"neighbour_edges<{LIST}, {'true' if core2 is not None else 'false'}>")(
@@ -395,7 +439,8 @@ def _compute(
         nearest(
             grid, (BLOCK,),
             (dev.pts, core2, np.int32(n), np.int32(d), np.int32(dev.num_leaves), dev.lo, dev.hi,
-             min_core2, node_comp, packed_nodes, comp, dev.orig, bound, best_w, best_pair, lower, resolved),
+             min_core2, node_comp, packed_nodes, comp, dev.orig, bound, best_w, best_pair, lower, resolved,
+             *dev.metric_args),
         )  # fmt: skip
         clock.stop("nearest_ms", t1)
         _k("offer_pairs")(grid, (BLOCK,), (np.int32(n), comp, best_w, best_pair, bound, pair))
@@ -421,11 +466,12 @@ def _compute(
     src = (packed >> 32).astype(cp.int32)
     dst = (packed & 0xFFFFFFFF).astype(cp.int32)
     del packed, edges
-    weights = cp.sqrt(edge_w2[order])
+    root = cp.copy if keys else cp.sqrt
+    weights = root(edge_w2[order])
     core = None
     if core2 is not None:
         core = cp.empty(n, dtype=cp.float64)
-        core[dev.orig] = cp.sqrt(core2)
+        core[dev.orig] = root(reported)
     clock.stop("sort_ms", t0)
     timings.update(clock.totals())
     t0_host = time.perf_counter()

@@ -4,18 +4,25 @@ The index (GPU: the Morton-ordered points and the boxes of their hierarchy, ``gp
 k-d tree, ``cpu``) does not depend on ``min_samples``: :func:`build_point_index` builds it once and
 every tree computed on it reuses it. Validation happens once, where the points enter the engine.
 Points of more coordinates than :data:`SPATIAL_MAX_DIMENSIONS` allows the backend get the
-brute-force index instead (``brute_cpu``, ``brute_gpu``): a spatial index prunes little there.
+brute-force index instead (``brute_cpu``, ``brute_gpu``; ``brute_exact`` for Minkowski keys): a
+spatial index prunes little there. An index is of one metric (``metrics``): cosine and haversine
+points are indexed as their unit vectors (Euclidean trees, weights mapped), manhattan, chebyshev and
+minkowski with their keys (the k-d tree with SciPy's ``p``, the device's hierarchy in its minkowski
+build), precomputed distances as the matrix itself (``precomputed``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from .._backend.arrays import is_cupy
 from .._backend.resolve import BACKENDS, Backend, resolve_backend
-from ..errors import PointIndexBackendError, PointSetShapeError
+from ..errors import MetricError, PointIndexBackendError, PointSetShapeError
+from .metrics import EUCLIDEAN, Metric, pairwise_callable
 from .tree import EuclideanTree
 from .validate import validate_points
 
@@ -38,7 +45,16 @@ class _IndexState(Protocol):
 
     def build_ms(self) -> float: ...
 
-    def tree(self, min_samples: int, started: float, fresh: bool, on_device: bool) -> EuclideanTree: ...
+    def tree(
+        self,
+        min_samples: int,
+        started: float,
+        fresh: bool,
+        on_device: bool,
+        *,
+        keys: bool = ...,
+        core_scale: float = ...,
+    ) -> EuclideanTree: ...
 
 
 class PointIndex:
@@ -52,19 +68,28 @@ class PointIndex:
     changes once built (each computation allocates its own scratch), so any number of
     computations may use it in turn. ``on_device``: the GPU index was built from CuPy points, and
     its trees are CuPy arrays too. A CPU index of C-contiguous float64 NumPy points refers to that
-    array instead of copying it: leave it unchanged while the index is in use.
+    array instead of copying it: leave it unchanged while the index is in use. ``metric``: the
+    metric its trees and searches are of (:func:`build_point_index`'s ``metric``).
     """
 
-    __slots__ = ("_backend", "_dimensions", "_n", "_on_device", "_state")
+    __slots__ = ("_backend", "_dimensions", "_metric", "_n", "_on_device", "_state")
 
     def __init__(
-        self, state: _IndexState, *, n: int, dimensions: int, backend: Literal["gpu", "cpu"], on_device: bool
+        self,
+        state: _IndexState,
+        *,
+        n: int,
+        dimensions: int,
+        backend: Literal["gpu", "cpu"],
+        on_device: bool,
+        metric: Metric = EUCLIDEAN,
     ) -> None:
         self._state = state
         self._n = n
         self._dimensions = dimensions
         self._backend = backend
         self._on_device = on_device
+        self._metric = metric
 
     @property
     def n(self) -> int:
@@ -84,6 +109,16 @@ class PointIndex:
         return self._on_device
 
     @property
+    def metric(self) -> str:
+        """The metric's scikit-learn name (``"callable"`` for a callable)."""
+        return self._metric.name
+
+    @property
+    def metric_params(self) -> dict[str, Any]:
+        """The metric's parameters as resolved (Minkowski's ``{"p": p}``, else empty)."""
+        return self._metric.params
+
+    @property
     def nbytes(self) -> int:
         """Bytes the index holds (device memory on the GPU backend), the caller's own points not
         counted: on the GPU its Morton-ordered copy of the points is counted; on the CPU the
@@ -98,15 +133,29 @@ class PointIndex:
     def __repr__(self) -> str:
         return (
             f"PointIndex(n={self._n}, dimensions={self._dimensions}, backend={self._backend!r}, "
-            f"on_device={self._on_device}, nbytes={self.nbytes})"
+            f"metric={self.metric!r}, on_device={self._on_device}, nbytes={self.nbytes})"
         )
 
 
-def validated(points: Any, backend: Backend) -> tuple[Any, Literal["gpu", "cpu"], bool]:
-    """(the validated coordinates, the backend chosen, whether the points were CuPy's)."""
+def validated(
+    points: Any, backend: Backend, metric: Metric = EUCLIDEAN
+) -> tuple[Any, Literal["gpu", "cpu"], bool]:
+    """(the validated coordinates, or a precomputed matrix; the backend chosen; whether the points
+    were CuPy's). A callable metric's matrix is computed here, on the host."""
     chosen = resolve_backend(backend)
+    on_device = chosen == "gpu"
+    if metric.precomputed and metric.func is None:
+        from .precomputed import validate_matrix
+
+        return validate_matrix(points, on_device=on_device), chosen, is_cupy(points)
     # on the GPU backend CuPy points stay on the device (validated there)
-    return validate_points(points, on_device=chosen == "gpu"), chosen, is_cupy(points)
+    coords = validate_points(points, on_device=on_device)
+    if metric.func is not None:
+        matrix = pairwise_callable(metric.func, np.asarray(coords.get() if is_cupy(coords) else coords))
+        from .precomputed import validate_matrix
+
+        coords = validate_matrix(matrix, on_device=False)
+    return coords, chosen, is_cupy(points)
 
 
 def build_index(
@@ -115,22 +164,41 @@ def build_index(
     backend: Literal["gpu", "cpu"],
     from_cupy: bool,
     search: Search = "auto",
+    *,
+    metric: Metric = EUCLIDEAN,
     **engine: Any,
 ) -> PointIndex:
-    """The index of validated ``coords`` (``points``: what the caller passed, to know what is a copy).
-    ``search``: the spatial index or brute force (``"auto"``: by :data:`SPATIAL_MAX_DIMENSIONS`; the
-    benchmarks and tests force either); ``engine``: the brute-force searches' options (the filter's
-    precision, tile sizes: ``brute_cpu.HostEngine``)."""
-    n, d = coords.shape
+    """The index of validated ``coords`` (``points``: what the caller passed, to know what is a copy)
+    under ``metric`` (``coords``: :func:`validated`'s, of that metric). ``search``: the spatial index
+    or brute force (``"auto"``: by :data:`SPATIAL_MAX_DIMENSIONS`; the benchmarks and tests force
+    either); ``engine``: the brute-force searches' options (the filter's precision, tile sizes:
+    ``brute_cpu.HostEngine``, ``brute_exact.ExactEngine``)."""
+    if metric.precomputed:
+        from .precomputed import PrecomputedIndex
+
+        owns = metric.func is not None or _copied(coords, points)
+        state: _IndexState = PrecomputedIndex(coords, backend, owns=owns)
+        n = int(coords.shape[0])
+        return PointIndex(state, n=n, dimensions=n, backend=backend, on_device=backend == "gpu" and from_cupy,
+                          metric=metric)  # fmt: skip
+    n, given_d = (int(v) for v in coords.shape)
+    if metric.transforms:  # searched as unit vectors: a copy the index owns
+        coords = metric.prepare(coords)
+        points = None
+    else:
+        metric.prepare(coords)  # the metric's own checks
+    d = int(coords.shape[1])
     brute = search == "brute" or (search == "auto" and d > SPATIAL_MAX_DIMENSIONS[backend])
     if backend == "gpu" and not brute and d > GPU_SPATIAL_LIMIT:
         raise PointSetShapeError(
             f"the GPU's spatial index holds at most {GPU_SPATIAL_LIMIT} coordinates per point; got d={d}.",
             field="points",
         )
-    state: _IndexState
     owns = backend == "cpu" and not np.may_share_memory(coords, _host_view(points))
-    if backend == "gpu" and brute:
+    assert metric.space is not None
+    if metric.space.kind != "l2":
+        state = _minkowski_state(coords, metric, backend, brute, owns, engine)
+    elif backend == "gpu" and brute:
         from .brute_gpu import BruteGpuIndex
 
         state = BruteGpuIndex(coords, **engine)
@@ -147,7 +215,42 @@ def build_index(
 
         state = CpuIndex(coords, owns_coords=owns)
     on_device = backend == "gpu" and from_cupy
-    return PointIndex(state, n=int(n), dimensions=int(d), backend=backend, on_device=on_device)
+    return PointIndex(state, n=n, dimensions=given_d, backend=backend, on_device=on_device, metric=metric)
+
+
+def _minkowski_state(
+    coords: Any, metric: Metric, backend: str, brute: bool, owns: bool, engine: dict[str, Any]
+) -> _IndexState:
+    """The index of manhattan, chebyshev or minkowski keys: the k-d tree or the device's hierarchy
+    (its minkowski build) in low dimension, exact brute force above."""
+    assert metric.space is not None
+    if brute:
+        from .brute_exact import ExactIndex
+
+        data = coords
+        if backend == "gpu" and not is_cupy(coords):
+            import cupy
+
+            data = cupy.asarray(coords)
+        return ExactIndex(data, metric.space, owns_coords=owns, **engine)
+    if backend == "gpu":
+        from .gpu import GpuIndex
+
+        return GpuIndex(coords, metric.space)
+    from .cpu import CpuIndex
+
+    return CpuIndex(coords, owns_coords=owns, space=metric.space)
+
+
+def _copied(array: Any, points: Any) -> bool:
+    """Whether a validated ``array`` (dense, CuPy or sparse) is a copy of the caller's ``points``."""
+    if array is points:
+        return False
+    if is_cupy(array):
+        return not (is_cupy(points) and array.data.ptr == points.data.ptr)
+    if not isinstance(array, np.ndarray):  # a sparse matrix: validation copies it
+        return True
+    return not np.may_share_memory(array, _host_view(points))
 
 
 def _host_view(points: Any) -> Any:
@@ -155,15 +258,22 @@ def _host_view(points: Any) -> Any:
     return points if isinstance(points, np.ndarray) else np.empty(0)
 
 
-def build_point_index(points: Any, *, backend: Backend = "auto") -> PointIndex:
-    """The spatial index of ``points`` (an ``(n, d)`` NumPy or CuPy array), validated once.
+def build_point_index(
+    points: Any, *, metric: Any = "euclidean", metric_params: Any = None, backend: Backend = "auto"
+) -> PointIndex:
+    """The spatial index of ``points`` (an ``(n, d)`` NumPy or CuPy array, or with
+    ``metric="precomputed"`` an ``n x n`` distance matrix, dense or sparse) under ``metric``
+    (:func:`metric_mst` lists them), validated once.
 
     Every tree then computed on it, with any ``min_samples``, skips the validation, the copy to
-    the device and the index build: ``euclidean_mst(index, min_samples=k)`` returns the same
-    arrays as ``euclidean_mst(points, min_samples=k)``.
+    the device and the index build: ``metric_mst(index, min_samples=k)`` returns the same arrays
+    as ``metric_mst(points, metric=..., min_samples=k)``.
     """
-    coords, chosen, from_cupy = validated(points, backend)
-    return build_index(points, coords, chosen, from_cupy)
+    from .metrics import resolve_metric
+
+    resolved = resolve_metric(metric, metric_params)
+    coords, chosen, from_cupy = validated(points, backend, resolved)
+    return build_index(points, coords, chosen, from_cupy, metric=resolved)
 
 
 def check_index_backend(index: PointIndex, backend: Backend) -> None:
@@ -179,11 +289,42 @@ def check_index_backend(index: PointIndex, backend: Backend) -> None:
 
 
 def tree_on_index(
-    index: PointIndex, min_samples: int, started: float, *, fresh: bool, on_device: bool | None = None
+    index: PointIndex,
+    min_samples: int,
+    started: float,
+    *,
+    fresh: bool,
+    on_device: bool | None = None,
+    alpha: float = 1.0,
 ) -> EuclideanTree:
     """The tree of a checked ``min_samples`` on ``index``; ``fresh``: the index was built by this
     computation (its build time then counts in ``compute_ms`` and ``timings_ms["index_ms"]``).
     ``on_device``: leave the tree on the device (None: where the index's points were; True for
-    the GPU backend's own further work on it, dendrograms and labels)."""
+    the GPU backend's own further work on it, dendrograms and labels). ``alpha``: edges weigh
+    ``max(core_i, core_j, d(i, j) / alpha)`` (robust single linkage's scale; 1: HDBSCAN*'s)."""
     keep = index.on_device if on_device is None else on_device
-    return index._state.tree(min_samples, started, fresh, keep)
+    metric = index._metric
+    if metric.distance_map == 0 and alpha == 1.0:  # Euclidean: the backends' own square roots
+        return index._state.tree(min_samples, started, fresh, keep)
+    scale = metric.core_key_scale(alpha)
+    tree = index._state.tree(min_samples, started, fresh, keep, keys=True, core_scale=scale)
+    t0 = time.perf_counter()
+    weights = metric.distances(tree.weights, alpha)
+    core = None if tree.core_distances is None else metric.distances(tree.core_distances)
+    timings = dict(tree.timings_ms)
+    timings["host_ms"] = timings.get("host_ms", 0.0) + (time.perf_counter() - t0) * 1e3
+    host = weights.get() if is_cupy(weights) else weights
+    return dataclasses.replace(
+        tree, weights=weights, core_distances=core, total_weight=float(np.sum(host)), metric=metric.name,
+        timings_ms=timings, compute_ms=tree.compute_ms + (time.perf_counter() - t0) * 1e3,
+    )  # fmt: skip
+
+
+def check_alpha(alpha: Any) -> float:
+    """``alpha`` as a positive finite float, or a :class:`MetricError`."""
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float | np.integer | np.floating):
+        raise MetricError(f"alpha must be a positive number; got {alpha!r}.", field="alpha")
+    value = float(alpha)
+    if not np.isfinite(value) or value <= 0.0:
+        raise MetricError(f"alpha must be a positive finite number; got {alpha!r}.", field="alpha")
+    return value

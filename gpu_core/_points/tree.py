@@ -11,11 +11,14 @@ import numpy as np
 
 
 @dataclass(frozen=True, eq=False)
-class EuclideanTree:
-    """A Euclidean (or mutual-reachability) minimum spanning tree of ``n`` points.
+class PointTree:
+    """A minimum spanning tree of ``n`` points under a metric (Euclidean by default), or HDBSCAN*'s
+    mutual-reachability tree of them (``min_samples > 1``).
 
-    ``src[i] < dst[i]`` are point indices and ``weights[i]`` the edge's weight (float64),
-    in the order ``(weight², src, dst)``. ``core_distances`` is set when ``min_samples > 1``.
+    ``src[i] < dst[i]`` are point indices and ``weights[i]`` the edge's weight (float64, in the
+    metric's unit), in the order ``(key, src, dst)`` (the key: ``weight²`` for Euclidean trees,
+    the metric's key otherwise, :mod:`gpu_core._points.metrics`). ``core_distances`` is set when
+    ``min_samples > 1``; ``metric`` names the metric.
     The arrays are NumPy arrays, or CuPy arrays when the GPU backend was given CuPy points
     (the tree then stays on the device, like the points).
     ``timings_ms`` splits ``compute_ms`` into its parts (index build, core distances,
@@ -33,10 +36,15 @@ class EuclideanTree:
     compute_ms: float
     core_distances: np.ndarray[Any, np.dtype[np.float64]] | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    metric: str = "euclidean"
 
     @property
     def num_edges(self) -> int:
         return int(self.src.shape[0])
+
+
+#: the name the tree had when every tree was Euclidean (the same class)
+EuclideanTree = PointTree
 
 
 def squared_distances(coords_t: np.ndarray[Any, Any], i: Any, j: Any) -> np.ndarray[Any, Any]:
@@ -64,14 +72,17 @@ def finish_tree(
     started: float,
     timings_ms: dict[str, float],
     presorted: bool = False,
+    keys: bool = False,
 ) -> EuclideanTree:
-    """Sort the edges into the canonical order (unless ``presorted``) and take square roots."""
+    """Sort the edges into the canonical order (unless ``presorted``) and take square roots
+    (``keys``: leave the keys as they are, for the metric's own map)."""
     t0 = time.perf_counter()
     order = np.arange(lo.shape[0]) if presorted else np.lexsort((hi, lo, w2))
     src = np.ascontiguousarray(lo[order], dtype=np.int64)
     dst = np.ascontiguousarray(hi[order], dtype=np.int64)
-    weights = np.sqrt(np.asarray(w2[order], dtype=np.float64))
-    core = None if core2 is None else np.sqrt(core2)
+    root = (lambda a: np.array(a, dtype=np.float64)) if keys else np.sqrt
+    weights = root(np.asarray(w2[order], dtype=np.float64))
+    core = None if core2 is None else root(core2)
     timings_ms["host_ms"] = timings_ms.get("host_ms", 0.0) + (time.perf_counter() - t0) * 1e3
     return EuclideanTree(
         src=src,

@@ -9,7 +9,9 @@ lists run here on point sets of every power-of-two size class up to 2^14 points,
 arrays with a kernel of its own (the index's per-coordinate bounds of more than 8 coordinates;
 brute force's edges of more than 8 Borůvka rounds): hence 20 coordinates, and a part of its own.
 Brute force's searches take blocks of rows and tiles of targets: a part meets several of each on
-small sets first (the same paths as 2^13 + 1 and 2^14 + 1 points take).
+small sets first (the same paths as 2^13 + 1 and 2^14 + 1 points take). The metrics' parts compile
+the hierarchy's minkowski build, ``kernels/metrics.cu`` and ``kernels/precomputed.cu`` and run each
+metric's trees, core distances and query lists once (:data:`WARM_UP_METRICS`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 
 from .._backend.resolve import Backend, resolve_backend
 from .index import SPATIAL_MAX_DIMENSIONS, build_index, tree_on_index, validated
+from .metrics import EUCLIDEAN, Metric, resolve_metric
 from .neighbours import kth_distances, query_neighbours, query_points
 
 #: point counts (2^j + 1) and min_samples (list widths 16 to 256) the warm-up computes trees of
@@ -37,12 +40,18 @@ WARM_UP_MIN_SAMPLES: tuple[int, ...] = (1, 2, 10, 20, 60, 120, 240)
 Part = tuple[str, Callable[[], object]]
 
 
-def _tree(points: Any, backend: str, k: int, search: str = "auto", **engine: Any) -> None:
-    coords, chosen, from_cupy = validated(points, backend)  # type: ignore[arg-type]
-    index = build_index(points, coords, chosen, from_cupy, search, **engine)  # type: ignore[arg-type]
+def _tree(
+    points: Any, backend: str, k: int, search: str = "auto", *, metric: Metric = EUCLIDEAN, **engine: Any
+) -> None:
+    coords, chosen, from_cupy = validated(points, backend, metric)  # type: ignore[arg-type]
+    index = build_index(points, coords, chosen, from_cupy, search, metric=metric, **engine)  # type: ignore[arg-type]
     k = min(k, index.n)
     tree_on_index(index, k, time.perf_counter(), fresh=True, on_device=chosen == "gpu")
-    tree_on_index(index, k, time.perf_counter(), fresh=False)
+    tree_on_index(
+        index, k, time.perf_counter(), fresh=False, alpha=0.5 if metric.name != "haversine" else 1.0
+    )
+    if metric.precomputed:
+        return
     queries, _ = query_points(index, points[: max(1, index.n // 2)])
     query_neighbours(index, queries, k)
     kth_distances(index, k)
@@ -83,7 +92,34 @@ def point_parts(sizes: Sequence[int] = WARM_UP_POINTS) -> list[Part]:
             parts.append((f"points d={d} float32, {name}", partial(_coordinates, move, d)))
     for d, k in MEDIUM_SETS:
         parts.append((f"points n={MEDIUM_POINTS} d={d} min_samples={k}, cupy", partial(_medium_set, d, k)))
+    for metric, params in WARM_UP_METRICS:
+        for name, move in moves:
+            parts.append((f"points metric={metric}, {name}", partial(_metric, move, metric, params)))
     return parts
+
+
+#: the metrics of the warm-up's own parts (Euclidean is everything above)
+WARM_UP_METRICS: tuple[tuple[str, dict[str, Any] | None], ...] = (
+    ("manhattan", None), ("chebyshev", None), ("minkowski", {"p": 3}), ("cosine", None), ("haversine", None),
+    ("precomputed", None),
+)  # fmt: skip
+
+
+def _metric(move: Callable[[Any], Any], name: str, params: dict[str, Any] | None) -> None:
+    """A metric's trees (min_samples 1 and 5, alpha), core distances and query lists on small sets of
+    the hierarchy's fixed and general sizes and of brute force's (a precomputed matrix: its rows)."""
+    metric = resolve_metric(name, params)
+    rng = np.random.default_rng(len(name))
+    if name == "haversine":
+        sets = [np.column_stack((rng.uniform(-1.5, 1.5, 65), rng.uniform(-3, 3, 65)))]
+    elif name == "precomputed":
+        x = rng.random((65, 3))
+        sets = [np.sqrt(((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=2))]
+    else:
+        sets = [rng.random((65, d)) + 0.5 for d in (1, 2, 3, 8, SPATIAL_MAX_DIMENSIONS["gpu"] + 1)]
+    for points in sets:
+        for k in (1, 5):
+            _tree(move(points), "gpu", k, metric=metric)
 
 
 def _many_parts(cp: Any) -> None:

@@ -11,6 +11,14 @@
 // exceeds the distance to a point inside the box: pruning with "bound < box distance" is safe.
 // Candidates compare by (w2, min(i, j), max(i, j)) with i, j the ORIGINAL point ids.
 //
+// Metrics. The Euclidean build compares squared distances; the minkowski build (EMST_MINKOWSKI,
+// gpu_core/_points/metrics.py) compares the key of the metric chosen at run time by `metric`: 1 the
+// sum of |a_k - b_k| (manhattan), 2 their maximum (chebyshev), 3 the sum of pow(|a_k - b_k|, p)
+// (minkowski; detmath.cuh's pow), each in dimension order, rounded once per operation. A box's key
+// uses the same operations on the gaps, so it never exceeds a point's inside it (pow's last ulp
+// aside: minkowski's box keys are lowered by 2^-30 first); everything else (lists, mutual
+// reachability, the tie rule) is the same on keys as on squared distances.
+//
 // Neighbour lists: before the rounds, every point's EMST_LIST nearest points (a k-nearest search);
 // in each round a point whose list holds a point of another component nearer than the list's last
 // has its edge from the list and skips the tree search (most points in the early rounds).
@@ -57,6 +65,51 @@ __device__ __forceinline__ double box_dist(const double* __restrict__ x, const d
     return acc;
 }
 
+#ifdef EMST_MINKOWSKI
+#include "detmath.cuh"
+constexpr double kLpBoxSlack = 1.0 - 9.313225746154785e-10;  // 1 - 2^-30 (metrics.LP_BOX_SLACK)
+
+__device__ __forceinline__ double key_term(double acc, double gap, int metric, double p) {
+    if (metric == 2) return fmax(acc, gap);
+    if (metric == 3) return __dadd_rn(acc, detmath::pow(gap, p));
+    return __dadd_rn(acc, gap);
+}
+
+__device__ __forceinline__ double pair_key(const double* __restrict__ x, const double* __restrict__ y, int d,
+                                           int metric, double p) {
+    double acc = 0.0;
+    for (int k = 0; k < d; ++k) acc = key_term(acc, fabs(__dsub_rn(x[k], y[k])), metric, p);
+    return acc;
+}
+
+__device__ __forceinline__ double box_key(const double* __restrict__ x, const double* __restrict__ lo,
+                                          const double* __restrict__ hi, int d, int metric, double p) {
+    double acc = 0.0;
+    for (int k = 0; k < d; ++k) {
+        double g = 0.0;
+        const double below = __dsub_rn(lo[k], x[k]);
+        const double above = __dsub_rn(x[k], hi[k]);
+        if (below > g) g = below;
+        if (above > g) g = above;
+        acc = key_term(acc, g, metric, p);
+    }
+    return metric == 3 ? __dmul_rn(acc, kLpBoxSlack) : acc;
+}
+// packed boxes serve manhattan and chebyshev; minkowski's searches read the double boxes (packed: null)
+#define EMST_PACKED(D, packed) ((D) >= 1 && (D) <= 3 && (packed) != nullptr)
+#else
+__device__ __forceinline__ double pair_key(const double* __restrict__ x, const double* __restrict__ y, int d, int,
+                                           double) {
+    return sq_dist(x, y, d);
+}
+
+__device__ __forceinline__ double box_key(const double* __restrict__ x, const double* __restrict__ lo,
+                                          const double* __restrict__ hi, int d, int, double) {
+    return box_dist(x, lo, hi, d);
+}
+#define EMST_PACKED(D, packed) ((D) >= 1 && (D) <= 3)
+#endif
+
 __device__ __forceinline__ unsigned long long dbits(double v) {
     return static_cast<unsigned long long>(__double_as_longlong(v));
 }
@@ -88,18 +141,24 @@ __device__ __forceinline__ int packed_comp(const PackedNode& node) { return __fl
 // nearest, as sq_dist) may lie under the exact value. Pruning with it stays exact: a lower bound
 // only ever searches more.
 template <int D>
-__device__ __forceinline__ double packed_lower(const PackedNode& node, const float* xd, const float* xu) {
+__device__ __forceinline__ double packed_lower(const PackedNode& node, const float* xd, const float* xu,
+                                              int metric) {
     const float lo[3] = {node.a.x, node.a.y, node.a.z};
     const float hi[3] = {node.b.x, node.b.y, node.b.z};
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < D; ++k) {
         const float g = fmaxf(fmaxf(__fsub_rd(lo[k], xu[k]), __fsub_rd(xd[k], hi[k])), 0.0f);
+#ifdef EMST_MINKOWSKI
+        acc = metric == 2 ? fmaxf(acc, g) : __fadd_rd(acc, g);
+#else
         acc = __fadd_rd(acc, __fmul_rd(g, g));
+#endif
     }
     return static_cast<double>(__fmul_rd(acc, 0.99999905f));  // 1 - 2^-20, rounded down
 }
 
+// (the Euclidean build ignores `metric`)
 template <int D>
 __device__ __forceinline__ void outward(const double* x, float* xd, float* xu) {
 #pragma unroll
@@ -239,9 +298,9 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
                                int* __restrict__ list_pos, double* __restrict__ list_w2,
                                const double* __restrict__ queries, int num_queries,
                                const double* __restrict__ code_lo, const double* __restrict__ code_scale,
-                               int bits) {
+                               int bits, int metric, double mp) {
     const int d = D > 0 ? D : dims;
-    constexpr bool kPacked = D >= 1 && D <= 3;
+    const bool kPacked = EMST_PACKED(D, packed);
     const double* __restrict__ source = queries ? queries : pts;
     const int count = queries ? num_queries : n;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
@@ -308,7 +367,7 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
             }
             const int span = min(n, 2 * k + 1);
             const int first_near = max(0, min(at - k, n - span));
-            for (int p = first_near; p < first_near + span; ++p) insert(sq_dist(x, pts + static_cast<long long>(p) * d, d), p);
+            for (int p = first_near; p < first_near + span; ++p) insert(pair_key(x, pts + static_cast<long long>(p) * d, d, metric, mp), p);
         }
         const double near_bound = kth;  // +inf for a query
 #pragma unroll
@@ -324,7 +383,7 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
             if (node >= num_leaves) {
                 const int first = (node - num_leaves) * kLeaf;
                 const int last = min(first + kLeaf, n);
-                for (int p = first; p < last; ++p) insert(sq_dist(x, pts + static_cast<long long>(p) * d, d), p);
+                for (int p = first; p < last; ++p) insert(pair_key(x, pts + static_cast<long long>(p) * d, d, metric, mp), p);
                 node = 0;
             } else {
                 // a box whose bound is past min(the current k-th, the first bound) cannot lower it
@@ -332,11 +391,11 @@ __global__ void core_distances(const double* __restrict__ pts, int n, int dims, 
                 const int l = 2 * node, r = l + 1;
                 double dl, dr;
                 if (kPacked) {
-                    dl = packed_lower<D>(load_node(packed, l), xd, xu);
-                    dr = packed_lower<D>(load_node(packed, r), xd, xu);
+                    dl = packed_lower<D>(load_node(packed, l), xd, xu, metric);
+                    dr = packed_lower<D>(load_node(packed, r), xd, xu, metric);
                 } else {
-                    dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
-                    dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
+                    dl = box_key(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d, metric, mp);
+                    dr = box_key(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d, metric, mp);
                 }
                 const bool gl = dl <= limit, gr = dr <= limit;
                 if (gl && gr) {
@@ -377,8 +436,8 @@ extern "C" __global__ void reset_round(int n, unsigned long long* __restrict__ b
 }
 
 __device__ __forceinline__ double weight2(const double* __restrict__ pts, const double* __restrict__ core2,
-                                          int i, int j, int d) {
-    double w = sq_dist(pts + static_cast<long long>(i) * d, pts + static_cast<long long>(j) * d, d);
+                                          int i, int j, int d, int metric, double p) {
+    double w = pair_key(pts + static_cast<long long>(i) * d, pts + static_cast<long long>(j) * d, d, metric, p);
     if (core2) w = fmax(w, fmax(core2[i], core2[j]));
     return w;
 }
@@ -386,10 +445,10 @@ __device__ __forceinline__ double weight2(const double* __restrict__ pts, const 
 // A cheap first bound for every component: the sorted neighbours (close in Morton order).
 extern "C" __global__ void seed_bounds(const double* __restrict__ pts, const double* __restrict__ core2,
                                        const int* __restrict__ comp, int n, int d,
-                                       unsigned long long* __restrict__ bound) {
+                                       unsigned long long* __restrict__ bound, int metric, double p) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i + 1 < n; i += gridDim.x * blockDim.x) {
         if (comp[i] == comp[i + 1]) continue;
-        const unsigned long long w = dbits(weight2(pts, core2, i, i + 1, d));
+        const unsigned long long w = dbits(weight2(pts, core2, i, i + 1, d, metric, p));
         atomicMin(&bound[comp[i]], w);
         atomicMin(&bound[comp[i + 1]], w);
     }
@@ -459,9 +518,10 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
                                 const PackedNode* __restrict__ packed, const int* __restrict__ comp,
                                 const int* __restrict__ orig, unsigned long long* __restrict__ bound,
                                 double* __restrict__ best_w, unsigned long long* __restrict__ best_pair,
-                                double* __restrict__ lower, const unsigned char* __restrict__ resolved) {
+                                double* __restrict__ lower, const unsigned char* __restrict__ resolved,
+                                int metric, double mp) {
     const int d = D > 0 ? D : dims;
-    constexpr bool kPacked = D >= 1 && D <= 3;
+    const bool kPacked = EMST_PACKED(D, packed);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         if (resolved && resolved[i]) continue;  // neighbour_edges found its edge
         // lower[i]: no edge from i leaves its component lighter than this (from earlier rounds; a
@@ -488,7 +548,7 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
             const int last = min(first + kLeaf, n);
             for (int p = first; p < last; ++p) {
                 if (kLeaf > 1 && comp[p] == c) continue;
-                double w = sq_dist(x, pts + static_cast<long long>(p) * d, d);
+                double w = pair_key(x, pts + static_cast<long long>(p) * d, d, metric, mp);
                 if (MR) w = fmax(w, fmax(ci, core2[p]));
                 if (w > bw) continue;
                 const unsigned long long op = static_cast<unsigned long long>(orig[p]);
@@ -524,20 +584,20 @@ __global__ void nearest_outside(const double* __restrict__ pts, const double* __
                 double dl = 0.0, dr = 0.0;
                 if (gl) {
                     if (kPacked) {
-                        dl = packed_lower<D>(pl, xd, xu);
+                        dl = packed_lower<D>(pl, xd, xu, metric);
                         if (MR) dl = fmax(dl, fmax(ci, static_cast<double>(pl.b.w)));
                     } else {
-                        dl = box_dist(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d);
+                        dl = box_key(x, lo + static_cast<long long>(l) * d, hi + static_cast<long long>(l) * d, d, metric, mp);
                         if (MR) dl = fmax(dl, fmax(ci, min_core2[l]));
                     }
                     gl = dl <= limit;
                 }
                 if (gr) {
                     if (kPacked) {
-                        dr = packed_lower<D>(pr, xd, xu);
+                        dr = packed_lower<D>(pr, xd, xu, metric);
                         if (MR) dr = fmax(dr, fmax(ci, static_cast<double>(pr.b.w)));
                     } else {
-                        dr = box_dist(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d);
+                        dr = box_key(x, lo + static_cast<long long>(r) * d, hi + static_cast<long long>(r) * d, d, metric, mp);
                         if (MR) dr = fmax(dr, fmax(ci, min_core2[r]));
                     }
                     gr = dr <= limit;
@@ -640,16 +700,16 @@ extern "C" __global__ void compress(int n, int* parent, int* __restrict__ comp, 
     template __global__ void core_distances<D, K, IDS>(const double*, int, int, int, const double*,      \
                                                        const double*, const PackedNode*, int, double*,  \
                                                        int*, double*, const double*, int, const double*, \
-                                                       const double*, int);
+                                                       const double*, int, int, double);
 #define EMST_INSTANTIATE(D)                                                                              \
     template __global__ void nearest_outside<D, false>(                                                  \
         const double*, const double*, int, int, int, const double*, const double*, const double*,       \
         const int*, const PackedNode*, const int*, const int*, unsigned long long*, double*,             \
-        unsigned long long*, double*, const unsigned char*);                                             \
+        unsigned long long*, double*, const unsigned char*, int, double);                                \
     template __global__ void nearest_outside<D, true>(                                                   \
         const double*, const double*, int, int, int, const double*, const double*, const double*,       \
         const int*, const PackedNode*, const int*, const int*, unsigned long long*, double*,             \
-        unsigned long long*, double*, const unsigned char*);                                             \
+        unsigned long long*, double*, const unsigned char*, int, double);                                \
     EMST_INSTANTIATE_CORE(D, 8, false)                                                                   \
     EMST_INSTANTIATE_CORE(D, 16, false)                                                                  \
     EMST_INSTANTIATE_CORE(D, 32, false)                                                                  \

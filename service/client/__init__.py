@@ -22,13 +22,16 @@ default when stderr is a terminal.
 Its parts, top to bottom: ``cli`` (the command line, imported only when it runs) on ``client``
 (the library: :class:`Client`, one method per route), on ``direct`` (the kept connection a job's
 and a result's binary answers come over), ``transfer`` (large bodies sent and received fast),
-``interop`` (SciPy and NetworkX graphs in and out) and ``progress`` (the bars).
+``interop`` (SciPy and NetworkX graphs in and out) and ``progress`` (the bars); ``estimator``
+(:class:`RemoteHDBSCAN`, ``gpu_core.HDBSCAN``'s constructor plus a service's URL and key) on
+``client``.
 This module is the library's one public surface.
 """
 
 from __future__ import annotations
 
 from .client import OUTPUTS, Client, ClientError, Forest, npz_bytes
+from .estimator import RemoteHDBSCAN
 from .transfer import OCTET, binary_headers, body_pieces, read_response, receive_buffer
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "Client",
     "ClientError",
     "Forest",
+    "RemoteHDBSCAN",
     "binary_headers",
     "body_pieces",
     "main",

@@ -19,16 +19,19 @@ from .progress import wanted as progress_wanted
 def _point_command(mst: Client, args: argparse.Namespace) -> dict[str, Any]:
     """Run a point-set verb of the CLI; the arrays go to ``--out`` (npz), their shapes to stdout."""
     arrays: dict[str, Any]
+    metric: dict[str, Any] = {"metric": args.metric}
+    if args.p is not None:
+        metric["metric_params"] = {"p": args.p}
     if args.command == "emst":
-        arrays = mst.emst(args.points_id, min_samples=args.min_samples)
+        arrays = mst.emst(args.points_id, min_samples=args.min_samples, **metric)
     elif args.command == "hdbscan":
-        params: dict[str, Any] = {"min_cluster_size": args.min_cluster_size}
+        params: dict[str, Any] = {"min_cluster_size": args.min_cluster_size, **metric}
         params.update(cluster_selection_method=args.method, cluster_selection_epsilon=args.epsilon)
         if args.min_samples is not None:
             params["min_samples"] = args.min_samples
         arrays = mst.hdbscan(args.points_id, **params)
     else:
-        arrays = {"linkage": mst.single_linkage(args.points_id)}
+        arrays = {"linkage": mst.single_linkage(args.points_id, **metric)}
     out: dict[str, Any] = {name: list(a.shape) for name, a in arrays.items()}
     if "labels" in arrays:
         out["num_clusters"] = int(arrays["labels"].max()) + 1 if arrays["labels"].size else 0
@@ -75,13 +78,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("file", type=Path)
     for verb, about in (
-        ("emst", "the Euclidean (mutual-reachability) minimum spanning tree of a point set"),
+        ("emst", "the (mutual-reachability) minimum spanning tree of a point set under a metric"),
         ("hdbscan", "HDBSCAN* labels and probabilities of a point set"),
         ("single-linkage", "the single-linkage dendrogram of a point set"),
     ):
         p = sub.add_parser(verb, help=about)
         p.add_argument("points_id")
         p.add_argument("--out", type=Path, default=None, help="write the arrays to this .npz")
+        metrics = (
+            "euclidean, manhattan, chebyshev, minkowski (with --p), cosine, haversine (lat, lon radians)"
+        )
+        p.add_argument("--metric", default="euclidean", help=metrics)
+        p.add_argument("--p", type=float, default=None, help="minkowski's p (>= 1)")
         if verb == "emst":
             p.add_argument("--min-samples", type=int, default=1)
         if verb == "hdbscan":

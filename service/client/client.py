@@ -367,28 +367,35 @@ class Client:
             raise ClientError(409, {"code": "job_" + job["status"], "detail": str(job.get("error"))})
         return self.result_arrays(job["id"])
 
-    def emst(self, points_id: str, *, min_samples: int = 1, wait: float = 600.0) -> dict[str, Any]:
-        """The tree (arrays ``src``, ``dst``, ``weights``; ``core_distances`` with min_samples > 1)."""
-        result: dict[str, Any] = self._points_result(points_id, "emst", {"min_samples": min_samples}, wait)
+    def emst(
+        self, points_id: str, *, min_samples: int = 1, wait: float = 600.0, **metric: Any
+    ) -> dict[str, Any]:
+        """The tree (arrays ``src``, ``dst``, ``weights``; ``core_distances`` with min_samples > 1);
+        ``metric``: ``metric`` and ``metric_params`` as ``gpu_core.metric_mst`` takes them."""
+        params = {"min_samples": min_samples, **metric}
+        result: dict[str, Any] = self._points_result(points_id, "emst", params, wait)
         return result
 
     def hdbscan(self, points_id: str, *, wait: float = 600.0, **params: Any) -> dict[str, Any]:
         """Arrays ``labels`` (-1: noise) and ``probabilities``; ``params`` as scikit-learn's HDBSCAN
         takes them (``min_cluster_size``, ``min_samples``, ``cluster_selection_method``,
-        ``cluster_selection_epsilon``)."""
+        ``cluster_selection_epsilon``, ``allow_single_cluster``, ``max_cluster_size``, ``metric``,
+        ``metric_params``)."""
         result: dict[str, Any] = self._points_result(points_id, "hdbscan", params, wait)
         return result
 
-    def single_linkage(self, points_id: str, *, wait: float = 600.0) -> np.ndarray[Any, Any]:
-        """The single-linkage dendrogram as a SciPy linkage matrix."""
-        linkage: np.ndarray[Any, Any] = self._points_result(points_id, "single_linkage", {}, wait)["linkage"]
+    def single_linkage(self, points_id: str, *, wait: float = 600.0, **metric: Any) -> np.ndarray[Any, Any]:
+        """The single-linkage dendrogram as a SciPy linkage matrix (``metric``: ``metric`` and
+        ``metric_params``)."""
+        result = self._points_result(points_id, "single_linkage", metric, wait)
+        linkage: np.ndarray[Any, Any] = result["linkage"]
         return linkage
 
     def fit_model(self, points_id: str, **params: Any) -> dict[str, Any]:
         """Fit an HDBSCAN* model that stays resident with the point set (``params`` as
         ``gpu_core.HDBSCAN`` takes them: ``min_cluster_size``, ``min_samples``,
         ``cluster_selection_method``, ``cluster_selection_epsilon``, ``allow_single_cluster``,
-        ``max_cluster_size``); its record, ``id`` among it."""
+        ``max_cluster_size``, ``metric``, ``metric_params``); its record, ``id`` among it."""
         response = self._http.post(f"/v1/points/{points_id}/models", json=params)
         result: dict[str, Any] = self._check(response).json()
         return result

@@ -78,3 +78,35 @@ def test_only_the_device_loop_build_needs_the_drivers_conditional_nodes(tmp_path
 def test_the_gpu_backend_has_kernels_to_compile() -> None:
     if GPU_BACKEND.exists():
         assert kernel_files(), f"the GPU backend exists but there are no .cu files under {KERNELS}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("source", "options"),
+    [("emst.cu", ("-DEMST_MINKOWSKI=1",)), ("metrics.cu", ()), ("precomputed.cu", ())],
+    ids=["emst-minkowski", "metrics", "precomputed"],
+)
+def test_nvrtcs_source_compiles_as_the_loader_gives_it(
+    source: str, options: tuple[str, ...], tmp_path: Path
+) -> None:
+    """What NVRTC compiles: the loader's text (``#include "x.cuh"`` inlined) with the file's options
+    and each build of :data:`VARIANTS` (emst.cu's minkowski keys), every warning an error."""
+    from gpu_core._backend.kernels import FILES, kernel_source
+
+    text = tmp_path / source
+    text.write_text(kernel_source(source), encoding="utf-8")
+    names, file_options = FILES[source]
+    del names
+    out = tmp_path / f"{source}.cubin"
+    _nvcc(
+        text,
+        out,
+        *file_options,
+        *options,
+        "-arch=sm_90",
+        *OPTIMISERS_OFF,
+        "--Werror",
+        "all-warnings",
+        "-cubin",
+    )
+    assert out.stat().st_size > 0

@@ -95,7 +95,9 @@ def test_predictions_equal_the_librarys(live: LiveServer, params: dict[str, Any]
     expected = library(points, queries(), params)
     assert model["num_clusters"] == int(expected[0].labels_.max()) + 1
     assert model["num_noise"] == int((expected[0].labels_ < 0).sum())
-    assert model["params"].items() >= params.items() and len(model["params"]) == 6
+    assert (
+        model["params"].items() >= params.items() and len(model["params"]) == 8
+    )  # the metric and its parameters too
     response = predict(live.client, record["id"], model["id"], queries())
     assert response.status_code == 200, response.text
     check_equal(response.json(), expected)

@@ -1,7 +1,9 @@
 """Point sets resident in a worker, and the tasks on them: ``emst``, ``hdbscan``, ``single_linkage``.
 
-Runs in the worker process (it imports :mod:`gpu_core`). A resident point set keeps, besides its
-coordinates, the trees computed on it by ``min_samples`` and their single-linkage hierarchies, so
+Runs in the worker process (it imports :mod:`gpu_core`). Every task and model takes a ``metric``
+(and ``metric_params``; Euclidean by default): a point set keeps one index per metric it was asked
+for, and its trees and hierarchies by metric and ``min_samples``. A resident point set keeps, besides
+its coordinates, the trees computed on it by ``min_samples`` and their single-linkage hierarchies, so
 ``hdbscan`` with another ``min_cluster_size`` (or the same ``min_samples`` again) and
 ``single_linkage`` reuse them (``reused_tree`` in the job's result) instead of computing the tree
 again. It also keeps its spatial index (:class:`gpu_core.PointIndex`: on the GPU the Morton-ordered
@@ -22,6 +24,18 @@ import numpy as np
 from ...errors import InvalidUploadError
 from .prediction import ResidentModel, on_host
 
+#: a metric as the point set keys its indexes and trees: (scikit-learn's name, its sorted parameters)
+MetricKey = tuple[str, tuple[tuple[str, float], ...]]
+
+
+def metric_key(params: dict[str, Any]) -> MetricKey:
+    """``params``' metric, resolved (aliases to names, Minkowski's p 1, 2, inf to their metrics'
+    keys): equal keys answer with the same index and trees."""
+    from gpu_core._points.metrics import resolve_metric
+
+    metric = resolve_metric(params.get("metric", "euclidean"), params.get("metric_params"))
+    return metric.name, tuple(sorted(metric.params.items()))
+
 
 def read_points(path: str, fmt: str, max_inflated_bytes: int, max_ratio: float) -> np.ndarray[Any, Any]:
     """The ``(n, d)`` coordinates of a spool file: ``points.npy`` (mapped, not read), or any format
@@ -31,7 +45,7 @@ def read_points(path: str, fmt: str, max_inflated_bytes: int, max_ratio: float) 
             array: np.ndarray[Any, Any] = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
             raise InvalidUploadError(f"the body cannot be read as npy: {exc}", field="body") from None
-        return array
+        return _npy_array(array)
     return parse_points(Path(path).read_bytes(), fmt, max_inflated_bytes, max_ratio)
 
 
@@ -45,8 +59,7 @@ def parse_points(data: bytes, fmt: str, max_inflated_bytes: int, max_ratio: floa
 
     try:
         if fmt == "points.npy":
-            array: np.ndarray[Any, Any] = np.load(io.BytesIO(data), allow_pickle=False)
-            return array
+            return _npy_array(np.load(io.BytesIO(data), allow_pickle=False))
         if fmt == "points.arrow":
             return arrow_points(data)
         arrays = npz_arrays(data, max_inflated_bytes=max_inflated_bytes, max_ratio=max_ratio)
@@ -60,6 +73,15 @@ def parse_points(data: bytes, fmt: str, max_inflated_bytes: int, max_ratio: floa
             field="points",
         )
     return arrays["points"]
+
+
+def _npy_array(loaded: Any) -> np.ndarray[Any, Any]:
+    """``np.load``'s answer for an npy body: a zip archive (an npz) loads as something else."""
+    if not isinstance(loaded, np.ndarray):
+        raise InvalidUploadError(
+            "the body is an npz archive, not an npy array; send it with ?format=npz.", field="body"
+        )
+    return loaded
 
 
 def arrow_points(data: bytes) -> np.ndarray[Any, Any]:
@@ -126,9 +148,10 @@ class ResidentPoints:
         self.coords = validate_points(points)
         self.dtype = "float32" if np.asarray(points).dtype == np.float32 else "float64"
         self.backend = backend
-        self._trees: dict[int, Any] = {}
-        self._linkages: dict[int, np.ndarray[Any, Any]] = {}
-        self._index: Any = None  # gpu_core.PointIndex, built on first need
+        #: by (metric, its parameters) and min_samples
+        self._trees: dict[tuple[MetricKey, int], Any] = {}
+        self._linkages: dict[tuple[MetricKey, int], np.ndarray[Any, Any]] = {}
+        self._indexes: dict[MetricKey, Any] = {}  # gpu_core.PointIndex per metric, built on first need
         #: HDBSCAN* models fitted on it, by model id (see :mod:`.prediction`)
         self.models: dict[str, ResidentModel] = {}
 
@@ -143,58 +166,77 @@ class ResidentPoints:
     @property
     def nbytes(self) -> int:
         trees = sum(t.src.nbytes + t.dst.nbytes + t.weights.nbytes for t in self._trees.values())
-        index = 0 if self._index is None else int(self._index.nbytes)
+        indexes = sum(int(index.nbytes) for index in self._indexes.values())
         models = sum(m.nbytes for m in self.models.values())
         linkages = sum(z.nbytes for z in self._linkages.values())
-        return int(self.coords.nbytes + trees + linkages + index + models)
+        return int(self.coords.nbytes + trees + linkages + indexes + models)
 
     @property
     def index_built(self) -> bool:
-        return self._index is not None
+        """Whether the Euclidean index is built (the one every point set's first job used to build)."""
+        return metric_key({}) in self._indexes
 
-    def index(self) -> tuple[Any, bool]:
-        """The spatial index (built now if no job has needed it yet), and whether it was built before."""
+    def index_built_for(self, params: dict[str, Any]) -> bool:
+        """Whether the index of ``params``' metric is built."""
+        return metric_key(params) in self._indexes
+
+    def index(self, params: dict[str, Any] | None = None) -> tuple[Any, bool]:
+        """The spatial index of ``params``' metric (built now if no job has needed it yet), and
+        whether it was built before."""
         import gpu_core
 
-        if self._index is not None:
-            return self._index, True
+        key = metric_key(params or {})
+        known = self._indexes.get(key)
+        if known is not None:
+            return known, True
         coords = self.coords
         if self.backend == "gpu":  # an index of device points: trees, dendrograms and labels stay there
             import cupy
 
             coords = cupy.asarray(coords)
-        self._index = gpu_core.build_point_index(coords, backend=self.backend)  # type: ignore[arg-type]
-        return self._index, False
+        metric, metric_params = key
+        index = gpu_core.build_point_index(
+            coords, metric=metric, metric_params=dict(metric_params) or None,
+            backend=self.backend,  # type: ignore[arg-type]
+        )  # fmt: skip
+        self._indexes[key] = index
+        return index, False
 
     def fit(self, model_id: str, params: dict[str, Any]) -> ResidentModel:
-        """Fit an HDBSCAN* model of ``params`` on this point set's index and keep it as ``model_id``."""
-        index, _ = self.index()
+        """Fit an HDBSCAN* model of ``params`` on this point set's index of its metric and keep it
+        as ``model_id``."""
+        index, _ = self.index(params)
         model = ResidentModel(index, params)
         self.models[model_id] = model
         return model
 
-    def tree(self, min_samples: int) -> tuple[Any, bool, bool]:
-        """The (mutual-reachability) tree of ``min_samples``; whether it was computed before; whether
-        no index had to be built for it (the tree, or the index it is computed on, was there)."""
+    def tree(self, min_samples: int, params: dict[str, Any] | None = None) -> tuple[Any, bool, bool]:
+        """The (mutual-reachability) tree of ``min_samples`` under ``params``' metric; whether it was
+        computed before; whether no index had to be built for it (the tree, or the index it is
+        computed on, was there)."""
         import gpu_core
 
-        known = self._trees.get(min_samples)
+        key = (metric_key(params or {}), min_samples)
+        known = self._trees.get(key)
         if known is not None:
             return known, True, True
-        index, reused_index = self.index()
-        tree = gpu_core.euclidean_mst(index, min_samples=min_samples)
-        self._trees[min_samples] = tree
+        index, reused_index = self.index(params)
+        tree = gpu_core.metric_mst(index, min_samples=min_samples)
+        self._trees[key] = tree
         return tree, False, reused_index
 
-    def linkage(self, min_samples: int) -> tuple[np.ndarray[Any, Any], bool, bool]:
+    def linkage(
+        self, min_samples: int, params: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray[Any, Any], bool, bool]:
         """The single-linkage hierarchy of that tree, with :meth:`tree`'s two flags."""
         import gpu_core
 
-        tree, reused, reused_index = self.tree(min_samples)
-        linkage = self._linkages.get(min_samples)
+        tree, reused, reused_index = self.tree(min_samples, params)
+        key = (metric_key(params or {}), min_samples)
+        linkage = self._linkages.get(key)
         if linkage is None:
             linkage = gpu_core.single_linkage(tree)
-            self._linkages[min_samples] = linkage
+            self._linkages[key] = linkage
         return linkage, reused, reused_index
 
     def run(self, task: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -205,7 +247,7 @@ class ResidentPoints:
         started = time.perf_counter()
         n = self.num_points
         if task == "emst":
-            tree, reused, reused_index = self.tree(int(params.get("min_samples", 1)))
+            tree, reused, reused_index = self.tree(int(params.get("min_samples", 1)), params)
             arrays: dict[str, Any] = {"src": tree.src, "dst": tree.dst, "weights": tree.weights}
             if tree.core_distances is not None:
                 arrays["core_distances"] = tree.core_distances
@@ -214,7 +256,7 @@ class ResidentPoints:
         elif task == "single_linkage":
             if n < 2:
                 raise ClusteringParameterError("a dendrogram needs at least 2 points.", field="points")
-            linkage, reused, reused_index = self.linkage(1)
+            linkage, reused, reused_index = self.linkage(1, params)
             arrays = {"linkage": linkage}
             summary = {"num_edges": n - 1, "total_weight": None, "num_components": 1}
         elif task == "hdbscan":
@@ -228,8 +270,13 @@ class ResidentPoints:
             if n < 2:  # no tree, no index: nothing to compute or reuse
                 labels, probabilities = np.full(1, -1, dtype=np.int64), np.zeros(1)
                 reused, reused_index = False, False
+            elif params.get("allow_single_cluster") or params.get("max_cluster_size"):
+                # the selection of a model: its fit, on the index of the metric (the same labels)
+                reused_index = self.index_built_for(params)
+                model = ResidentModel(self.index(params)[0], params, labels=True)
+                labels, probabilities, reused = model.labels, model.probabilities, False
             else:
-                linkage, reused, reused_index = self.linkage(k)
+                linkage, reused, reused_index = self.linkage(k, params)
                 labels, probabilities = labels_from_tree(
                     linkage,
                     min_cluster_size,

@@ -40,11 +40,16 @@ MEMBERSHIP_BYTES_PER_CLUSTER = 64
 MEMBERSHIP_CHUNK_BYTES = 8 << 24
 
 
-def fit_bytes(num_points: int, dims: int, min_samples: int, backend: str, index_built: bool) -> int:
+def fit_bytes(
+    num_points: int, dims: int, min_samples: int, backend: str, index_built: bool, metric: str = "euclidean"
+) -> int:
     """Upper bound of the bytes a fit allocates on ``backend``: the tree of ``min_samples`` (and
-    the index unless it is ``index_built``), then the model's stages beside it."""
+    the index unless it is ``index_built``), then the model's stages beside it. ``metric``:
+    haversine points are indexed as 3-D unit vectors (cosine's unit vectors have the points' size)."""
     import gpu_core
 
+    if metric == "haversine":
+        dims = 3
     estimate = gpu_core.estimate_point_set_bytes(
         num_points,
         dims,
@@ -78,10 +83,12 @@ class ResidentModel:
 
     ``params``: the estimator's clustering parameters (``min_cluster_size``, ``min_samples``,
     ``cluster_selection_method``, ``cluster_selection_epsilon``, ``allow_single_cluster``,
-    ``max_cluster_size``), checked by the engine as :meth:`gpu_core.HDBSCAN.fit` checks them.
+    ``max_cluster_size``; ``metric`` and ``metric_params``: the index's), checked by the engine as
+    :meth:`gpu_core.HDBSCAN.fit` checks them. ``labels``: keep the training points' labels and
+    probabilities (an ``hdbscan`` job's answer), else only what prediction reads.
     """
 
-    def __init__(self, index: Any, params: dict[str, Any]) -> None:
+    def __init__(self, index: Any, params: dict[str, Any], *, labels: bool = False) -> None:
         from gpu_core._clustering.model import check_options, fit_model
         from gpu_core._clustering.prediction import prediction_data
 
@@ -98,8 +105,16 @@ class ResidentModel:
                 params.get("max_cluster_size"),
             )
 
-        model = fit_model(index, options)
+        model = fit_model(
+            index,
+            options,
+            metric=params.get("metric", "euclidean"),
+            metric_params=params.get("metric_params"),
+        )
         self.index = index
+        if labels:
+            self.labels, self.probabilities = model.labels, model.probabilities
+            return
         self.data = prediction_data(model)
         self.num_clusters = model.num_labels
         self.num_noise = int((model.labels < 0).sum())

@@ -135,7 +135,9 @@ class Worker:
         k = int(params.get("min_cluster_size", 5) if samples is None else samples)
         if not 1 <= k <= n:  # the engine refuses it with its own words
             return
-        needed = fit_bytes(n, d, k, self.backend, points.index_built)
+        needed = fit_bytes(
+            n, d, k, self.backend, points.index_built_for(params), str(params.get("metric", ""))
+        )
         what = f"an HDBSCAN* model of min_samples={k} on {n} points of {d} coordinates"
         self.check_room(needed, what, "to be fitted", point_set=True)
 

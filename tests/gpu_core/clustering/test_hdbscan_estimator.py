@@ -235,10 +235,13 @@ def test_estimator_protocol() -> None:
         est.set_params(nope=1)
     with pytest.raises(gpu_core.NotFittedError):
         gpu_core.HDBSCAN().predict(x)
-    with pytest.raises(gpu_core.errors.ClusteringParameterError, match="min_cluster_size"):
+    # scikit-learn's validation of the declared constraints (InvalidParameterError, a ValueError)
+    with pytest.raises(ValueError, match="'min_cluster_size' parameter of HDBSCAN must be an int"):
         gpu_core.HDBSCAN(min_cluster_size=1).fit(x)
-    with pytest.raises(gpu_core.errors.ClusteringParameterError, match="max_cluster_size"):
+    with pytest.raises(ValueError, match="'max_cluster_size' parameter of HDBSCAN"):
         gpu_core.HDBSCAN(max_cluster_size=-1).fit(x)
+    with pytest.raises(ValueError, match="'metric' parameter of HDBSCAN must be a str among"):
+        gpu_core.HDBSCAN(metric="braycurtis").fit(x)
     with pytest.raises(ValueError, match="expecting 2 features"):
         est.predict(np.zeros((3, 3)))
 
