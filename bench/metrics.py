@@ -29,7 +29,7 @@ import multiprocessing
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -82,7 +82,7 @@ def distance_matrix(points: Any, xp: Any, rows: int = 2048) -> Any:
 
 def ours(points: Any, metric: str, params: Any, repeats: int) -> dict[str, Any]:
     """Median seconds of HDBSCAN* (to labels on the host) and the last run's split."""
-    backend = "gpu" if gpu_core.gpu_available() else "cpu"
+    backend: Literal["gpu", "cpu"] = "gpu" if gpu_core.gpu_available() else "cpu"
 
     def run() -> Any:
         result = gpu_core.hdbscan(

@@ -98,26 +98,37 @@ def measure_transport(pool: Literal["local", "ray"], repeats: int) -> dict[str, 
     import asyncio
     import tempfile
 
-    from service.runtime.supervisor import Supervisor
+    from service.runtime.supervisor.supervisor import Supervisor
     from service.runtime.worker import protocol as worker
     from service.settings import Settings
 
     async def run(data_dir: str) -> list[float]:
+        from service.runtime.links.fleet import Fleet
+        from service.runtime.links.link import WorkerLink
+
         extra: dict[str, Any] = {"ray_workers": 1} if pool == "ray" else {}
         settings = Settings(backend="cpu", data_dir=Path(data_dir), worker_pool=pool, **extra)
-        supervisor = Supervisor(settings, lambda graph_id: None)
+        supervisor = Supervisor(settings)
+        supervisor.begin()
         await supervisor.start()
+        links: list[WorkerLink] | None = None
+        if pool == "ray":
+            from service.runtime.links.ray_link import RayLink
+
+            links = [RayLink(s, supervisor.board, 300) for s in supervisor.slots]  # type: ignore[arg-type]
+        fleet = Fleet(settings, supervisor.board, supervisor.run_dir, 0, supervisor.workers, links)
+        fleet.open()
         try:
-            (handle,) = supervisor.workers
-            await handle.wait_accepting(300)
+            (link,) = fleet.links
             samples = []
             for i in range(repeats + 20):
                 started = time.perf_counter()
-                await handle.request(worker.PING)
+                await link.call(worker.PING)
                 if i >= 20:
                     samples.append((time.perf_counter() - started) * 1e3)
             return samples
         finally:
+            await fleet.close()
             await supervisor.stop()
 
     with tempfile.TemporaryDirectory(prefix="mst-bench-") as data_dir:

@@ -35,6 +35,7 @@ from .runtime.board import Board
 from .runtime.catalog import Catalog
 from .runtime.jobs import Jobs
 from .runtime.links.fleet import Fleet
+from .runtime.links.link import WorkerLink
 from .runtime.models import Models
 from .runtime.oneshots import OneShots
 from .runtime.supervisor.supervisor import Supervisor, read_facts
@@ -96,7 +97,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         hosted = Hosted(0, supervisor.board, supervisor.run_dir, supervisor.workers)
     else:
         store = Store(settings.data_dir, checkpoint=False)
-    links = None
+    links: list[WorkerLink] | None = None
     if settings.worker_pool == "ray" and supervisor is not None:
         from .runtime.links.ray_link import RayLink
 
@@ -223,12 +224,16 @@ def create_app(
         app.router.routes.extend(router.routes)
     # before the routes: nothing answers a request it refuses, so no route can escape it
     app.add_middleware(AuthMiddleware, keys=KeyRing.from_settings(app.state.settings))
-    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics, process=0 if hosted is None else hosted.slot)
+    app.add_middleware(
+        MetricsMiddleware, metrics=app.state.metrics, process=0 if hosted is None else hosted.slot
+    )
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 
 
-def serve_api(settings: Settings, slot: int, board: Board, run_dir: Path, sockets: list[socket.socket]) -> None:
+def serve_api(
+    settings: Settings, slot: int, board: Board, run_dir: Path, sockets: list[socket.socket]
+) -> None:
     """An API process of a supervisor process: uvicorn serving the app on the shared listening socket."""
     import uvicorn
 

@@ -15,10 +15,9 @@ every process's (:meth:`Metrics.exposition`), so every scrape says the same.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-
-import os
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -154,6 +153,6 @@ class Metrics:
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry(auto_describe=True)
-        multiprocess.MultiProcessCollector(registry)  # every process's counters and histograms, summed
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # every process's, summed
         registry.register(_WorkerCollector(lambda: self.workers()))
         return generate_latest(registry)

@@ -23,9 +23,9 @@ from ..errors import (
 from ..metrics import Metrics
 from ..runtime.catalog import Catalog
 from ..runtime.jobs import Jobs
+from ..runtime.links.fleet import Fleet
 from ..runtime.models import Models
 from ..runtime.oneshots import OneShots
-from ..runtime.links.fleet import Fleet
 from ..settings import Settings
 from ..storage.records import is_id
 from ..storage.store import Store
@@ -116,8 +116,6 @@ async def get_jobs(services: Annotated[Services, Depends(get_services)]) -> Jobs
 
 async def get_catalog(services: Annotated[Services, Depends(get_services)]) -> Catalog:
     return services.catalog
-
-
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]

@@ -76,7 +76,9 @@ def _residency(fleet: Fleet, placements: list[Placement]) -> Residency:
 
 def _placed(fleet: Fleet, placement: Placement | None) -> Residency:
     if placement is None:
-        return Residency(status="unplaced", worker=None, backend=None, device=None, device_bytes=0)
+        return Residency(
+            status="unplaced", worker=None, backend=None, device=None, device_bytes=0, error=None
+        )
     facts = fleet.facts()
     fact = facts[placement.worker] if placement.worker < len(facts) else {}
     status = placement.status if placement.status in _ORDER else "loading"

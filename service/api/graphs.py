@@ -88,7 +88,9 @@ async def list_graphs(services: ServicesDep, owner: OwnerDep) -> GraphList:
 )
 async def get_graph(graph_id: str, services: ServicesDep, owner: OwnerDep) -> GraphOut:
     """Sizes, weight dtype, and where the graph is resident (worker, device, bytes on the device)."""
-    return describe_graph(services.fleet, services.store, services.catalog.get(checked_graph_id(graph_id), owner))
+    return describe_graph(
+        services.fleet, services.store, services.catalog.get(checked_graph_id(graph_id), owner)
+    )
 
 
 @router.delete(

@@ -70,7 +70,9 @@ async def submit_response(
     """
     started = time.monotonic()
     jobs = services.jobs
-    submitted = await jobs.submit(checked(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache)
+    submitted = await jobs.submit(
+        checked(graph_id), owner, task=task, params=params, publish=wait <= 0, cache=cache
+    )
     if wait > 0:
         job = await jobs.wait(submitted, min(wait, services.settings.max_wait_s))
         if not job.finished:

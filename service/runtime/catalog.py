@@ -64,7 +64,9 @@ def sharded_weights_refused(graph_id: str, shards: int) -> ShardedGraphError:
 class Catalog:
     """The stored datasets (see the module's docstring)."""
 
-    def __init__(self, settings: Settings, store: Store, fleet: Fleet, admission: Admission, metrics: Metrics) -> None:
+    def __init__(
+        self, settings: Settings, store: Store, fleet: Fleet, admission: Admission, metrics: Metrics
+    ) -> None:
         self._settings = settings
         self._store = store
         self._fleet = fleet
@@ -124,7 +126,12 @@ class Catalog:
     # -- creation -----------------------------------------------------------------------------
 
     async def create(
-        self, upload: Upload, owner: str, kind: str = "graph", shards: int | None = None, steps: Steps | None = None
+        self,
+        upload: Upload,
+        owner: str,
+        kind: str = "graph",
+        shards: int | None = None,
+        steps: Steps | None = None,
     ) -> GraphRecord:
         """Store the upload as a graph (or point set) of ``owner`` (:meth:`admit` first).
 
@@ -142,7 +149,9 @@ class Catalog:
             if not self._creating[owner]:
                 del self._creating[owner]
 
-    async def _create_graph(self, upload: Upload, owner: str, shards: int | None, steps: Steps | None) -> GraphRecord:
+    async def _create_graph(
+        self, upload: Upload, owner: str, shards: int | None, steps: Steps | None
+    ) -> GraphRecord:
         workers = len(self._fleet)
         if shards is not None and shards > max(workers, 1):
             upload.discard()
@@ -156,7 +165,9 @@ class Catalog:
         if shards is None and threshold and workers >= 2:
             return await self._create_sharded(upload, owner, None, above=threshold)
         try:
-            return await self._create(upload, owner, "graph", keep_upload=shards is None and workers >= 2, steps=steps)
+            return await self._create(
+                upload, owner, "graph", keep_upload=shards is None and workers >= 2, steps=steps
+            )
         except GraphExceedsWorkerError:
             if shards is not None or workers < 2:
                 raise
@@ -200,7 +211,9 @@ class Catalog:
         final = self._store.graph_path(graph_id)
         try:
             await upload.synced
-            await asyncio.to_thread(self._store.publish, upload.path if canonical is None else canonical, final)
+            await asyncio.to_thread(
+                self._store.publish, upload.path if canonical is None else canonical, final
+            )
             if canonical is not None:
                 upload.discard()
             record = _new_record(graph_id, summary, upload.source, final, owner, kind)
@@ -228,7 +241,11 @@ class Catalog:
         try:
             workers = len(self._fleet)
             info = await self._fleet.link(self._fleet.place()).call(
-                DESCRIBE, str(upload.path), upload.format, None if canonical is None else str(canonical), workers
+                DESCRIBE,
+                str(upload.path),
+                upload.format,
+                None if canonical is None else str(canonical),
+                workers,
             )
             m = int(info["num_edges"])
             if above is not None and m <= above:  # small enough: an ordinary graph, from the npz
@@ -239,7 +256,9 @@ class Catalog:
                         raise  # else it does not fit one worker: sharded after all
             count = shards if shards is not None else self._shards_needed(info, workers)
             await upload.synced
-            await asyncio.to_thread(self._store.publish, upload.path if canonical is None else canonical, final)
+            await asyncio.to_thread(
+                self._store.publish, upload.path if canonical is None else canonical, final
+            )
             if canonical is not None:
                 upload.discard()
             ranges = gpu_core.edge_ranges(m, count)
@@ -249,11 +268,15 @@ class Catalog:
 
             async def load(i: int, worker: int) -> dict[str, Any]:
                 key = shard_key(graph_id, i)
-                summary = await self._load(worker, key, (str(final), shard_format(*ranges[i]), n, None), estimate)
+                summary = await self._load(
+                    worker, key, (str(final), shard_format(*ranges[i]), n, None), estimate
+                )
                 loaded.append((worker, key))
                 return summary
 
-            results = await asyncio.gather(*(load(i, w) for i, w in enumerate(placed)), return_exceptions=True)
+            results = await asyncio.gather(
+                *(load(i, w) for i, w in enumerate(placed)), return_exceptions=True
+            )
             failed = [r for r in results if isinstance(r, BaseException)]
             if failed:
                 raise failed[0]
@@ -265,7 +288,10 @@ class Catalog:
                 payload_bytes=final.stat().st_size, device_bytes=sum(sizes), owner=owner, kind="graph",
                 shards=count,
             )  # fmt: skip
-            where = [(shard_key(graph_id, i), w, size) for i, (w, size) in enumerate(zip(placed, sizes, strict=True))]
+            where = [
+                (shard_key(graph_id, i), w, size)
+                for i, (w, size) in enumerate(zip(placed, sizes, strict=True))
+            ]
             self._store.commit_graph(record, where, self.quota_check(owner, record.device_bytes))
         except BaseException:
             final.unlink(missing_ok=True)
@@ -355,10 +381,14 @@ class Catalog:
             self._tell(placement.worker, DROP, placement.key)
         # the record is gone: nothing reads the files now (a crash before they are removed leaves
         # payloads without a record, which the next start removes)
-        await asyncio.to_thread(remove_files, self._store.graph_path(graph_id), self._store.weights_path(graph_id))
+        await asyncio.to_thread(
+            remove_files, self._store.graph_path(graph_id), self._store.weights_path(graph_id)
+        )
 
 
-def _new_record(graph_id: str, summary: dict[str, Any], source: str, final: Path, owner: str, kind: str) -> GraphRecord:
+def _new_record(
+    graph_id: str, summary: dict[str, Any], source: str, final: Path, owner: str, kind: str
+) -> GraphRecord:
     return GraphRecord(
         id=graph_id,
         created_at=time.time(),

@@ -65,7 +65,7 @@ class Submitted:
     """A job this process just submitted: its record as known, and its worker's answer to come."""
 
     job: JobRecord
-    #: the worker's reply (its final record under ``JOB``), or the coordinator's outcome; None: a cached answer
+    #: the worker's reply (its final record under ``JOB``), or the coordinator's; None: a cached answer
     reply: asyncio.Future[Any] | None = None
     #: the STORED note of its result file
     note: asyncio.Future[None] | None = None
@@ -284,7 +284,9 @@ class Jobs:
         steps.lap("lookup")
         if job.status != "succeeded":
             why = f": {job.error_type}: {job.error_message}" if job.status == "failed" else ""
-            raise JobNotFinishedError(f"job {job_id} is {job.status}{why}; only succeeded jobs have a result.")
+            raise JobNotFinishedError(
+                f"job {job_id} is {job.status}{why}; only succeeded jobs have a result."
+            )
         path = await self.results.path(job)
         steps.lap("store")
         return job, path

@@ -36,7 +36,9 @@ from .worker.protocol import DROP_MODEL, FIT, INLINE, PREDICT, SERVED
 class Models:
     """The models of the stored point sets (their records in the store)."""
 
-    def __init__(self, settings: Settings, store: Store, fleet: Fleet, catalog: Catalog, admission: Admission) -> None:
+    def __init__(
+        self, settings: Settings, store: Store, fleet: Fleet, catalog: Catalog, admission: Admission
+    ) -> None:
         self._settings = settings
         self._store = store
         self._fleet = fleet

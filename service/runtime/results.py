@@ -1,4 +1,4 @@
-"""Succeeded jobs' result files: awaited while their worker writes them, shared by the cache, computed again when lost.
+"""Succeeded jobs' result files: awaited while being written, shared by the cache, computed again when lost.
 
 A succeeded job's result file is written by its worker right *after* its answer, so a request for
 the result may come first. In the API process that submitted the job, the worker's STORED note
@@ -159,7 +159,9 @@ class Results:
             if not placements:
                 raise ResultGoneError(f"the result of job {job.id} was lost and its graph is gone.")
             link = self._fleet.link(placements[0].worker)
-            reply, note = link.send(MST, job.graph_id, path, job.task, json.loads(job.params), None, note=True)
+            reply, note = link.send(
+                MST, job.graph_id, path, job.task, json.loads(job.params), None, note=True
+            )
             summary = await reply
             assert note is not None
             stored = note

@@ -107,7 +107,9 @@ class GraphTable:
 
     def placements_of(self, graph_id: str) -> list[Placement]:
         """Where a dataset lives: one placement, or one per shard in shard order."""
-        rows = self.db.read("SELECT * FROM placements WHERE graph_id = ? ORDER BY length(key), key", (graph_id,))
+        rows = self.db.read(
+            "SELECT * FROM placements WHERE graph_id = ? ORDER BY length(key), key", (graph_id,)
+        )
         return [Placement(**dict(r)) for r in rows]
 
     def placement(self, key: str) -> Placement | None:
@@ -116,9 +118,7 @@ class GraphTable:
 
     def placed_on(self, worker: int) -> list[Placement]:
         """The datasets placed on ``worker``, smallest first (its reloads' order)."""
-        rows = self.db.read(
-            "SELECT * FROM placements WHERE worker = ? ORDER BY device_bytes, key", (worker,)
-        )
+        rows = self.db.read("SELECT * FROM placements WHERE worker = ? ORDER BY device_bytes, key", (worker,))
         return [Placement(**dict(r)) for r in rows]
 
     def held_bytes(self) -> dict[int, int]:
@@ -126,7 +126,9 @@ class GraphTable:
         rows = self.db.read("SELECT worker, COALESCE(SUM(device_bytes), 0) FROM placements GROUP BY worker")
         return {int(r[0]): int(r[1]) for r in rows}
 
-    def set_residency(self, key: str, status: str, device_bytes: int | None = None, error: str | None = None) -> None:
+    def set_residency(
+        self, key: str, status: str, device_bytes: int | None = None, error: str | None = None
+    ) -> None:
         """A worker's word on a dataset it holds (its size is kept when not given)."""
         self.db.write(
             "UPDATE placements SET status = ?, device_bytes = COALESCE(?, device_bytes), error = ? "
@@ -139,7 +141,8 @@ class GraphTable:
         with self.db.tx() as db:
             db.execute("DELETE FROM placements")
             db.executemany(
-                "INSERT INTO placements (key, graph_id, worker, status, device_bytes) VALUES (?, ?, ?, 'loading', ?)",
+                "INSERT INTO placements (key, graph_id, worker, status, device_bytes) "
+                "VALUES (?, ?, ?, 'loading', ?)",
                 [(p.key, p.graph_id, p.worker, p.device_bytes) for p in assignments],
             )
 

@@ -178,7 +178,8 @@ class JobTable:
     def spread_coordinators(self, slots: int) -> None:
         """At start-up: the queued sharded jobs of API slots that no longer exist go to those that do."""
         self.db.write(
-            "UPDATE jobs SET coordinator = coordinator % ? WHERE coordinator IS NOT NULL AND status = 'queued'",
+            "UPDATE jobs SET coordinator = coordinator % ? "
+            "WHERE coordinator IS NOT NULL AND status = 'queued'",
             (max(slots, 1),),
         )
 

@@ -13,7 +13,9 @@ from service.storage.store import Store
 
 
 def succeeded_job(store: Store, job_id: str) -> JobRecord:
-    job = JobRecord(job_id, "g_1", "succeeded", time.time(), time.time(), time.time(), None, None, 1, 5, 1, 0.1)
+    job = JobRecord(
+        job_id, "g_1", "succeeded", time.time(), time.time(), time.time(), None, None, 1, 5, 1, 0.1
+    )
     store.add_job(job)
     return job
 
@@ -32,7 +34,9 @@ def test_a_result_request_waits_for_the_file(tmp_path: Path) -> None:
         store.result_path("j_1").write_bytes(b"npz")
         note.set_result(None)
         assert await asyncio.wait_for(fetch, 5) == store.result_path("j_1")
-        assert await asyncio.wait_for(results.path(job), 5) == store.result_path("j_1")  # nothing left to await
+        assert await asyncio.wait_for(results.path(job), 5) == store.result_path(
+            "j_1"
+        )  # nothing left to await
         assert "j_1" not in results._storing
 
     asyncio.run(scenario())

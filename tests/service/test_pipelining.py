@@ -119,7 +119,7 @@ def test_worker_killed_with_jobs_in_its_queue(server_factory: ServerFactory) -> 
         jobs = [server.submit(small).json()["id"] for _ in range(4)]
         assert [server.client.get(f"/v1/jobs/{j}").json()["status"] for j in jobs] == ["queued"] * 4
         os.kill(pid, signal.SIGKILL)
-        _, ready = readiness_after_loss(server, pid)
+        readiness_after_loss(server, pid)
     lost = server.poll(running)  # the one it was running
     assert lost["status"] == "failed" and lost["error"]["type"] == "worker_lost", lost
     tree = kruskal(graph)

@@ -14,7 +14,7 @@ def plan_workers(settings: Settings) -> list:
     return plan.plan_workers(settings, settings.data_dir / "run", 1)
 
 
-def first_config(settings: Settings):  # type: ignore[no-untyped-def]
+def first_config(settings: Settings):
     return plan.first_config(settings, settings.data_dir / "run", 1)
 
 

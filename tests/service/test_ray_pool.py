@@ -374,7 +374,9 @@ def test_a_ready_actors_heartbeat_counts_from_its_start_s_answer(tmp_path: Path)
     async def scenario() -> tuple[float, str]:
         loop = asyncio.get_running_loop()
         board = Board.create(1, 1)
-        slot = RaySlot(worker_config(settings, tmp_path, 1, 0, "cpu", None), {}, settings, board, lambda: None)
+        slot = RaySlot(
+            worker_config(settings, tmp_path, 1, 0, "cpu", None), {}, settings, board, lambda: None
+        )
         actor = type("Actor", (), {})()
         actor.start = _Method(lambda: asyncio.sleep(3.0, result=info))  # a slow start
         actor.beat = _Method(loop.create_future)  # a first heartbeat that has not come back yet

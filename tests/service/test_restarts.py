@@ -420,6 +420,7 @@ def test_with_backend_auto_worker_0_starts_while_the_gpu_probe_runs(
     import importlib.util
 
     from service.runtime.supervisor.supervisor import Supervisor
+    from service.runtime.supervisor.worker_slot import WorkerSlot
     from service.settings import Settings
 
     real = importlib.util.find_spec
@@ -436,10 +437,11 @@ def test_with_backend_auto_worker_0_starts_while_the_gpu_probe_runs(
         await supervisor.start()
         try:
             until_serving = time.monotonic() + 120
-            while not all(s.current is not None and s.current.serving for s in supervisor.slots):
+            slots = [s for s in supervisor.slots if isinstance(s, WorkerSlot)]
+            while not all(s.current is not None and s.current.serving for s in slots):
                 assert time.monotonic() < until_serving
                 await asyncio.sleep(0.02)
-            current = supervisor.slots[0].current
+            current = slots[0].current
             assert current is not None and current.pid == early  # the one started early
             return [s.facts() for s in supervisor.slots]
         finally:

@@ -48,7 +48,8 @@ def test_ids_are_random_and_prefixed() -> None:
 
 
 def test_wal_mode(store: Store) -> None:
-    assert store.db.read_one("PRAGMA journal_mode")[0] == "wal"
+    row = store.db.read_one("PRAGMA journal_mode")
+    assert row is not None and row[0] == "wal"
 
 
 def test_graph_records(store: Store) -> None:

@@ -120,7 +120,9 @@ def test_heartbeat_moves_once_it_serves(w: Worker) -> None:
 
 def test_load_compute_drop(w: Worker) -> None:
     c, tmp = w.client, w.tmp
-    path = write(tmp, "g.npz", npz_body([0, 1, 2, 3], [1, 2, 0, 3], np.array([2, 1, 3, 9], dtype=np.int32), 6))
+    path = write(
+        tmp, "g.npz", npz_body([0, 1, 2, 3], [1, 2, 0, 3], np.array([2, 1, 3, 9], dtype=np.int32), 6)
+    )
     ok, summary = c.call(worker.LOAD, "g_1", path, "npz", None, None)
     assert ok, summary
     assert (summary["num_vertices"], summary["num_edges"], summary["weight_dtype"]) == (6, 4, "int32")
@@ -274,11 +276,17 @@ def test_the_queue_keeps_stamp_order_and_a_datasets_order_and_lets_others_pass_a
     ):
         loop.add(request)
     assert [r.req_id for r in loop.queue] == [1, 2, 3, 4]  # stamp order, whatever the arrival
-    assert loop.next_request().req_id == 3  # z's requests wait for its load; a's goes ahead
+
+    def next_id() -> int:
+        request = loop.next_request()
+        assert request is not None
+        return request.req_id
+
+    assert next_id() == 3  # z's requests wait for its load; a's goes ahead
     loop._take(loop.queue[2])
-    assert loop.next_request().req_id == 4
+    assert next_id() == 4
     loop._take(loop.queue[2])
-    assert loop.next_request().req_id == 1  # nothing else to run: z's first request, its load now
+    assert next_id() == 1  # nothing else to run: z's first request, its load now
 
 
 def test_a_request_waiting_for_a_load_is_passed_at_most_max_overtaken_times() -> None:

@@ -59,7 +59,10 @@ class Fleet:
 
     def link(self, index: int) -> WorkerLink:
         if not 0 <= index < len(self.links):
-            raise ServiceUnavailableError(f"worker {index} does not exist in this service (its datasets are placed again at the next start).")
+            raise ServiceUnavailableError(
+                f"worker {index} does not exist in this service (its datasets are placed again at the "
+                "next start)."
+            )
         return self.links[index]
 
     # -- what is known of the workers ---------------------------------------------------------

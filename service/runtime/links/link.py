@@ -346,7 +346,13 @@ class WorkerLink:
             self._expire_held()
             return
         if lost_now or kept:
-            log.warning("worker %d died: %d request(s) lost, %d to re-send (%s)", self.index, lost_now, len(kept), [r.op for r in kept])
+            log.warning(
+                "worker %d died: %d request(s) lost, %d to re-send (%s)",
+                self.index,
+                lost_now,
+                len(kept),
+                [r.op for r in kept],
+            )
         self._connect()
 
     def open(self) -> None:

@@ -1,4 +1,4 @@
-"""The API process's link to a worker that is a Ray actor (``MST_WORKER_POOL=ray``): actor calls, one at a time.
+"""The API process's link to a Ray actor worker (``MST_WORKER_POOL=ray``): actor calls, one at a time.
 
 The same link as a socket's (:class:`~.link.WorkerLink`: ids, futures, notes, a death's triage),
 with another transport: each request is one actor call (:meth:`MSTWorker.call

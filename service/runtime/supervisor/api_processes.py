@@ -34,7 +34,9 @@ MP = multiprocessing.get_context("spawn")
 ApiMain = Callable[[Settings, int, Board, Path, list[socket.socket]], None]
 
 
-def api_entry(target: str, settings: Settings, slot: int, board: Board, run_dir: Path, sockets: list[socket.socket]) -> None:
+def api_entry(
+    target: str, settings: Settings, slot: int, board: Board, run_dir: Path, sockets: list[socket.socket]
+) -> None:
     """An API process's entry point: import ``target`` (``module:function``, an :data:`ApiMain`) in
     the child and run it, so the supervisor never imports the web framework itself."""
     import importlib
@@ -42,6 +44,7 @@ def api_entry(target: str, settings: Settings, slot: int, board: Board, run_dir:
     module, _, name = target.partition(":")
     main: ApiMain = getattr(importlib.import_module(module), name)
     main(settings, slot, board, run_dir, sockets)
+
 
 #: the pause before a dead API process is replaced (doubled while they die young)
 RESPAWN_PAUSE_S = 0.2

@@ -60,7 +60,13 @@ def socket_path(run_dir: Path, index: int) -> str:
 
 
 def worker_config(
-    settings: Settings, run_dir: Path, api_slots: int, index: int, backend: str, device: str | None, share: int = 1
+    settings: Settings,
+    run_dir: Path,
+    api_slots: int,
+    index: int,
+    backend: str,
+    device: str | None,
+    share: int = 1,
 ) -> WorkerConfig:
     """The config of worker ``index`` (on ``backend``, CUDA_VISIBLE_DEVICES ``device``, one of
     ``share`` workers of that device)."""

@@ -32,6 +32,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -100,7 +101,7 @@ class MSTWorker:
         info = startup.start(self._worker)
         info["host"] = socket.gethostname()
         info["device"] = f"{info['device']} on {info['host']}"
-        store = Store(self._worker.config.data_dir, checkpoint=False)
+        store = Store(Path(self._worker.config.data_dir), checkpoint=False)
         holdings = Holdings(self._worker, store)
         holdings.adopt_placements()
         board = Board.create(self._worker.config.index + 1, 1)  # its own numbers (the slot brings them over)
@@ -109,7 +110,13 @@ class MSTWorker:
             return info
         queued, _ = job_records.recover(store, list(holdings.status))
         for job in queued:
-            args = [job.graph_id, str(store.result_path(job.id)), job.task, _params(job.params), job_records.spec_of(job)]
+            args = [
+                job.graph_id,
+                str(store.result_path(job.id)),
+                job.task,
+                _params(job.params),
+                job_records.spec_of(job),
+            ]
             self._loop.add(Incoming(None, MST, 0, 0.0, args, self._next()))
         return info
 
@@ -175,7 +182,11 @@ def connect(settings: Settings) -> None:
     """Join the cluster at ``MST_RAY_ADDRESS``, or start a local one."""
     if ray.is_initialized():
         return
-    options: dict[str, Any] = {"namespace": NAMESPACE, "include_dashboard": False, "logging_level": logging.WARNING}
+    options: dict[str, Any] = {
+        "namespace": NAMESPACE,
+        "include_dashboard": False,
+        "logging_level": logging.WARNING,
+    }
     if settings.ray_address is None:
         # the host's CPUs and one more per actor: a replacement can start while Ray still reaps the
         # actor it replaces (a stuck process holds its CPU until Ray's kill has ended it)
@@ -207,7 +218,9 @@ def plan(settings: Settings, run_dir: Any) -> list[tuple[WorkerConfig, dict[str,
     gpus = int(_resources().get("GPU", 0))
     backend = settings.backend if settings.backend != "auto" else ("gpu" if gpus else "cpu")
     if backend == "gpu" and gpus == 0:
-        raise BackendUnavailableError("MST_BACKEND=gpu with MST_WORKER_POOL=ray, but the Ray cluster has no GPU resource.")
+        raise BackendUnavailableError(
+            "MST_BACKEND=gpu with MST_WORKER_POOL=ray, but the Ray cluster has no GPU resource."
+        )
     count = settings.ray_workers or (gpus if backend == "gpu" else 1)
     resources: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if backend == "gpu" else 0}
     options = {**resources, "max_restarts": 0, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
@@ -229,7 +242,12 @@ class RaySlot:
     """The supervisor's side of one worker actor (see the module's docstring)."""
 
     def __init__(
-        self, config: WorkerConfig, options: dict[str, Any], settings: Settings, board: Board, changed: Callable[[], None]
+        self,
+        config: WorkerConfig,
+        options: dict[str, Any],
+        settings: Settings,
+        board: Board,
+        changed: Callable[[], None],
     ) -> None:
         self.config = config
         self.index = config.index

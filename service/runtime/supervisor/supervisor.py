@@ -92,7 +92,9 @@ class Supervisor:
         self.store = store
         queued, failed = store.recover("The service stopped while the job was running.")
         if failed:
-            log.warning("%d job(s) were running when the service stopped; marked failed (worker_lost)", failed)
+            log.warning(
+                "%d job(s) were running when the service stopped; marked failed (worker_lost)", failed
+            )
         if queued:
             log.info("%d queued job(s) run again", len(queued))
         if settings.worker_pool == "ray":
@@ -111,9 +113,9 @@ class Supervisor:
         planned = await asyncio.to_thread(ray_plan, self.settings, self.run_dir)
         store.replace_placements(place_stored(store, len(planned)))
         for config, options in planned:
-            slot = RaySlot(config, options, self.settings, self.board, self.write_facts)
-            slot.plan_ms = round((time.perf_counter() - started) * 1e3, 3)
-            self.slots.append(slot)
+            actor = RaySlot(config, options, self.settings, self.board, self.write_facts)
+            actor.plan_ms = round((time.perf_counter() - started) * 1e3, 3)
+            self.slots.append(actor)
         self.write_facts()
         for slot in self.slots:
             await slot.start()
@@ -133,12 +135,12 @@ class Supervisor:
             raise ValueError(f"{len(configs)} workers planned; at most {MAX_WORKERS} are supported.")
         store.replace_placements(place_stored(store, len(configs)))
         for config in configs:
-            slot = WorkerSlot(config, settings, self.board, self.write_facts)
+            worker = WorkerSlot(config, settings, self.board, self.write_facts)
             if head is not None and config.index == 0 and keeps(config, head.config):
-                slot.adopt(head)
+                worker.adopt(head)
                 head = None
-            slot.plan_ms = round((time.perf_counter() - started) * 1e3, 3)
-            self.slots.append(slot)
+            worker.plan_ms = round((time.perf_counter() - started) * 1e3, 3)
+            self.slots.append(worker)
         if head is not None:  # not the plan's worker 0 (another GPU): it goes
             head.process.kill()
         self.write_facts()
@@ -170,7 +172,10 @@ class Supervisor:
 
     def write_facts(self) -> None:
         """Say what the supervisor knows of the workers (``workers.json``, replaced whole)."""
-        facts = {"workers": [slot.facts() for slot in self.slots], "restarts": [s.restarts for s in self.slots]}
+        facts = {
+            "workers": [slot.facts() for slot in self.slots],
+            "restarts": [s.restarts for s in self.slots],
+        }
         path = self.run_dir / FACTS
         part = path.with_suffix(".part")
         part.write_text(json.dumps(facts))

@@ -61,7 +61,9 @@ class Process:
 class WorkerSlot:
     """The supervisor's side of one worker (see the module's docstring)."""
 
-    def __init__(self, config: WorkerConfig, settings: Settings, board: Board, changed: Callable[[], None]) -> None:
+    def __init__(
+        self, config: WorkerConfig, settings: Settings, board: Board, changed: Callable[[], None]
+    ) -> None:
         self.config = config
         self.index = config.index
         self._settings = settings
@@ -104,7 +106,9 @@ class WorkerSlot:
         if spawned is None:
             spawned = await asyncio.to_thread(spawn_worker, self.config, self._board)
         self._take(Process(spawned, self._next_generation()))
-        log.info("worker %d started (pid %d, backend %s)", self.index, spawned.process.pid, self.config.backend)
+        log.info(
+            "worker %d started (pid %d, backend %s)", self.index, spawned.process.pid, self.config.backend
+        )
 
     def _next_generation(self) -> int:
         self._generations += 1
@@ -218,7 +222,11 @@ class WorkerSlot:
             elif not process.serving and now - self.started_at > settings.worker_start_timeout_s:
                 self.kill(f"not ready after {settings.worker_start_timeout_s} s (MST_WORKER_START_TIMEOUT_S)")
         spare = self.spare
-        if spare is not None and spare.info is None and now - spare.spawned_at > settings.worker_start_timeout_s:
+        if (
+            spare is not None
+            and spare.info is None
+            and now - spare.spawned_at > settings.worker_start_timeout_s
+        ):
             log.error("worker %d: standby not warm within MST_WORKER_START_TIMEOUT_S; killing it", self.index)
             spare.process.kill()
 

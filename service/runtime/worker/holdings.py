@@ -175,7 +175,12 @@ class Holdings:
             self.changed = True
             self.status[key] = "evicted"
             self.store.set_residency(key, "evicted")
-            log.info("worker %d: evicted %s (idle %.1f s)", self.index, key, time.monotonic() - self.last_used.get(key, 0))
+            log.info(
+                "worker %d: evicted %s (idle %.1f s)",
+                self.index,
+                key,
+                time.monotonic() - self.last_used.get(key, 0),
+            )
         return freed
 
     def reload_next(self, busy: Collection[str]) -> bool:

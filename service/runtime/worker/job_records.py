@@ -1,4 +1,4 @@
-"""The records of the jobs a worker runs: it starts them, ends them, and takes back those of a dead predecessor.
+"""The records of the jobs a worker runs: it starts and ends them, and takes back a dead predecessor's.
 
 A job's MST request carries its :class:`~.protocol.JobSpec`. A published job (its record is in
 the store, ``queued``) is started only if it still is (:func:`begin`: a cancel through any API
@@ -47,7 +47,13 @@ def begin(store: Store, spec: JobSpec, resent: bool = False) -> JobRecord | None
 
 
 def end(
-    store: Store, spec: JobSpec, started_at: float, ok: bool, payload: Any, weights_version: int, coalesced: bool
+    store: Store,
+    spec: JobSpec,
+    started_at: float,
+    ok: bool,
+    payload: Any,
+    weights_version: int,
+    coalesced: bool,
 ) -> JobRecord:
     """Write a job's end from its computation's outcome; the record as stored."""
     if ok:
@@ -69,7 +75,9 @@ def end(
     elif isinstance(payload, (GraphNotFoundError, PointSetNotFoundError)):
         record = _record(spec, started_at, *_DELETED)
     else:
-        record = _record(spec, started_at, "failed", error_type(payload), str(payload), weights_version=weights_version)
+        record = _record(
+            spec, started_at, "failed", error_type(payload), str(payload), weights_version=weights_version
+        )
     stored = store.finish_job(record, token=spec.token)
     if stored is None:  # it ended otherwise meanwhile (cancelled as its ?wait= ran out)
         stored = store.get_job(spec.id)

@@ -44,7 +44,6 @@ from .protocol import (
     JOB,
     LOAD,
     MAX_COALESCED,
-    MERGE,
     MST,
     ONESHOT,
     PREDICT,
@@ -81,7 +80,9 @@ def dataset_of(request: Incoming) -> str | None:
 class WorkerLoop:
     """One worker's queue and the loop that runs it (see the module's docstring)."""
 
-    def __init__(self, worker: Worker, holdings: Holdings, board: Board, server: Server, writer: Writer) -> None:
+    def __init__(
+        self, worker: Worker, holdings: Holdings, board: Board, server: Server, writer: Writer
+    ) -> None:
         self.worker = worker
         self.holdings = holdings
         self.store = holdings.store
@@ -139,7 +140,9 @@ class WorkerLoop:
 
     def synced(self) -> bool:
         if self.unsynced and time.monotonic() > self._sync_deadline:
-            log.warning("worker %d: no word from API process(es) %s; running on", self.index, sorted(self.unsynced))
+            log.warning(
+                "worker %d: no word from API process(es) %s; running on", self.index, sorted(self.unsynced)
+            )
             self.unsynced.clear()
         return not self.unsynced
 
@@ -275,7 +278,9 @@ class WorkerLoop:
         live: list[Incoming] = []
         for request in group:
             spec = _spec(request)
-            ended = None if spec is None else job_records.begin(self.store, spec, bool(request.flags & RESENT))
+            ended = (
+                None if spec is None else job_records.begin(self.store, spec, bool(request.flags & RESENT))
+            )
             if ended is None:
                 live.append(request)
                 continue
@@ -394,7 +399,9 @@ class WorkerLoop:
     def _reply(self, run: list[Incoming], ok: bool, payload: Any) -> None:
         _send([(conn, (req_id, ok, payload)) for r in run for conn, req_id in r.requesters()])
 
-    def _notes(self, after: Callable[[], None], requesters: list[tuple[Connection, int]]) -> Callable[[], None]:
+    def _notes(
+        self, after: Callable[[], None], requesters: list[tuple[Connection, int]]
+    ) -> Callable[[], None]:
         def work() -> None:
             error = run_after(after)
             for conn, req_id in requesters:
@@ -432,7 +439,9 @@ def handle_error(worker: Worker, exc: BaseException) -> tuple[bool, Any, None, b
     """A request's failure before or around its handler, as :func:`.ops.handle` answers one."""
     from gpu_core.errors import DeviceError, DeviceMemoryError
 
-    fatal = not isinstance(exc, Exception) or (isinstance(exc, DeviceError) and not isinstance(exc, DeviceMemoryError))
+    fatal = not isinstance(exc, Exception) or (
+        isinstance(exc, DeviceError) and not isinstance(exc, DeviceMemoryError)
+    )
     if isinstance(exc, DeviceMemoryError):
         worker.release_cached()
     return False, portable(exc), None, fatal

@@ -10,9 +10,10 @@ jobs its predecessor left (:mod:`.job_records`), listens on its socket and runs 
 (:mod:`.loop`) until the supervisor says ``stop``, the supervisor is gone, or its device fails.
 
 Once it serves, a heartbeat thread stamps ``time.monotonic()`` into the board every
-``heartbeat_interval_s``; the supervisor restarts a worker whose stamp gets old. After a :class:`gpu_core.errors.DeviceError`
-the worker answers and exits, so its replacement starts from a fresh CUDA context; out of device
-memory (:class:`gpu_core.errors.DeviceMemoryError`) is answered (507) and the worker carries on.
+``heartbeat_interval_s``; the supervisor restarts a worker whose stamp gets old. After a
+:class:`gpu_core.errors.DeviceError` the worker answers and exits, so its replacement starts from
+a fresh CUDA context; out of device memory (:class:`gpu_core.errors.DeviceMemoryError`) is
+answered (507) and the worker carries on.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import signal
 import threading
 import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from ...storage.store import Store
@@ -82,10 +84,13 @@ def serve(worker: Worker, board: Board, supervisor: Connection, resume: bool = F
     config = worker.config
     board.beat(config.index)  # the serving process alone beats (a standby waiting beside it does not)
     beat = threading.Thread(
-        target=_heartbeat, args=(board, config.index, config.heartbeat_interval_s), name="heartbeat", daemon=True
+        target=_heartbeat,
+        args=(board, config.index, config.heartbeat_interval_s),
+        name="heartbeat",
+        daemon=True,
     )
     beat.start()
-    store = Store(config.data_dir, checkpoint=False)
+    store = Store(Path(config.data_dir), checkpoint=False)
     holdings = Holdings(worker, store)
     holdings.adopt_placements()
     server = Server(config.socket_path)

@@ -54,10 +54,17 @@ class Connection:
 class Incoming:
     """A request read from a connection (or made by the worker itself: ``conn`` None)."""
 
-    __slots__ = ("conn", "op", "req_id", "stamp", "args", "seq", "flags", "also")
+    __slots__ = ("also", "args", "conn", "flags", "op", "req_id", "seq", "stamp")
 
     def __init__(
-        self, conn: Connection | None, op: str, req_id: int, stamp: float, args: list[Any], seq: int, flags: int = 0
+        self,
+        conn: Connection | None,
+        op: str,
+        req_id: int,
+        stamp: float,
+        args: list[Any],
+        seq: int,
+        flags: int = 0,
     ):
         self.conn = conn
         self.op = op
@@ -102,7 +109,9 @@ class Server:
     def fds(self) -> list[int]:
         return [self._listener.fileno(), *self.connections]
 
-    def poll(self, timeout: float | None, extra: Iterable[int] = ()) -> tuple[list[Incoming], list[Connection], set[int]]:
+    def poll(
+        self, timeout: float | None, extra: Iterable[int] = ()
+    ) -> tuple[list[Incoming], list[Connection], set[int]]:
         """Wait up to ``timeout`` seconds (None: until something comes) for connections or requests;
         (the requests read, the connections that closed, which of ``extra`` are readable)."""
         extra = list(extra)
@@ -122,7 +131,7 @@ class Server:
         return incoming, closed, ready.intersection(extra)
 
     def _accept(self) -> list[int]:
-        accepted = []
+        accepted: list[int] = []
         while True:
             try:
                 sock, _ = self._listener.accept()

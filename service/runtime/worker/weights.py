@@ -29,14 +29,18 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def replace_and_publish(holdings: Holdings, graph_id: str, path: str, fmt: str, partial: bool) -> dict[str, Any]:
+def replace_and_publish(
+    holdings: Holdings, graph_id: str, path: str, fmt: str, partial: bool
+) -> dict[str, Any]:
     """Apply the weights in the spool file ``path`` (all of them, or some with ``partial``) to the
     resident graph and make them durable; the worker's summary with the graph's new ``record``."""
     store = holdings.store
     started = time.perf_counter()
     expected = holdings.versions.get(graph_id, 0)
     out = None if fmt == "npy" and not partial else store.tmp_path(".npy")
-    summary = replace_weights(holdings.worker, graph_id, path, fmt, None if out is None else str(out), expected)
+    summary = replace_weights(
+        holdings.worker, graph_id, path, fmt, None if out is None else str(out), expected
+    )
     try:
         source = Path(path) if out is None else out
         _fsync(source)  # the API process's fsync of the body has normally run already: cheap

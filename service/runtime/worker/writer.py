@@ -39,7 +39,10 @@ class Writer:
         self._thread.start()
 
     def files(
-        self, job_ids: list[str], write: Callable[[], BaseException | None], notes: list[list[tuple[Connection, int]]]
+        self,
+        job_ids: list[str],
+        write: Callable[[], BaseException | None],
+        notes: list[list[tuple[Connection, int]]],
     ) -> None:
         """Write the files of ``job_ids`` (``write`` does it: None, or the error), then send each
         job's STORED note to its requesters (``notes``, one list per job) and to those who asked

@@ -180,8 +180,8 @@ def test_store_centers_is_scikit_learns() -> None:
         ours = gpu_core.HDBSCAN(min_samples=2, metric=metric, store_centers="both", backend="cpu").fit(x)
         theirs = scikit_learn(x, min_samples=2, metric=metric, store_centers="both")
         perm = relabeling(ours.labels_, theirs.labels_)
-        assert np.allclose(ours.centroids_, theirs.centroids_[perm], rtol=1e-12)
-        assert np.array_equal(ours.medoids_, theirs.medoids_[perm])
+        assert np.allclose(ours.centroids_, theirs.centroids_[perm], rtol=1e-12)  # type: ignore[attr-defined]
+        assert np.array_equal(ours.medoids_, theirs.medoids_[perm])  # type: ignore[attr-defined]
 
 
 def test_sparse_coordinates_are_the_dense_ones() -> None:

@@ -86,6 +86,7 @@ def test_spatial_brute_and_precomputed_paths_give_one_tree(case: tuple[Any, ...]
     assert np.array_equal(a.src, b.src) and np.array_equal(a.dst, b.dst)
     assert np.array_equal(a.weights, b.weights)
     if k > 1:
+        assert a.core_distances is not None and b.core_distances is not None
         assert np.array_equal(a.core_distances, b.core_distances)
     matrix = squareform(pdist(x, case[2], **case[3]))
     c = gpu_core.metric_mst(matrix, "precomputed", min_samples=k, backend="cpu")

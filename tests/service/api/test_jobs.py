@@ -20,6 +20,7 @@ from ..live import OCTET, LiveServer
 from ..oracle import check_forest
 from .test_graphs import problem
 
+
 @contextmanager
 def frozen_worker(live: LiveServer, graph_id: str | None = None) -> Iterator[None]:
     """SIGSTOP the graph's worker (worker 0 without one) briefly: its jobs stay queued meanwhile."""
