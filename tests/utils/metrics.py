@@ -4,7 +4,7 @@ coordinates from the ``airportsdata`` package for haversine), and exact distance
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def lat_lon(n: int, seed: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([*parts, noise]))
 
 
-def airports(code: str = "IATA") -> np.ndarray:
+def airports(code: Literal["IATA", "ICAO"] = "IATA") -> np.ndarray:
     """Every airport of ``airportsdata`` (IATA: about 7,900; ICAO: about 28,000) as (latitude,
     longitude) radians, duplicates of a location dropped."""
     import airportsdata
