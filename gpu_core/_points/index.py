@@ -9,6 +9,7 @@ brute-force index instead (``brute_cpu``, ``brute_gpu``): a spatial index prunes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -155,15 +156,39 @@ def _host_view(points: Any) -> Any:
     return points if isinstance(points, np.ndarray) else np.empty(0)
 
 
-def build_point_index(points: Any, *, backend: Backend = "auto") -> PointIndex:
+def build_point_index(
+    points: Any, *, backend: Backend = "auto", devices: Sequence[int] | None = None
+) -> PointIndex:
     """The spatial index of ``points`` (an ``(n, d)`` NumPy or CuPy array), validated once.
 
     Every tree then computed on it, with any ``min_samples``, skips the validation, the copy to
     the device and the index build: ``euclidean_mst(index, min_samples=k)`` returns the same
-    arrays as ``euclidean_mst(points, min_samples=k)``.
+    arrays as ``euclidean_mst(points, min_samples=k)``. ``devices``: GPU ids whose devices share
+    the brute-force searches of points of more than ``SPATIAL_MAX_DIMENSIONS["gpu"]`` coordinates
+    (the all-pairs passes split by rows; the same answer, bit for bit): distinct ids, the current
+    device first (the index lives there).
     """
     coords, chosen, from_cupy = validated(points, backend)
-    return build_index(points, coords, chosen, from_cupy)
+    if not devices:
+        return build_index(points, coords, chosen, from_cupy)
+    ids = [int(i) for i in devices]
+    if chosen != "gpu" or (len(ids) > 1 and coords.shape[1] <= SPATIAL_MAX_DIMENSIONS["gpu"]):
+        raise PointSetShapeError(
+            "devices= shares the GPU's brute-force searches, which points of more than "
+            f"{SPATIAL_MAX_DIMENSIONS['gpu']} coordinates take on the GPU backend; got {coords.shape[1]} "
+            f"coordinates on the {chosen} backend.",
+            field="devices",
+        )
+    import cupy
+
+    if ids[0] != cupy.cuda.Device().id or len(set(ids)) != len(ids):
+        raise PointSetShapeError(
+            f"devices= must list distinct GPUs, the current one ({cupy.cuda.Device().id}) first; got {ids}.",
+            field="devices",
+        )
+    if coords.shape[1] <= SPATIAL_MAX_DIMENSIONS["gpu"]:
+        return build_index(points, coords, chosen, from_cupy)
+    return build_index(points, coords, chosen, from_cupy, devices=ids)
 
 
 def check_index_backend(index: PointIndex, backend: Backend) -> None:
