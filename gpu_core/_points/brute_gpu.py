@@ -4,8 +4,8 @@ candidate rechecked exactly.
 The same searches as ``brute_cpu`` (and the same rounds, ``brute``), on the device. The index keeps
 a float16 copy of the points, shifted by their mean and scaled by a power of two (``filter``:
 ``float16_scale``); ``kernels/brute.cu``'s ``fused_select`` multiplies a block of 128 query rows
-(64 above 768 coordinates) with every tile of 128 targets on the tensor cores and selects in the
-same kernel: each row keeps the targets whose filtered key is at most its threshold in a buffer
+(64 above 768 coordinates; :data:`VARIANTS`) with every tile of 128 targets on the tensor cores and
+selects in the same kernel: each row keeps the targets whose filtered key is at most its threshold in a buffer
 (``cap`` entries) and tightens the threshold from the buffer's m-th key when it fills, so the
 products never reach device memory and nothing waits on the host per tile. ``fused_flush`` then
 rechecks each row's survivors exactly in float64 (coordinate order, no FMA) and merges them into
@@ -39,20 +39,19 @@ from .filter import Precision, float16_scale, row_terms
 from .tree import EuclideanTree
 
 Array = Any
-#: targets per tile (FS_BN in kernels/brute.cu) and coordinates per pipeline stage (FS_BK)
+#: targets per tile (FS_BN in kernels/brute.cu)
 BN = 128
-BK = 32
-#: candidates a row's buffer holds, and for lists wider than WIDE
+#: candidates a row's buffer holds, and for lists wider than WIDE (the kernel keeps a buffer at
+#: most cap - 2 BN full after compaction, so a list of m needs cap >= m + 2 BN)
 CAP = 512
 CAP_WIDE = 1024
-WIDE = 128
+WIDE = CAP - 2 * BN
 #: query rows per launch (their buffers: BATCH x CAP x 8 bytes, 256 MiB)
 BATCH = 1 << 16
 #: the longest list the flush merges (FL_SORT in kernels/brute.cu is twice it)
 MAX_WIDTH = 256
-#: shared memory of a fused_select block besides its rows: three stages of 128 targets x 40 halves,
-#: 20 bytes per query row (FS_ROW_BYTES), 64 bytes of static and spare
-_STAGE_BYTES = 3 * BN * (BK + 8) * 2
+#: shared memory of a fused_select block besides its rows: three stages of 128 targets x (BK + 8)
+#: halves, 20 bytes per query row (FS_ROW_BYTES), 64 bytes of static and spare
 _ROW_BYTES = 20
 _SPARE = 64
 FLUSH_WARPS = 4
@@ -65,19 +64,45 @@ def _k(name: str) -> Any:
     return kernel(name, BRUTE_FILE)
 
 
-def padded(d: int) -> int:
-    """Coordinates of the float16 rows: ``d`` rounded up to the pipeline's 32."""
-    return -(-d // BK) * BK
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A build of ``fused_select``: query rows a block and coordinates a pipeline stage."""
+
+    rows: int
+    chunk: int
+
+    @property
+    def kernel(self) -> str:
+        if self.rows == 64:
+            return "fused_select_64"
+        return "fused_select_128" if self.chunk == 64 else "fused_select_128_32"
+
+    @property
+    def threads(self) -> int:
+        return self.rows // 64 * 128
+
+    def padded(self, d: int) -> int:
+        """Coordinates of the float16 rows: ``d`` rounded up to a whole stage."""
+        return -(-d // self.chunk) * self.chunk
+
+    def smem(self, d: int) -> int:
+        """Dynamic shared memory of a block: its float16 rows, three stages, the rows' state."""
+        return self.rows * (self.padded(d) + 8) * 2 + 3 * BN * (self.chunk + 8) * 2 + self.rows * _ROW_BYTES
 
 
-def smem_bytes(rows: int, dpad: int) -> int:
-    """Dynamic shared memory of a fused_select block of ``rows`` query rows."""
-    return rows * (dpad + 8) * 2 + _STAGE_BYTES + rows * _ROW_BYTES
+#: the builds, fastest first: 128 rows and stages of 64 coordinates while the rows fit
+VARIANTS = (Variant(128, 64), Variant(128, 32), Variant(64, 32))
 
 
-def block_rows_for(dpad: int, limit: int) -> int:
-    """128 query rows a block where their float16 rows fit the device's shared memory, else 64."""
-    return 128 if smem_bytes(128, dpad) + _SPARE <= limit else 64
+def variant_for(d: int, limit: int, rows: int | None = None, chunk: int | None = None) -> Variant:
+    """The first build whose block fits ``limit`` bytes of shared memory (``rows``, ``chunk``: only
+    builds of those)."""
+    for v in VARIANTS:
+        if rows not in (None, v.rows) or chunk not in (None, v.chunk):
+            continue
+        if v.smem(d) + _SPARE <= limit:
+            return v
+    raise ValueError(f"no fused_select build holds {d} coordinates in {limit} bytes of shared memory")
 
 
 @dataclasses.dataclass
@@ -163,8 +188,9 @@ class DeviceEngine:
     """The brute-force searches over validated float64 coordinates on the device (CuPy).
 
     ``precision``: the filter's products (``float16``, the tensor cores'); ``cap``, ``batch``:
-    a row's buffer (at least 384) and query rows per launch; ``rows_per_block``: 128 or 64 (None:
-    the most the shared memory takes); ``devices``: the device ids the searches are split over
+    a row's buffer (at least 384) and query rows per launch; ``rows_per_block`` (128 or 64) and
+    ``chunk`` (coordinates a pipeline stage, 64 or 32): the kernel's build (None: the fastest the
+    shared memory takes, :data:`VARIANTS`); ``devices``: the device ids the searches are split over
     (None: the current device). The tests make ``cap`` and ``batch`` small so that stops,
     relaunches and several batches meet small sets.
     """
@@ -177,6 +203,7 @@ class DeviceEngine:
         cap: int = CAP,
         batch: int = BATCH,
         rows_per_block: int | None = None,
+        chunk: int | None = None,
         devices: Sequence[int] | None = None,
     ) -> None:
         cp = self.xp = self._array_module()
@@ -186,15 +213,18 @@ class DeviceEngine:
             )
         if cap < 3 * BN or cap % 32:
             raise ValueError(f"cap must be a multiple of 32 of at least {3 * BN}; got {cap}.")
-        if rows_per_block not in (None, 64, 128):
-            raise ValueError(f"rows_per_block must be 64 or 128; got {rows_per_block}.")
+        if rows_per_block not in (None, 64, 128) or chunk not in (None, 32, 64):
+            raise ValueError(
+                f"rows_per_block must be 64 or 128, chunk 32 or 64; got {rows_per_block}, {chunk}"
+            )
         self.precision: Precision = precision
         self.cap, self.batch = cap, max(1, batch)
         self.coords = cp.ascontiguousarray(cp.asarray(coords, dtype=cp.float64))
         self.n, self.d = (int(x) for x in self.coords.shape)
-        self.dpad = padded(self.d)
+
         self.device_ids = [self._current()] if not devices else [int(i) for i in devices]
-        self.block_rows = rows_per_block or block_rows_for(self.dpad, self._shared_limit())
+        self.variant = variant_for(self.d, self._shared_limit(), rows_per_block, chunk)
+        self.block_rows, self.dpad = self.variant.rows, self.variant.padded(self.d)
         self.shift = self.coords.mean(axis=0)
         self._float16_copy()
         self.alpha, self.beta = row_terms(cp, self.norms, self.radius, self.scale, self.d, precision)
@@ -431,7 +461,8 @@ class _LocalSearch:
         self.device = engine._current()
         self.blocks = blocks if blocks is not None else _Blocks.uniform(rows.count, engine.block_rows)
         count = rows.count
-        self.cap = engine.cap if m <= WIDE else max(engine.cap, CAP_WIDE)
+        # the kernel compacts a buffer over cap - 2 BN entries: at least m must stay under that
+        self.cap = engine.cap if m <= engine.cap - 2 * BN else max(engine.cap, CAP_WIDE)
         self.ids = cp.full((count, m), -1, dtype=cp.int64)  # by rows.out when given
         self.keys = cp.full((count, m), cp.inf)
         self.theta = cp.full(count, cp.inf)
@@ -441,15 +472,14 @@ class _LocalSearch:
         self.dump: Array | None = None
         if mode == 2:
             self.dump = cp.full((count, cols.n), cp.nan, dtype=cp.float32)
-        rows_in_block = engine.block_rows
-        buffered = min(count, max(engine.batch, rows_in_block)) if mode == 0 else 1
+        buffered = min(count, max(engine.batch, engine.block_rows)) if mode == 0 else 1
         self.buf_key = cp.empty(buffered * self.cap, dtype=cp.float32)
         self.buf_pos = cp.empty(buffered * self.cap, dtype=cp.int32)
         self.count = cp.zeros(max(buffered, 1), dtype=cp.int32)
-        self.smem = smem_bytes(rows_in_block, engine.dpad)
-        self.select = engine._kernel(f"fused_select_{rows_in_block}", self.smem)
+        self.smem = engine.variant.smem(engine.d)
+        self.select = engine._kernel(engine.variant.kernel, self.smem)
         self.flush = engine._kernel("fused_flush")
-        self.threads = rows_in_block // 64 * 128
+        self.threads = engine.variant.threads
 
     def launch(self) -> None:
         """Every batch of blocks (at most ``batch`` rows), its kernel and its flush."""
@@ -565,7 +595,7 @@ def workspace_bytes(n: int, d: int, min_samples: int) -> tuple[int, int]:
     the permuted float16 copy and per-target arrays, the rows' state and lists). Each adds one
     batch's candidate buffers.
     """
-    dpad = padded(d)
+    dpad = -(-d // 64) * 64
     resident = 8 * n * d + 2 * n * dpad + 44 * n + 16 * d
     width = list_width(max(n, 1), min_samples)
     lists = n * width * 16 * 3 + 24 * n

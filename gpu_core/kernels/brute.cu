@@ -26,9 +26,7 @@
 // (at list_row[slot], or the slot); buffers and counts by the row's place p in the launch.
 
 #define FS_BN 128                  // targets per tile (BN in brute_gpu.py)
-#define FS_BK 32                   // coordinates per pipeline stage
-#define FS_STAGES 3
-#define FS_BROW (FS_BK + 8)        // halves per row of a B stage: 80 bytes, conflict-free ldmatrix
+#define FS_STAGES 3                // pipeline stages of BK coordinates (64, or 32 for the widest rows)
 #define FS_ROW_BYTES 20            // shared bytes per query row besides its float16 coordinates
 #define FS_SLACK 0x1p-20           // filter.SLACK
 #define FS_ROUNDING 0x1p-40        // filter.ROUNDING
@@ -90,25 +88,26 @@ __device__ __forceinline__ void fs_mma(float (&c)[4], const unsigned (&a)[4], un
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One tile's 128 target rows, coordinates [k0, k0 + 32), into a B stage (zeros past the targets).
-template <int THREADS>
+// One tile's 128 target rows, coordinates [k0, k0 + BK), into a B stage (zeros past the targets).
+template <int THREADS, int BK>
 __device__ __forceinline__ void fs_load_b(unsigned short* stage, const unsigned short* __restrict__ tb, int n_t,
                                           int dpad, int col0, int k0, int tid) {
-    for (int c = tid; c < FS_BN * 4; c += THREADS) {
-        const int row = c >> 2, chunk = c & 3;
+    constexpr int CHUNKS = BK / 8;  // 16-byte pieces of a row
+#pragma unroll
+    for (int c = tid; c < FS_BN * CHUNKS; c += THREADS) {
+        const int row = c / CHUNKS, chunk = c % CHUNKS;
         const int col = col0 + row;
         const bool valid = col < n_t;
         const unsigned short* src = tb + static_cast<long long>(valid ? col : 0) * dpad + k0 + chunk * 8;
-        fs_cp16(stage + row * FS_BROW + chunk * 8, src, valid);
+        fs_cp16(stage + row * (BK + 8) + chunk * 8, src, valid);
     }
 }
 
 // A row's buffer, compacted by one warp: its m-th smallest key (a binary search over the keys'
-// order) bounds the row's true m-th key; entries over the new threshold go (order kept). A row that
-// still might not take a whole tile stops (unless no tile is left): resume at the next tile.
-__device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, bool more, int m, int cap,
-                           float* buf_key, int* buf_pos,
-                           const double* __restrict__ qn2, const double* __restrict__ alpha,
+// order) bounds the row's true m-th key; entries over the new threshold go (order kept). A row whose
+// buffer could not take two more tiles stops: resume at the tile whose selection comes next.
+__device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, int m, int cap, float* buf_key,
+                           int* buf_pos, const double* __restrict__ qn2, const double* __restrict__ alpha,
                            const double* __restrict__ beta, double* theta, int* resume, int* stops, float* tq_s,
                            float* tk_s, int* cnt_s) {
     const int c = cnt_s[r];
@@ -155,72 +154,57 @@ __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, 
         cnt_s[r] = w;
         tk_s[r] = tk;
         tq_s[r] = tq;
-        if (w > cap - FS_BN && more) {
+        if (w > cap - 2 * FS_BN) {
             tq_s[r] = -fs_finf();
-            resume[slot] = tile + 1;
+            resume[slot] = tile;
             atomicAdd(stops, 1);
         }
     }
 }
 
-// One tile's selection: thread (g, t4) of warp (wm, wn) holds the products of rows wm*64 + mt*16 + g
-// (+8) and columns wn*32 + nt*8 + 2*t4 (+1). A row takes a column whose filtered key is at most its
-// threshold (tq against v, and under mutual reachability tk against the target's core, rounded
-// down), of another component (qcomp, tcomp; -1 and -2 where none), from its first tile on.
-template <bool MR>
-__device__ __forceinline__ void fs_epilogue(const float (&acc)[4][4][4], int wm, int wn, int g, int t4, int tile, int col0,
-                                            int limit, int p_lo, const int* __restrict__ slots, int slot_base,
-                                            const int* __restrict__ row_src, const float* __restrict__ tn2f, const float* __restrict__ tcore_f,
-                                            const double* __restrict__ tcore_d, const int* __restrict__ tcomp,
-                                            const double* __restrict__ qn2, const double* __restrict__ qcore,
-                                            const float* tq_s, const float* tk_s, int* cnt_s, const int* start_s,
-                                            const int* qcomp_s, float* buf_key, int* buf_pos, int cap) {
-    float tq[4][2], tk[4][2];
-    int qc[4][2];
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = wm * 64 + mt * 16 + g + 8 * h;
-            tq[mt][h] = tile >= start_s[r] ? tq_s[r] : -fs_finf();
-            if (MR) tk[mt][h] = tk_s[r];
-            qc[mt][h] = qcomp_s[r];
-        }
-#pragma unroll
+// One row's candidates of a tile (the slow path: some product of the row passed the first test):
+// a column whose filtered key is at most the row's threshold (tq against v, and under mutual
+// reachability tk against the target's core, rounded down) and of another component (qcomp, tcomp)
+// goes to the row's buffer. Returns whether the buffer may no longer take two tiles.
+__device__ __noinline__ bool fs_append(const float* acc2, const float* tn2, int r, int col_base, int t4, int limit,
+                                       int p, const int* __restrict__ slots, int slot_base,
+                                       const int* __restrict__ row_src, const float* __restrict__ tcore_f,
+                                       const double* __restrict__ tcore_d, const int* __restrict__ tcomp,
+                                       const double* __restrict__ qn2, const double* __restrict__ qcore, float tq,
+                                       const float* tk_s, int* cnt_s, const int* qcomp_s, float* buf_key,
+                                       int* buf_pos, int cap) {
+    bool over = false;
+    const int slot = slots ? slots[p] : slot_base + p;
+    const int row = row_src ? row_src[slot] : slot;
     for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
         for (int e = 0; e < 2; ++e) {
-            const int col = col0 + wn * 32 + nt * 8 + 2 * t4 + e;
-            if (col >= limit) continue;
-            const float tn2 = tn2f[col];
-            const float tcf = MR ? tcore_f[col] : 0.0f;
-            const int tc = tcomp ? tcomp[col] : -2;
-#pragma unroll
-            for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const float v = __fmaf_rn(-2.0f, acc[mt][nt][2 * h + e], tn2);
-                    bool pass = v <= tq[mt][h] && tc != qc[mt][h];
-                    if (MR) pass = pass && tcf <= tk[mt][h];
-                    if (pass) {
-                        const int r = wm * 64 + mt * 16 + g + 8 * h;
-                        const int p = p_lo + r;
-                        const int slot = slots ? slots[p] : slot_base + p;
-                        const int row = row_src ? row_src[slot] : slot;
-                        double key = __dadd_ru(static_cast<double>(v), qn2[row]);
-                        if (MR) key = fmax(key, fmax(qcore[row], tcore_d[col]));
-                        const int at = atomicAdd(&cnt_s[r], 1);
-                        const long long o = static_cast<long long>(p) * cap + at;
-                        buf_key[o] = __double2float_ru(key);
-                        buf_pos[o] = col;
-                    }
-                }
+            const int col = col_base + nt * 8 + 2 * t4 + e;
+            const float v = __fmaf_rn(-2.0f, acc2[2 * nt + e], tn2[2 * nt + e]);
+            if (col >= limit || !(v <= tq)) continue;
+            if (tcomp && tcomp[col] == qcomp_s[r]) continue;
+            if (tcore_f && !(tcore_f[col] <= tk_s[r])) continue;
+            double key = __dadd_ru(static_cast<double>(v), qn2[row]);
+            if (tcore_f) key = fmax(key, fmax(qcore[row], tcore_d[col]));
+            const int at = atomicAdd(&cnt_s[r], 1);
+            const long long o = static_cast<long long>(p) * cap + at;
+            buf_key[o] = __double2float_ru(key);
+            buf_pos[o] = col;
+            over |= at + 1 > cap - 2 * FS_BN;
         }
+    return over;
 }
 
 // mode 0: select; 1: the products alone (nothing selected: the arithmetic's time); 2: every product
 // written to dump[p * n_t + column] (tests of the fragments' layout).
-template <int BM>
+//
+// The loop runs over (tile, chunk of BK coordinates) with the next stages' loads in flight. After
+// a tile's last chunk, its selection: thread (g, t4) of warp (wm, wn) holds the products of rows
+// wm*64 + mt*16 + g (+8) and columns wn*32 + nt*8 + 2*t4 (+1); the fast path takes, per row, the
+// least v = fma(-2, s, tn2) of its columns (two operations a product) and compares it with the
+// row's threshold; a row that passes takes the slow path (fs_append). A buffer that may not take
+// two more tiles raises over_s, and the compaction runs at the next tile's first chunk, after the
+// loop's barrier: no barrier of its own unless a row needs one.
+template <int BM, int BK>
 __device__ __forceinline__ void fused_select_body(
     const unsigned short* __restrict__ qa, const int* __restrict__ row_src, const int* __restrict__ slots,
     int slot_base, int num_p, const int* __restrict__ blk_lo, const int* __restrict__ blk_hi,
@@ -233,16 +217,17 @@ __device__ __forceinline__ void fused_select_body(
     int cap, int m, int mode, float* dump) {
     constexpr int WARPS = BM / 64 * 4;
     constexpr int THREADS = WARPS * 32;
+    constexpr int BROW = BK + 8;  // halves per row of a B stage: conflict-free ldmatrix
     extern __shared__ __align__(16) unsigned char fs_smem[];
     const int astride = dpad + 8;
     unsigned short* As = reinterpret_cast<unsigned short*>(fs_smem);
     unsigned short* Bs = As + BM * astride;
-    float* tq_s = reinterpret_cast<float*>(Bs + FS_STAGES * FS_BN * FS_BROW);
+    float* tq_s = reinterpret_cast<float*>(Bs + FS_STAGES * FS_BN * BROW);
     float* tk_s = tq_s + BM;
     int* cnt_s = reinterpret_cast<int*>(tk_s + BM);
     int* start_s = cnt_s + BM;
     int* qcomp_s = start_s + BM;
-    __shared__ int first_tile;
+    __shared__ int first_tile, last_start, over_s;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 2, wn = warp & 3;  // the warp's 64 x 32 part of the block's BM x 128 tile
@@ -255,9 +240,12 @@ __device__ __forceinline__ void fused_select_body(
     const int skip_hi = blk_skip_hi ? blk_skip_hi[b] : n_t;
     const int tiles_lo = (skip_lo + FS_BN - 1) / FS_BN;
     const int ntiles = tiles_lo + (n_t - skip_hi + FS_BN - 1) / FS_BN;
-    const bool mr = tcore_f != nullptr;
 
-    if (tid == 0) first_tile = ntiles;
+    if (tid == 0) {
+        first_tile = ntiles;
+        last_start = 0;
+        over_s = 0;
+    }
     __syncthreads();
     for (int r = tid; r < BM; r += THREADS) {
         float tq = -fs_finf(), tk = -fs_finf();
@@ -266,14 +254,17 @@ __device__ __forceinline__ void fused_select_body(
             const int p = p_lo + r;
             const int slot = slots ? slots[p] : slot_base + p;
             const int row = row_src ? row_src[slot] : slot;
-            const double t = fs_threshold(theta[slot], alpha[row], beta[row]);
-            tk = __double2float_ru(t);
-            tq = __double2float_ru(__dsub_ru(t, qn2[row]));
-            cnt = count[p];
             start = start_tile ? start_tile[slot] : 0;
-            qc = qcomp ? qcomp[row] : -1;
-            if (mode == 0) resume[slot] = -1;
             atomicMin(&first_tile, start);
+            atomicMax(&last_start, start);
+            if (mode == 0) {
+                const double t = fs_threshold(theta[slot], alpha[row], beta[row]);
+                tk = __double2float_ru(t);
+                tq = __double2float_ru(__dsub_ru(t, qn2[row]));
+                cnt = count[p];
+                qc = qcomp ? qcomp[row] : -1;
+                resume[slot] = -1;
+            }
         }
         tq_s[r] = tq;
         tk_s[r] = tk;
@@ -294,35 +285,54 @@ __device__ __forceinline__ void fused_select_body(
         fs_cp16(As + r * astride + chunk * 8, qa + src_row * dpad + chunk * 8, valid);
     }
     fs_commit();
-    __syncthreads();  // first_tile
+    __syncthreads();  // first_tile, last_start
 
-    const int kc_count = dpad / FS_BK;
+    const int kc_count = dpad / BK;
     const int t_begin = first_tile;
+    const bool staggered = last_start != t_begin;  // a relaunch: rows start at different tiles
     const int total = (ntiles - t_begin) * kc_count;
-    auto tile_col0 = [&](int tile) { return tile < tiles_lo ? tile * FS_BN : skip_hi + (tile - tiles_lo) * FS_BN; };
-    auto load = [&](int it) {
-        const int tile = t_begin + it / kc_count, kc = it - (it / kc_count) * kc_count;
-        fs_load_b<THREADS>(Bs + (it % FS_STAGES) * FS_BN * FS_BROW, tb, n_t, dpad, tile_col0(tile), kc * FS_BK, tid);
-    };
-    for (int s = 0; s < FS_STAGES - 1; ++s) {
-        if (s < total) load(s);
+    // the loads run FS_STAGES - 1 chunks ahead: their own (tile, chunk) and column
+    int load_tile = t_begin, load_kc = 0, load_stage = 0;
+    auto col_of = [&](int tile) { return tile < tiles_lo ? tile * FS_BN : skip_hi + (tile - tiles_lo) * FS_BN; };
+    auto load_next = [&]() {
+        if (load_tile < ntiles)
+            fs_load_b<THREADS, BK>(Bs + load_stage * FS_BN * BROW, tb, n_t, dpad, col_of(load_tile), load_kc * BK, tid);
         fs_commit();
-    }
+        load_stage = load_stage + 1 == FS_STAGES ? 0 : load_stage + 1;
+        if (++load_kc == kc_count) {
+            load_kc = 0;
+            ++load_tile;
+        }
+    };
+    for (int s = 0; s < FS_STAGES - 1; ++s) load_next();
 
     // ldmatrix lanes: A rows (lane & 7) + 8 * bit 3, coordinates + 8 * bit 4; B target rows
     // (lane & 7) + 8 * bit 4, coordinates + 8 * bit 3
     const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_k = (lane >> 4) * 8;
     const int b_row = (lane & 7) + (lane >> 4) * 8, b_k = ((lane >> 3) & 1) * 8;
+    const unsigned short* a_base = As + (wm * 64 + a_row) * astride + a_k;
     float acc[4][4][4];
+    int tile = t_begin, kc = 0, stage = 0;
 
     for (int it = 0; it < total; ++it) {
         fs_wait<FS_STAGES - 2>();
         __syncthreads();
-        if (it + FS_STAGES - 1 < total) load(it + FS_STAGES - 1);
-        fs_commit();
-        const int tile = t_begin + it / kc_count;
-        const int kc = it - (tile - t_begin) * kc_count;
+        load_next();
         if (kc == 0) {
+            if (over_s) {  // the last tile filled some buffer: compact it before this tile's selection
+                __syncthreads();
+                if (tid == 0) over_s = 0;
+                for (int r = warp; r < rows; r += WARPS) {
+                    if (cnt_s[r] > cap - 2 * FS_BN && tq_s[r] != -fs_finf()) {
+                        const int p = p_lo + r;
+                        const int slot = slots ? slots[p] : slot_base + p;
+                        const int row = row_src ? row_src[slot] : slot;
+                        fs_compact(lane, r, p, slot, row, tile, m, cap, buf_key, buf_pos, qn2, alpha, beta, theta,
+                                   resume, stops, tq_s, tk_s, cnt_s);
+                    }
+                }
+                __syncthreads();
+            }
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -330,17 +340,28 @@ __device__ __forceinline__ void fused_select_body(
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
         }
-        const unsigned short* stage = Bs + (it % FS_STAGES) * FS_BN * FS_BROW;
+        const bool last = kc == kc_count - 1;
+        const int col_base = col_of(tile) + wn * 32;
+        float tn2[8];
+        if (last && mode == 0) {  // the tile's norms, in flight while the last chunk multiplies
+            const int limit = tile < tiles_lo ? skip_lo : n_t;
 #pragma unroll
-        for (int ks = 0; ks < FS_BK / 16; ++ks) {
+            for (int j = 0; j < 8; ++j) {
+                const int col = col_base + (j >> 1) * 8 + 2 * t4 + (j & 1);
+                tn2[j] = col < limit ? tn2f[col] : fs_finf();
+            }
+        }
+        const unsigned short* b_base = Bs + stage * FS_BN * BROW + (wn * 32 + b_row) * BROW + b_k;
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks) {
             unsigned af[4][4], bf[4][2];
-            const int k = kc * FS_BK + ks * 16;
+            const int k = kc * BK + ks * 16;
 #pragma unroll
-            for (int mt = 0; mt < 4; ++mt) fs_ldmatrix4(af[mt], As + (wm * 64 + mt * 16 + a_row) * astride + k + a_k);
+            for (int mt = 0; mt < 4; ++mt) fs_ldmatrix4(af[mt], a_base + mt * 16 * astride + k);
 #pragma unroll
             for (int np = 0; np < 2; ++np) {
                 unsigned r4[4];
-                fs_ldmatrix4(r4, stage + (wn * 32 + np * 16 + b_row) * FS_BROW + ks * 16 + b_k);
+                fs_ldmatrix4(r4, b_base + np * 16 * BROW + ks * 16);
                 bf[2 * np][0] = r4[0];
                 bf[2 * np][1] = r4[1];
                 bf[2 * np + 1][0] = r4[2];
@@ -351,12 +372,15 @@ __device__ __forceinline__ void fused_select_body(
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt) fs_mma(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
         }
-        if (kc != kc_count - 1 || mode == 1) continue;
+        const int this_tile = tile;
+        stage = stage + 1 == FS_STAGES ? 0 : stage + 1;
+        if (++kc == kc_count) {
+            kc = 0;
+            ++tile;
+        }
+        if (!last || mode == 1) continue;
 
-        // the tile's epilogue: thread (g, t4) of warp (wm, wn) holds rows wm*64 + mt*16 + g (+8) and
-        // columns wn*32 + nt*8 + 2*t4 (+1)
-        const int col0 = tile_col0(tile);
-        const int limit = tile < tiles_lo ? skip_lo : n_t;
+        const int limit = this_tile < tiles_lo ? skip_lo : n_t;
         if (mode == 2) {
 #pragma unroll
             for (int mt = 0; mt < 4; ++mt)
@@ -368,29 +392,38 @@ __device__ __forceinline__ void fused_select_body(
                     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
-                            const int col = col0 + wn * 32 + nt * 8 + 2 * t4 + e;
+                            const int col = col_base + nt * 8 + 2 * t4 + e;
                             if (col < limit) dump[static_cast<long long>(p_lo + r) * n_t + col] = acc[mt][nt][2 * h + e];
                         }
                 }
             continue;
         }
-        if (mr)
-            fs_epilogue<true>(acc, wm, wn, g, t4, tile, col0, limit, p_lo, slots, slot_base, row_src, tn2f, tcore_f,
-                              tcore_d, tcomp, qn2, qcore, tq_s, tk_s, cnt_s, start_s, qcomp_s, buf_key, buf_pos, cap);
-        else
-            fs_epilogue<false>(acc, wm, wn, g, t4, tile, col0, limit, p_lo, slots, slot_base, row_src, tn2f, tcore_f,
-                               tcore_d, tcomp, qn2, qcore, tq_s, tk_s, cnt_s, start_s, qcomp_s, buf_key, buf_pos,
-                               cap);
-        __syncthreads();
-        for (int r = warp; r < rows; r += WARPS) {
-            if (cnt_s[r] > cap - FS_BN && tq_s[r] != -fs_finf()) {
-                const int p = p_lo + r;
-                const int slot = slots ? slots[p] : slot_base + p;
-                const int row = row_src ? row_src[slot] : slot;
-                fs_compact(lane, r, p, slot, row, tile, tile + 1 < ntiles, m, cap, buf_key, buf_pos, qn2, alpha,
-                           beta, theta, resume, stops, tq_s, tk_s, cnt_s);
+        bool over = false;
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = wm * 64 + mt * 16 + g + 8 * h;
+                float tq = tq_s[r];
+                if (staggered && this_tile < start_s[r]) tq = -fs_finf();
+                float least = fs_finf();
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        least = fminf(least, __fmaf_rn(-2.0f, acc[mt][nt][2 * h + e], tn2[2 * nt + e]));
+                if (least <= tq) {
+                    float acc2[8];
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) acc2[2 * nt + e] = acc[mt][nt][2 * h + e];
+                    over |= fs_append(acc2, tn2, r, col_base, t4, limit, p_lo + r, slots, slot_base, row_src,
+                                      tcore_f, tcore_d, tcomp, qn2, qcore, tq, tk_s, cnt_s, qcomp_s, buf_key,
+                                      buf_pos, cap);
+                }
             }
-        }
+        if (over) over_s = 1;
     }
     fs_wait<0>();
     if (mode != 0) return;
@@ -419,14 +452,19 @@ __device__ __forceinline__ void fused_select_body(
 #define FS_MIN_BLOCKS_128 2  // blocks of 128 rows per multiprocessor the registers are capped for
 #endif
 
-// 128 query rows a block (8 warps): coordinates up to what 227 KB of shared memory holds (768)
+// 128 query rows a block (8 warps), stages of 64 coordinates: rows of up to 448 coordinates
 extern "C" __global__ void __launch_bounds__(256, FS_MIN_BLOCKS_128) fused_select_128(FUSED_SELECT_PARAMS) {
-    fused_select_body<128>(FUSED_SELECT_ARGS);
+    fused_select_body<128, 64>(FUSED_SELECT_ARGS);
 }
 
-// 64 query rows a block (4 warps): more coordinates (up to 1,024)
+// 128 query rows a block, stages of 32 coordinates: up to what 227 KB of shared memory holds (768)
+extern "C" __global__ void __launch_bounds__(256, 1) fused_select_128_32(FUSED_SELECT_PARAMS) {
+    fused_select_body<128, 32>(FUSED_SELECT_ARGS);
+}
+
+// 64 query rows a block (4 warps), stages of 32 coordinates: up to 1,024 coordinates
 extern "C" __global__ void __launch_bounds__(128, 4) fused_select_64(FUSED_SELECT_PARAMS) {
-    fused_select_body<64>(FUSED_SELECT_ARGS);
+    fused_select_body<64, 32>(FUSED_SELECT_ARGS);
 }
 
 __device__ __forceinline__ bool fl_less(double ka, long long ia, double kb, long long ib) {

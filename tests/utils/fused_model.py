@@ -4,8 +4,9 @@ device engine's host side (batches, blocks and their skips, stops and relaunches
 Each model takes the kernel's own argument tuple, in the kernel's order, and does what the kernel
 does, step for step: the block's rows against each tile of 128 targets, float16 products summed in
 float32, the filtered key ``v = fma(-2, s, tn2)`` rounded to float32, the row's thresholds rounded
-up to float32, candidates appended to the row's buffer, a buffer over ``cap - 128`` compacted
-(its m-th key, ``filter.upper``, ``filter.threshold``) or the row stopped with its resume tile,
+up to float32, candidates appended to the row's buffer, a buffer over ``cap - 256`` compacted before
+the next tile's selection (its m-th key, ``filter.upper``, ``filter.threshold``) or the row stopped
+with that tile to resume from,
 and the flush's exact recheck and merge. :class:`ModelEngine` is ``DeviceEngine`` on NumPy with
 these models in place of the compiled kernels. What the model cannot check is the kernels' CUDA
 (fragment layouts, races): the GPU tests and compute-sanitizer do.
@@ -88,7 +89,14 @@ def _select_block(
     qc = np.asarray(qcomp[src]) if qcomp is not None else np.full(rows, -1)
     if mode == 0:
         resume[slot] = -1
+    over = False
     for tile in range(int(start.min()), ntiles):
+        if over:  # the last tile filled some buffer: compaction before this tile's selection
+            over = False
+            for r in range(rows):
+                if cnt[r] > cap - 2 * BN and tq[r] != -np.inf:
+                    _compact(r, int(p[r]), int(slot[r]), int(src[r]), tile, m, cap, buf_key, buf_pos, qn2,
+                             alpha, beta, theta, resume, stops, tq, tk, cnt)  # fmt: skip
         col0 = tile * BN if tile < tiles_lo else skip_hi + (tile - tiles_lo) * BN
         limit = skip_lo if tile < tiles_lo else n_t
         cols = np.arange(col0, min(col0 + BN, limit))
@@ -112,17 +120,14 @@ def _select_block(
             o = int(p[r]) * cap + int(cnt[r])
             buf_key[o], buf_pos[o] = _ru32(key), cols[c]
             cnt[r] += 1
-        for r in range(rows):
-            if cnt[r] > cap - BN and tq[r] != -np.inf:
-                _compact(r, int(p[r]), int(slot[r]), int(src[r]), tile, tile + 1 < ntiles, m, cap, buf_key,
-                         buf_pos, qn2, alpha, beta, theta, resume, stops, tq, tk, cnt)  # fmt: skip
+            over |= bool(cnt[r] > cap - 2 * BN)
     if mode == 0:
         count[p_lo:p_hi] = cnt
         tk_out[slot] = tk
 
 
 def _compact(
-    r, p, slot, row, tile, more, m, cap, buf_key, buf_pos, qn2, alpha, beta, theta, resume, stops, tq, tk, cnt
+    r, p, slot, row, tile, m, cap, buf_key, buf_pos, qn2, alpha, beta, theta, resume, stops, tq, tk, cnt
 ):
     c = int(cnt[r])
     base = p * cap
@@ -139,9 +144,9 @@ def _compact(
     buf_key[base : base + w], buf_pos[base : base + w] = keys[keep], pos[keep]
     theta[slot] = th
     cnt[r] = w
-    if w > cap - BN and more:
+    if w > cap - 2 * BN:
         tq[r] = -np.inf
-        resume[slot] = tile + 1
+        resume[slot] = tile
         stops[0] += 1
 
 

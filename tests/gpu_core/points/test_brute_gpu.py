@@ -56,7 +56,12 @@ def test_gpu_equals_cpu_at_many_coordinates(d: int, k: int) -> None:
 
 #: engine options that meet every path of kernels/brute.cu: defaults; buffers of 384 (rows stop and
 #: are launched again) in batches of one block; 64-row blocks; two devices (the same GPU twice)
-KNOBS = [{}, {"cap": 384, "batch": 100}, {"rows_per_block": 64, "batch": 200}, {"devices": [0, 0]}]
+KNOBS = [
+    {},
+    {"cap": 384, "batch": 100},
+    {"rows_per_block": 64, "batch": 200},
+    {"chunk": 32, "devices": [0, 0]},
+]
 
 
 @pytest.mark.parametrize("knobs", KNOBS, ids=["defaults", "stops", "rows64", "devices2"])
@@ -81,17 +86,24 @@ def test_the_float16_filters_boundaries(ps: PointSet) -> None:
         same(gpu, gpu_core.euclidean_mst(ps.points, min_samples=k, backend="cpu"), f"{ps.name} k={k}")
 
 
-SHAPES = [(300, 33, 128), (257, 100, 64), (200, 768, 128), (130, 1024, 64)]
+SHAPES = [
+    (300, 33, 128, 64),
+    (280, 70, 128, 32),
+    (257, 100, 64, 32),
+    (200, 768, 128, 32),
+    (130, 1024, 64, 32),
+]
 
 
-@pytest.mark.parametrize(("n", "d", "rows"), SHAPES)
-def test_the_kernels_products_are_the_float16_rows_products(n: int, d: int, rows: int) -> None:
+@pytest.mark.parametrize(("n", "d", "rows", "chunk"), SHAPES)
+def test_the_kernels_products_are_the_float16_rows_products(n: int, d: int, rows: int, chunk: int) -> None:
     """Every product the kernel holds (its tensor-core fragments written out) against the float16
     rows' exact products, within float32 accumulation: each row and column where it belongs."""
     import cupy
 
     points = np.random.default_rng(n + d).normal(size=(n, d))
-    engine = BruteGpuIndex(points, rows_per_block=rows).engine
+    engine = BruteGpuIndex(points, rows_per_block=rows, chunk=chunk).engine
+    assert (engine.variant.rows, engine.variant.chunk) == (rows, chunk)
     got = cupy.asnumpy(engine.dump_products(3, n))
     half = cupy.asnumpy(engine.half).astype(np.float64)
     want = half[3:] @ half.T

@@ -28,7 +28,12 @@ from tests.utils.points import PointSet, blobs, duplicated, random_points
 
 #: engine options that meet every path: defaults; stops (buffers of 384: near-ties fill them) and
 #: batches of one block; 64-row blocks; three devices
-KNOBS = [{}, {"cap": 384, "batch": 100}, {"rows_per_block": 64, "batch": 64}, {"devices": [0, 1, 2]}]
+KNOBS = [
+    {},
+    {"cap": 384, "batch": 100},
+    {"rows_per_block": 64, "batch": 64},
+    {"chunk": 32, "devices": [0, 1, 2]},
+]
 
 
 def sets() -> list[PointSet]:

@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent(
     if RACECHECK:  # shared-memory hazards follow the block and buffer sizes, not the values
         sets = [sets[0], sets[3], sets[-1]]  # random, duplicated (ties), far clusters (stops)
     for ps in sets:
-        for knobs in ({"cap": 384, "batch": 50}, {"rows_per_block": 64}):
+        for knobs in ({"cap": 384, "batch": 50}, {"rows_per_block": 64}, {"chunk": 32}):
             index = BruteGpuIndex(np.ascontiguousarray(ps.points, dtype=np.float64), **knobs)
             for k in (1, 3):
                 gpu = index.tree(k, time.perf_counter(), True, False)
