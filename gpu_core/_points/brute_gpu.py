@@ -26,6 +26,7 @@ a permuted float16 copy for the searches outside a component and one batch's buf
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -57,7 +58,24 @@ _SPARE = 64
 FLUSH_WARPS = 4
 #: the largest float16 magnitude a query may reach after scaling (beyond: the host's search)
 _QUERY_LIMIT = 60000.0
-_CHUNK = 1 << 16  # rows per chunk of the index's float16 copy and norms (bounded temporaries)
+#: float64 bytes a chunk of the index's float16 copy and norms takes at most (bounded temporaries)
+_CHUNK_BYTES = 1 << 26
+
+
+@functools.cache
+def _row_squares(dtype: str) -> Any:
+    """A CuPy reduction: each row's sum of squares in float64."""
+    import cupy
+
+    x = "(double)(float)x" if dtype == "float16" else "(double)x"
+    return cupy.ReductionKernel(
+        "T x", "float64 y", f"{x} * {x}", "a + b", "y = a", "0", f"row_squares_{dtype}"
+    )
+
+
+def chunk_rows(d: int) -> int:
+    """Rows of a chunk of the index's float16 copy: :data:`_CHUNK_BYTES` of float64 coordinates."""
+    return max(1, _CHUNK_BYTES // (8 * d))
 
 
 def _k(name: str) -> Any:
@@ -251,6 +269,11 @@ class DeviceEngine:
         """A context in which ``device`` is the current one."""
         return self.xp.cuda.Device(device)
 
+    def _row_squares(self, rows: Array) -> Array:
+        """Each row's sum of squares, summed in float64 (float16 rows widened exactly), with no
+        temporary of the rows' size."""
+        return _row_squares(str(rows.dtype))(rows, axis=1)
+
     def _kernel(self, name: str, shared: int = 0) -> Any:
         """A kernel of ``kernels/brute.cu``, allowed ``shared`` bytes of dynamic shared memory."""
         found = _k(name)
@@ -260,11 +283,15 @@ class DeviceEngine:
 
     def _float16_copy(self) -> None:
         """The scaled float16 rows (zeros past ``d``), their squared norms in float64 and float32,
-        and the float64 norms of the shifted points, a chunk of rows at a time."""
+        and the float64 norms of the shifted points, :func:`chunk_rows` rows at a time (the one
+        temporary: a float64 chunk)."""
         cp, n = self.xp, self.n
+        step = chunk_rows(self.d)
         largest = 0.0
-        for lo in range(0, n, _CHUNK):
-            largest = max(largest, float(cp.abs(self.coords[lo : lo + _CHUNK] - self.shift).max()))
+        for lo in range(0, n, step):
+            shifted = self.coords[lo : lo + step] - self.shift
+            largest = max(largest, float(cp.abs(shifted, out=shifted).max()))
+            del shifted
         scale = float16_scale(largest)
         #: coordinates float16 cannot hold even scaled (past 2^±500): the host's exact searches
         self.fallback = scale is None
@@ -275,13 +302,14 @@ class DeviceEngine:
         self.half = cp.zeros((n, self.dpad), dtype=cp.float16)
         self.norm2 = cp.empty(n)
         self.norms = cp.empty(n)
-        for lo in range(0, n, _CHUNK):
-            sl = slice(lo, min(lo + _CHUNK, n))
+        for lo in range(0, n, step):
+            sl = slice(lo, min(lo + step, n))
             shifted = self.coords[sl] - self.shift
-            self.norms[sl] = cp.sqrt(cp.einsum("ij,ij->i", shifted, shifted))
-            self.half[sl, : self.d] = (shifted * self.scale).astype(cp.float16)
-            wide = self.half[sl, : self.d].astype(cp.float64)
-            self.norm2[sl] = cp.einsum("ij,ij->i", wide, wide)
+            shifted *= self.scale  # a power of two: exact, and so are the norms divided by it
+            self.norms[sl] = cp.sqrt(self._row_squares(shifted)) / self.scale
+            self.half[sl, : self.d] = shifted
+            del shifted
+            self.norm2[sl] = self._row_squares(self.half[sl, : self.d])
         self.norm2f = self.norm2.astype(cp.float32)
         self.radius = float(self.norms.max()) if n else 0.0
         if self.fallback:
@@ -589,14 +617,16 @@ def workspace_bytes(n: int, d: int, min_samples: int) -> tuple[int, int]:
     """(resident, peak) device bytes of the brute-force index of ``n`` points of ``d`` coordinates
     and of a tree of ``min_samples`` computed on it (see the module's docstring).
 
-    The peak is the larger of two phases: the lists (the first search's lists and per-row state,
-    then ``brute``'s sorted copies of them: three lists' worth) and the rounds (the round's lists,
-    its per-point arrays and either its gathers over the lists or a search outside the components:
-    the permuted float16 copy and per-target arrays, the rows' state and lists). Each adds one
-    batch's candidate buffers.
+    The peak is the largest of three phases: the index's build (a chunk of shifted float64
+    coordinates), the lists (the first search's lists and
+    per-row state, then ``brute``'s sorted copies of them: three lists' worth) and the rounds (the
+    round's lists, its per-point arrays and either its gathers over the lists or a search outside
+    the components: the permuted float16 copy and per-target arrays, the rows' state and lists).
+    The lists and the rounds add one batch's candidate buffers.
     """
     dpad = -(-d // 64) * 64
     resident = 8 * n * d + 2 * n * dpad + 44 * n + 16 * d
+    build = 10 * min(n, chunk_rows(d)) * dpad + 16 * n
     width = list_width(max(n, 1), min_samples)
     lists = n * width * 16 * 3 + 24 * n
     gathers = n * width * 17 + 96 * n  # a round's gathers over the lists and its per-point arrays
@@ -604,7 +634,7 @@ def workspace_bytes(n: int, d: int, min_samples: int) -> tuple[int, int]:
     rounds = n * width * 16 + max(gathers, search)
     batch = min(n, max(BATCH, 128))
     buffers = batch * ((CAP_WIDE if width > WIDE else CAP) * 8 + 4) + (1 << 16)
-    return resident, resident + max(lists, rounds) + buffers
+    return resident, resident + max(build, max(lists, rounds) + buffers)
 
 
 class BruteGpuIndex(BruteIndex):

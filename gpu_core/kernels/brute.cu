@@ -105,8 +105,10 @@ __device__ __forceinline__ void fs_load_b(unsigned short* stage, const unsigned 
 
 // A row's buffer, compacted by one warp: its m-th smallest key (a binary search over the keys'
 // order) bounds the row's true m-th key; entries over the new threshold go (order kept). A row whose
-// buffer could not take two more tiles stops: resume at the tile whose selection comes next.
-__device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, int m, int cap, float* buf_key,
+// buffer could not take two more tiles stops (where tiles remain: may_stop): resume at the tile
+// whose selection comes next.
+__device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, bool may_stop, int m, int cap,
+                           float* buf_key,
                            int* buf_pos, const double* __restrict__ qn2, const double* __restrict__ alpha,
                            const double* __restrict__ beta, double* theta, int* resume, int* stops, float* tq_s,
                            float* tk_s, int* cnt_s) {
@@ -154,7 +156,7 @@ __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, 
         cnt_s[r] = w;
         tk_s[r] = tk;
         tq_s[r] = tq;
-        if (w > cap - 2 * FS_BN) {
+        if (may_stop && w > cap - 2 * FS_BN) {
             tq_s[r] = -fs_finf();
             resume[slot] = tile;
             atomicAdd(stops, 1);
@@ -327,8 +329,8 @@ __device__ __forceinline__ void fused_select_body(
                         const int p = p_lo + r;
                         const int slot = slots ? slots[p] : slot_base + p;
                         const int row = row_src ? row_src[slot] : slot;
-                        fs_compact(lane, r, p, slot, row, tile, m, cap, buf_key, buf_pos, qn2, alpha, beta, theta,
-                                   resume, stops, tq_s, tk_s, cnt_s);
+                        fs_compact(lane, r, p, slot, row, tile, true, m, cap, buf_key, buf_pos, qn2, alpha, beta,
+                                   theta, resume, stops, tq_s, tk_s, cnt_s);
                     }
                 }
                 __syncthreads();
@@ -427,6 +429,18 @@ __device__ __forceinline__ void fused_select_body(
     }
     fs_wait<0>();
     if (mode != 0) return;
+    __syncthreads();
+    // every buffer compacted once more, so the flush rechecks only what the tightest threshold keeps
+    // (thresholds tighten only when a buffer fills: most rows' last one came from a few tiles)
+    for (int r = warp; r < rows; r += WARPS) {
+        if (cnt_s[r] > m && tq_s[r] != -fs_finf()) {
+            const int p = p_lo + r;
+            const int slot = slots ? slots[p] : slot_base + p;
+            const int row = row_src ? row_src[slot] : slot;
+            fs_compact(lane, r, p, slot, row, ntiles, false, m, cap, buf_key, buf_pos, qn2, alpha, beta, theta,
+                       resume, stops, tq_s, tk_s, cnt_s);
+        }
+    }
     __syncthreads();
     for (int r = tid; r < rows; r += THREADS) {
         const int p = p_lo + r;

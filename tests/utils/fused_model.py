@@ -6,7 +6,7 @@ does, step for step: the block's rows against each tile of 128 targets, float16 
 float32, the filtered key ``v = fma(-2, s, tn2)`` rounded to float32, the row's thresholds rounded
 up to float32, candidates appended to the row's buffer, a buffer over ``cap - 256`` compacted before
 the next tile's selection (its m-th key, ``filter.upper``, ``filter.threshold``) or the row stopped
-with that tile to resume from,
+with that tile to resume from, every buffer compacted once more at the end,
 and the flush's exact recheck and merge. :class:`ModelEngine` is ``DeviceEngine`` on NumPy with
 these models in place of the compiled kernels. What the model cannot check is the kernels' CUDA
 (fragment layouts, races): the GPU tests and compute-sanitizer do.
@@ -95,8 +95,8 @@ def _select_block(
             over = False
             for r in range(rows):
                 if cnt[r] > cap - 2 * BN and tq[r] != -np.inf:
-                    _compact(r, int(p[r]), int(slot[r]), int(src[r]), tile, m, cap, buf_key, buf_pos, qn2,
-                             alpha, beta, theta, resume, stops, tq, tk, cnt)  # fmt: skip
+                    _compact(r, int(p[r]), int(slot[r]), int(src[r]), tile, True, m, cap, buf_key, buf_pos,
+                             qn2, alpha, beta, theta, resume, stops, tq, tk, cnt)  # fmt: skip
         col0 = tile * BN if tile < tiles_lo else skip_hi + (tile - tiles_lo) * BN
         limit = skip_lo if tile < tiles_lo else n_t
         cols = np.arange(col0, min(col0 + BN, limit))
@@ -122,13 +122,18 @@ def _select_block(
             cnt[r] += 1
             over |= bool(cnt[r] > cap - 2 * BN)
     if mode == 0:
+        for r in range(rows):  # every buffer compacted once more: the flush rechecks fewer
+            if cnt[r] > m and tq[r] != -np.inf:
+                _compact(r, int(p[r]), int(slot[r]), int(src[r]), ntiles, False, m, cap, buf_key, buf_pos,
+                         qn2, alpha, beta, theta, resume, stops, tq, tk, cnt)  # fmt: skip
         count[p_lo:p_hi] = cnt
         tk_out[slot] = tk
 
 
 def _compact(
-    r, p, slot, row, tile, m, cap, buf_key, buf_pos, qn2, alpha, beta, theta, resume, stops, tq, tk, cnt
-):
+    r, p, slot, row, tile, may_stop, m, cap, buf_key, buf_pos, qn2, alpha, beta, theta, resume, stops, tq,
+    tk, cnt,
+):  # fmt: skip
     c = int(cnt[r])
     base = p * cap
     keys = buf_key[base : base + c].copy()
@@ -144,7 +149,7 @@ def _compact(
     buf_key[base : base + w], buf_pos[base : base + w] = keys[keep], pos[keep]
     theta[slot] = th
     cnt[r] = w
-    if w > cap - 2 * BN:
+    if may_stop and w > cap - 2 * BN:
         tq[r] = -np.inf
         resume[slot] = tile
         stops[0] += 1
@@ -200,6 +205,10 @@ class ModelEngine(DeviceEngine):
 
     def _on(self, device: int) -> Any:
         return contextlib.nullcontext()
+
+    def _row_squares(self, rows: Any) -> Any:
+        wide = rows.astype(np.float64)
+        return np.einsum("ij,ij->i", wide, wide)
 
     def _kernel(self, name: str, shared: int = 0) -> Any:
         if name == "fused_flush":
