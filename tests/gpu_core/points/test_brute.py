@@ -202,7 +202,9 @@ def test_equal_distances_break_by_index() -> None:
     pts = np.concatenate([eye, -eye, 2 * eye, np.zeros((3, d))])  # three duplicates of the origin
     for k in (1, 2, 6):
         assert_oracle(gpu_core.euclidean_mst(pts, min_samples=k, backend="cpu"), pts, k, "lattice")
-        assert_oracle(brute_tree(pts, k, precision="tf32", tile=16, block=8), pts, k, "lattice tf32")
+        for precision in ("tf32", "float16"):
+            tree = brute_tree(pts, k, precision=precision, tile=16, block=8)
+            assert_oracle(tree, pts, k, f"lattice {precision}")
 
 
 def test_one_thousand_and_twenty_four_coordinates() -> None:
