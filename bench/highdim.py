@@ -1,22 +1,26 @@
-"""HDBSCAN* of points of many coordinates (the brute-force path) against its floor and its peers.
+"""HDBSCAN* of points of many coordinates (the brute-force path) against its floors and its peers.
 
     python -m bench.highdim [--backend auto] [--n 1e6] [--dims 128] [--min-samples 10] [--k 10]
-        [--precision tf32] [--peer-n 1e5] [--peer-dims 768] [--peers hdbscan,fast_hdbscan] [--no-peers]
-        [--peer-limit 600] [--no-floor]
-        [--crossover] [--crossover-n 1e5] [--crossover-dims 4,8,12,16,24,32] [--repeats 3] [--cpu]
-        [--out FILE.json]
+        [--devices 0,1] [--no-all-pairs] [--peer-n 1e5] [--peer-dims 768] [--peers hdbscan,fast_hdbscan]
+        [--no-peers] [--peer-limit 600] [--no-floor] [--predict] [--predict-n 1e6] [--predict-dims 384]
+        [--predict-queries 1e5] [--crossover] [--crossover-n 1e5] [--crossover-dims 4,8,12,16,24,32]
+        [--repeats 3] [--cpu] [--out FILE.json]
 
 Data: embeddings-like blobs (``embeddings``: 32 centres on the unit sphere, each point its centre
 plus Gaussian noise of total sd 0.35, 10 % of the points noise on the sphere; seed 0), points on
 the device (CuPy) for the GPU backend. Parts, each the median of ``--repeats`` after a warm-up:
 
-* ``floor``: the exact brute-force k-nearest-neighbour lists (``--k``, the point itself counted) of
-  the points, index build included: the search every exact method pays (what ``hdbscan`` starts
-  with), on the same device in the same run. ``gemm_ms``: the filter's matrix products alone
-  (every tile, nothing selected), the arithmetic under it.
+* ``floor``: on the GPU first the all-pairs floors of the device, every pair's inner product by
+  cuBLAS in 4,096-row blocks, nothing selected, in IEEE float32 (``float32_floor_ms``) and on the
+  tensor cores in float16 (``float16_floor_ms``); then the exact brute-force k-nearest-neighbour
+  lists (``--k``, the point itself counted) of the points, index build included (``floor_ms``:
+  the search every exact method pays, what ``hdbscan`` starts with). ``gemm_ms``: the filter's
+  products alone (on the GPU the fused kernel with its selection left out).
 * ``hdbscan``: ``gpu_core.hdbscan`` of the same points (``--min-samples``, ``min_cluster_size`` 100),
-  its tree's timings (lists, rounds, refreshed points) and the ratio to the floor. Target: <= 3x
-  at 10^6 x 128, min_samples=10, on an H200 or H100.
+  its tree's timings (lists, rounds, refreshed points), on the GPU its launches' device time
+  (``launches_ms``: ``select``, the fused products and selection; ``flush``, the exact recheck),
+  and its ratio to the floors. Targets (issue 46): 10^6 x 128 in <= 3 s and <= 4x the float16
+  floor on one H200; 10^5 x 768 in <= 250 ms. ``--devices 0,1``: the searches split over those GPUs.
 * ``peers`` (``--peer-n`` x ``--peer-dims``): ours against the hdbscan library (its defaults, what a
   user gets: ``algorithm="best"``, an approximate tree, ``core_dist_n_jobs`` = the host's cores)
   and fast_hdbscan (above 30 coordinates it takes an approximate nearest-neighbour graph from
@@ -25,24 +29,28 @@ the device (CuPy) for the GPU backend. Parts, each the median of ``--repeats`` a
   installed. Each fits once, in a child process, stopped after ``--peer-limit`` seconds: a peer
   stopped there reports ``speedup_at_least`` (the limit over ours), a lower bound. Target: >= 100x
   both at 10^5 x 768.
+* ``predict`` (``--predict``): ``approximate_predict`` and ``membership_vector`` of
+  ``--predict-queries`` new points against a model of ``--predict-n`` x ``--predict-dims`` (target:
+  10^5 against 10^6 x 384 in <= 300 ms).
 * ``crossover`` (``--crossover``): the spatial index (k-d tree; on the GPU the hierarchy, up to 32
   coordinates) against brute force, ``min_samples`` 1 and 10, at ``--crossover-n`` points of each
   of ``--crossover-dims``: where brute force starts to win is ``SPATIAL_MAX_DIMENSIONS``.
 
 ``--cpu``: small sizes on the CPU backend, every part, the hdbscan library the only peer (tests/bench
-runs it; fast_hdbscan's first fit compiles for a minute). ``--precision``: the
-GPU filter's arithmetic (``tf32``, ``float32``); the host's is float64. Results as JSON (``--out``).
+runs it; fast_hdbscan's first fit compiles for a minute). Results as JSON (``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
 import platform
 import queue
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -74,9 +82,70 @@ def brute_index(points: Any, backend: str, search: str = "brute", **engine: Any)
     return build_index(points, coords, chosen, from_cupy, search, **engine)  # type: ignore[arg-type]
 
 
+#: rows of a block of the all-pairs floors (one cuBLAS GEMM each, into one reused output)
+ALL_PAIRS_BLOCK = 4096
+
+
+@contextlib.contextmanager
+def _ieee_float32() -> Iterator[None]:
+    """CuPy's float32 products in IEEE float32 (not TF32) while inside, then as they were."""
+    import numpy
+
+    try:
+        from cupy._core import _routines_linalg as linalg
+
+        before = linalg.get_compute_type(numpy.float32)
+        linalg.set_compute_type(numpy.float32, 2)  # COMPUTE_TYPE_PEDANTIC
+    except (ImportError, AttributeError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        linalg.set_compute_type(numpy.float32, before)
+
+
+def all_pairs_ms(points: Any, dtype: str, repeats: int) -> float:
+    """Every pair's inner product by cuBLAS in ``dtype`` (float32: IEEE; float16: the tensor cores),
+    :data:`ALL_PAIRS_BLOCK` rows at a time, nothing selected: the all-pairs floor of the device."""
+    import cupy as cp
+
+    x = cp.ascontiguousarray(points.astype(dtype))
+    n = int(x.shape[0])
+    out = cp.empty((min(ALL_PAIRS_BLOCK, n), n), dtype=dtype)
+
+    def run() -> None:
+        for lo in range(0, n, ALL_PAIRS_BLOCK):
+            a = x[lo : lo + ALL_PAIRS_BLOCK]
+            cp.matmul(a, x.T, out=out[: a.shape[0]])
+
+    with _ieee_float32():
+        ms = median_ms(run, repeats, "gpu")
+    return ms
+
+
+def _event_totals(events: list[Any]) -> dict[str, float]:
+    """Milliseconds per kind of timed launch (``DeviceEngine.events``: the fused products and
+    selection, the exact recheck)."""
+    import cupy
+
+    out: dict[str, float] = {}
+    for what, begin, end in events:
+        end.synchronize()
+        out[f"{what}_ms"] = out.get(f"{what}_ms", 0.0) + float(cupy.cuda.get_elapsed_time(begin, end))
+    return out
+
+
 def floor_and_hdbscan(args: argparse.Namespace, backend: str, engine: dict[str, Any]) -> dict[str, Any]:
     n, d = int(args.n), args.dims
     points = on_backend(backend, embeddings(n, d))
+    gpu = backend == "gpu"
+    floors: dict[str, float] = {}
+    if gpu and not args.no_all_pairs:
+        floors = {f"{t}_floor_ms": all_pairs_ms(points, t, args.repeats) for t in ("float32", "float16")}
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()  # the floors' outputs (16 GB at 10^6 points)
 
     def knn() -> Any:
         state: Any = brute_index(points, backend, **engine)._state
@@ -85,29 +154,57 @@ def floor_and_hdbscan(args: argparse.Namespace, backend: str, engine: dict[str, 
 
     floor_ms = median_ms(knn, args.repeats, backend)
     index = brute_index(points, backend, **engine)
-    gemm_ms = median_ms(lambda: index._state.engine.products_only(), 1, backend)  # type: ignore[attr-defined]
+    products = index._state.engine.products_only  # type: ignore[attr-defined]
+    gemm_ms = median_ms(products, args.repeats if gpu else 1, backend)
     runs: list[Any] = []
+    events: list[Any] = []
 
     def cluster() -> None:
+        built = brute_index(points, backend, **engine)
+        if gpu:
+            events.clear()
+            built._state.engine.events = events  # type: ignore[attr-defined]
         runs.append(
-            gpu_core.hdbscan(
-                brute_index(points, backend, **engine), min_cluster_size=MIN_CLUSTER_SIZE,
-                min_samples=args.min_samples,
-            )
+            gpu_core.hdbscan(built, min_cluster_size=MIN_CLUSTER_SIZE, min_samples=args.min_samples)
         )  # fmt: skip
 
     hdbscan_ms = median_ms(cluster, args.repeats, backend)
     tree_timings = runs[-1].timings_ms
+    launches = _event_totals(events) if gpu else {}
     ratio = hdbscan_ms / floor_ms
+    fp16 = floors.get("float16_floor_ms")
     print(f"{n} x {d}, min_samples={args.min_samples}, {backend}: hdbscan {hdbscan_ms:.0f} ms, exact "
-          f"{args.k}-NN floor {floor_ms:.0f} ms (filter GEMMs {gemm_ms:.0f} ms): {ratio:.2f}x the floor; "
+          f"{args.k}-NN floor {floor_ms:.0f} ms (products alone {gemm_ms:.0f} ms): {ratio:.2f}x the floor; "
           f"{runs[-1].num_clusters} clusters, {tree_timings.get('refreshed', 0):.0f} points refreshed in "
           f"{tree_timings.get('rounds', 0):.0f} rounds")  # fmt: skip
+    if fp16:
+        print(f"  all-pairs floors: float32 {floors['float32_floor_ms']:.0f} ms, float16 {fp16:.0f} ms; "
+              f"hdbscan {hdbscan_ms / fp16:.2f}x the float16 floor; launches {launches}")  # fmt: skip
     return {
         "n": n, "dims": d, "k": args.k, "min_samples": args.min_samples, "floor_ms": floor_ms,
         "gemm_ms": gemm_ms, "hdbscan_ms": hdbscan_ms, "ratio": ratio, "clusters": runs[-1].num_clusters,
-        "tree_timings_ms": tree_timings,
+        "tree_timings_ms": tree_timings, **floors, "launches_ms": launches,
+        "ratio_float16_floor": None if not fp16 else hdbscan_ms / fp16, "devices": engine.get("devices"),
     }  # fmt: skip
+
+
+def predict(args: argparse.Namespace, backend: str) -> dict[str, Any]:
+    """``approximate_predict`` and ``membership_vector`` of ``--predict-queries`` new points against a
+    model of ``--predict-n`` points (``--predict-dims``), each the median of ``--repeats``."""
+    n, d, q = int(args.predict_n), args.predict_dims, int(args.predict_queries)
+    points = on_backend(backend, embeddings(n, d, seed=4))
+    queries = on_backend(backend, embeddings(q, d, seed=5))
+    started = time.perf_counter()
+    model = gpu_core.HDBSCAN(
+        min_cluster_size=MIN_CLUSTER_SIZE, min_samples=args.min_samples, prediction_data=True, backend=backend
+    ).fit(points)
+    fit_s = time.perf_counter() - started
+    predict_ms = median_ms(lambda: gpu_core.approximate_predict(model, queries), args.repeats, backend)
+    vector_ms = median_ms(lambda: gpu_core.membership_vector(model, queries), args.repeats, backend)
+    print(f"predict {q} new points against {n} x {d}: approximate_predict {predict_ms:.0f} ms, "
+          f"membership_vector {vector_ms:.0f} ms (fit {fit_s:.1f} s)")  # fmt: skip
+    return {"n": n, "dims": d, "queries": q, "fit_s": fit_s, "approximate_predict_ms": predict_ms,
+            "membership_vector_ms": vector_ms}  # fmt: skip
 
 
 def _peer_fit(name: str, n: int, d: int, min_samples: int, out: Any) -> None:
@@ -241,7 +338,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dims", type=int, default=128)
     parser.add_argument("--min-samples", type=int, default=10)
     parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--precision", default=None, choices=("tf32", "float32"), help="the GPU filter's")
+    parser.add_argument("--devices", default=None, help="GPU ids the brute-force searches share, e.g. 0,1")
+    parser.add_argument("--no-all-pairs", action="store_true", help="skip the cuBLAS all-pairs floors (GPU)")
+    parser.add_argument("--predict", action="store_true", help="time prediction against a large model")
+    parser.add_argument("--predict-n", type=float, default=1e6)
+    parser.add_argument("--predict-dims", type=int, default=384)
+    parser.add_argument("--predict-queries", type=float, default=1e5)
     parser.add_argument("--peer-n", type=float, default=1e5)
     parser.add_argument("--peer-dims", type=int, default=768)
     parser.add_argument("--no-peers", action="store_true")
@@ -262,18 +364,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.backend, args.repeats, args.crossover, args.peers = "cpu", 1, True, "hdbscan"
         args.n, args.dims, args.peer_n, args.peer_dims = 1500, 64, 800, 128
         args.crossover_n, args.crossover_dims = 800, "8,24"
+        args.predict, args.predict_n, args.predict_dims, args.predict_queries = True, 1200, 48, 300
     backend = gpu_core.resolve_backend(args.backend)
-    engine: dict[str, Any] = {"precision": args.precision} if backend == "gpu" and args.precision else {}
+    engine: dict[str, Any] = {}
+    if args.devices:
+        engine["devices"] = [int(i) for i in args.devices.split(",")]
     record: dict[str, Any] = {
         "benchmark": "highdim", "backend": backend, "host": platform.node(), "cpus": os.cpu_count(),
-        "min_cluster_size": MIN_CLUSTER_SIZE, "repeats": args.repeats, "precision": args.precision,
+        "min_cluster_size": MIN_CLUSTER_SIZE, "repeats": args.repeats, "devices": engine.get("devices"),
     }  # fmt: skip
+    if backend == "gpu":
+        import cupy
+
+        record["gpu"] = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
     if not args.no_floor:
         record["floor_and_hdbscan"] = floor_and_hdbscan(args, backend, engine)
     if not args.no_peers:
         record["peers"] = peers(args, backend, engine)
     if args.crossover:
         record["crossover"] = crossover(args, backend, engine)
+    if args.predict:
+        record["predict"] = predict(args, backend)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(record, f, indent=2)

@@ -1,9 +1,9 @@
 """Exact trees of points of many coordinates: Borůvka rounds over exact neighbour lists, by brute force.
 
 Above a few dozen coordinates a spatial index prunes almost nothing, so the searches here compare
-every point with every other in tiles (``brute_cpu``: NumPy's BLAS; ``brute_gpu``: cuBLAS and the
-kernels of ``kernels/brute.cu``), with a fast filtered distance and an exact recheck of whatever
-the filter cannot rule out (``filter`` states the margin). Both backends run this module's rounds
+every point with every other in tiles (``brute_cpu``: NumPy's BLAS; ``brute_gpu``: the float16
+tensor-core kernels of ``kernels/brute.cu``), with a fast filtered distance and an exact recheck of
+whatever the filter cannot rule out (``filter`` states the margin). Both backends run this module's rounds
 on their array module, so they take the same steps and return the same arrays.
 
 **Lists.** Every point first gets its exact ``L`` nearest points (itself included, ascending by
@@ -252,6 +252,16 @@ def plan_blocks(comp_sorted: np.ndarray[Any, Any], block: int) -> list[tuple[int
         size = int(comp_sorted.size)
         out.extend((lo, min(lo + block, size), -1) for lo in range(mixed, size, block))
     return out
+
+
+def split_rows(sizes: np.ndarray[Any, Any], parts: int) -> list[tuple[int, int]]:
+    """Consecutive blocks of ``sizes`` rows cut into ``parts`` runs ``[first, last)`` of about as many
+    rows each (runs may be empty): how a search's rows are shared out over devices."""
+    cum = np.cumsum(np.asarray(sizes, dtype=np.int64))
+    total = int(cum[-1]) if cum.size else 0
+    cuts = [0] + [int(np.searchsorted(cum, total * i / parts, side="right")) for i in range(1, parts)]
+    cuts.append(int(cum.size))
+    return [(cuts[i], max(cuts[i], cuts[i + 1])) for i in range(parts)]
 
 
 def finish_order(xp: Any, lo: Array, hi: Array, w2: Array, n: int) -> Array:

@@ -1,13 +1,14 @@
 """The host's brute-force searches: float64 BLAS distance tiles, every candidate rechecked exactly.
 
 A block of query rows meets the targets tile by tile: ``F = ‖ã‖² + ‖b̃‖² - 2 ã·b̃`` from one matrix
-product of the shifted coordinates (``filter``: ``|F - D| ≤ E_i``), each row's running ``m``-th
-smallest filtered key gives its threshold ``θ_i = F_(m) + 2E_i`` (``filter`` says why no true
-candidate is above it), and every target at most ``θ_i`` is kept. At the end of the block the kept
-candidates still under the final threshold are rechecked with the contract's formula (float64,
-dimension order, no FMA: ``tree.squared_distances``'s arithmetic) and each row keeps its ``m``
-least by ``(exact key, index)``. The brute-force index (:class:`BruteCpuIndex`) is these searches
-over the points; its trees are ``brute``'s rounds.
+product of the shifted (and, for the device's float16, scaled) coordinates (``filter``: ``|F - s²D|
+≤ E(s²D)``), each row's running ``m``-th smallest filtered key ``K̃_(m)`` gives its threshold
+``threshold(upper(K̃_(m)))`` (``filter`` says why no true candidate is above it), and every target
+at most the threshold is kept. At the end of the block the kept candidates still under the final
+threshold are rechecked with the contract's formula (float64, dimension order, no FMA:
+``tree.squared_distances``'s arithmetic) and each row keeps its ``m`` least by ``(exact key,
+index)``. The brute-force index (:class:`BruteCpuIndex`) is these searches over the points; its
+trees are ``brute``'s rounds.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .brute import BruteIndex, boruvka, plan_blocks
-from .filter import Precision, coefficient
+from .brute import BruteIndex, boruvka, plan_blocks, split_rows
+from .filter import Precision, float16_scale, row_terms, threshold, upper
 from .tree import EuclideanTree, finish_tree
 
 Array = np.ndarray[Any, Any]
@@ -31,52 +32,81 @@ BLOCK = 256
 class HostEngine:
     """The brute-force searches over validated float64 coordinates (read-only once built).
 
-    ``precision``: the filter's arithmetic, float64 (the default) or the device's float32 and TF32
-    (inputs truncated to 10 explicit bits), run here so CI tests the margins a GPU relies on;
-    ``tile`` and ``block``: targets per tile and query rows per block.
+    ``precision``: the filter's arithmetic, float64 (the default), or run here so CI tests the
+    margins a GPU relies on: the device's float16 (scaled by a power of two, rounded to 11 bits,
+    float32 products), float32 or TF32 (inputs truncated to 10 explicit bits); ``tile`` and
+    ``block``: targets per tile and query rows per block; ``shards``: the rows of each search
+    split into that many runs searched apart (as the device engine splits them over devices).
     """
 
     xp = np
 
     def __init__(
-        self, coords: Array, precision: Precision = "float64", *, tile: int = TILE, block: int = BLOCK
+        self,
+        coords: Array,
+        precision: Precision = "float64",
+        *,
+        tile: int = TILE,
+        block: int = BLOCK,
+        shards: int = 1,
     ) -> None:
         self.coords = coords
         self.n, self.d = (int(x) for x in coords.shape)
-        self.precision, self.tile, self.block = precision, tile, block
+        self.precision, self.tile, self.block, self.shards = precision, tile, block, max(1, shards)
         self.coords_t = np.ascontiguousarray(coords.T)  # the exact recheck reads columns
         self.shift = coords.mean(axis=0)
-        self.centered, self.norm2 = self._filter_inputs(coords)
-        self.radius = float(np.sqrt(self.norm2.max()))
-        self.coef = coefficient(self.d, precision)
+        shifted = coords - self.shift
+        self.norms = np.sqrt(np.einsum("ij,ij->i", shifted, shifted))
+        self.radius = float(self.norms.max()) if self.n else 0.0
+        largest = float(np.abs(shifted).max()) if shifted.size else 0.0
+        scale = float16_scale(largest) if precision == "float16" else 1.0
+        if scale is None:  # past float16's reach even scaled (the device's searches run here then)
+            self.precision, scale = "float64", 1.0
+        self.scale = scale
+        self.centered, self.norm2 = self._filter_inputs(shifted)
+        self.alpha, self.beta = self._terms(self.norms)
 
-    def _filter_inputs(self, x: Array) -> tuple[Array, Array]:
-        """Points as the filter's GEMM reads them (shifted, rounded to its precision) and their squared
-        norms, summed in float64 from the values before TF32's truncation (as the device does)."""
-        shifted = x - self.shift
+    def _terms(self, norms: Array) -> tuple[Array, Array]:
+        alpha, beta = row_terms(np, norms, self.radius, self.scale, self.d, self.precision)
+        return alpha, beta
+
+    def _filter_inputs(self, shifted: Array) -> tuple[Array, Array]:
+        """Points as the filter's GEMM reads them (shifted, scaled, rounded to its precision) and
+        their squared norms, summed in float64 from those rounded values (as the device does)."""
         if self.precision == "float64":
             return shifted, np.einsum("ij,ij->i", shifted, shifted)
-        single = shifted.astype(np.float32)
+        if self.precision == "float16":
+            single = (shifted * self.scale).astype(np.float16).astype(np.float32)
+        else:
+            single = shifted.astype(np.float32)
+            if self.precision == "tf32":  # keep 10 explicit mantissa bits (truncation: the worse case)
+                single = (single.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
         wide = single.astype(np.float64)
-        norm2 = np.einsum("ij,ij->i", wide, wide)
-        if self.precision == "tf32":  # keep 10 explicit mantissa bits (truncation: the worse case)
-            single = (single.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
-        return single, norm2
+        return single, np.einsum("ij,ij->i", wide, wide)
 
     @property
     def nbytes(self) -> int:
-        return int(self.coords_t.nbytes + self.centered.nbytes + self.norm2.nbytes)
+        arrays = (self.coords_t, self.centered, self.norm2, self.norms, self.alpha, self.beta)
+        return int(sum(a.nbytes for a in arrays))
+
+    def _runs(self, count: int) -> list[tuple[int, int]]:
+        """The blocks' rows ``[lo, hi)`` in order, shard by shard (``split_rows``)."""
+        starts = np.arange(0, count, self.block)
+        sizes = np.minimum(starts + self.block, count) - starts
+        out: list[tuple[int, int]] = []
+        for first, last in split_rows(sizes, self.shards):
+            out.extend((int(starts[b]), int(starts[b] + sizes[b])) for b in range(first, last))
+        return out
 
     def nearest(self, width: int) -> tuple[Array, Array]:
         ids = np.empty((self.n, width), dtype=np.int64)
         keys = np.empty((self.n, width))
-        for lo in range(0, self.n, self.block):
-            hi = min(lo + self.block, self.n)
+        for lo, hi in self._runs(self.n):
             sl = slice(lo, hi)
-            everything = [(0, self.n)]
             ids[sl], keys[sl] = self._top(
-                self.centered[sl], self.norm2[sl], self.coords_t[:, sl], width, _Targets(self), everything, lo
-            )
+                self.centered[sl], self.norm2[sl], self.coords_t[:, sl], width, _Targets(self),
+                [(0, self.n)], lo, terms=(self.alpha[sl], self.beta[sl]),
+            )  # fmt: skip
         return ids, keys
 
     def products_only(self) -> float:
@@ -93,35 +123,43 @@ class HostEngine:
         count = int(queries.shape[0])
         ids = np.empty((count, width), dtype=np.int64)
         keys = np.empty((count, width))
-        centered, norm2 = self._filter_inputs(queries)
+        shifted = queries - self.shift
+        centered, norm2 = self._filter_inputs(shifted)
+        alpha, beta = self._terms(np.sqrt(np.einsum("ij,ij->i", shifted, shifted)))
         queries_t = np.ascontiguousarray(queries.T)
-        for lo in range(0, count, self.block):
-            sl = slice(lo, min(lo + self.block, count))
+        for lo, hi in self._runs(count):
+            sl = slice(lo, hi)
             ids[sl], keys[sl] = self._top(
-                centered[sl], norm2[sl], queries_t[:, sl], width, _Targets(self), [(0, self.n)], 0
-            )
+                centered[sl], norm2[sl], queries_t[:, sl], width, _Targets(self), [(0, self.n)], 0,
+                terms=(alpha[sl], beta[sl]),
+            )  # fmt: skip
         return ids, keys
 
     def outside(self, rows: Array, comp: Array, core2: Array | None, width: int) -> tuple[Array, Array]:
         order = np.argsort(comp, kind="stable")  # targets grouped by component
         comp_sorted = comp[order]
-        targets = _Targets(self, order, comp_sorted, None if core2 is None else core2[order])
+        scaled = None if core2 is None else core2 * (self.scale * self.scale)  # a power of two: exact
+        targets = _Targets(self, order, comp_sorted, None if core2 is None else core2[order], scaled)
         labels = np.arange(int(comp.max()) + 1)
-        first = np.searchsorted(comp_sorted, labels, side="left")
-        last = np.searchsorted(comp_sorted, labels, side="right")
+        first_at = np.searchsorted(comp_sorted, labels, side="left")
+        last_at = np.searchsorted(comp_sorted, labels, side="right")
         by_comp = rows[np.argsort(comp[rows], kind="stable")]
         ids = np.empty((rows.size, width), dtype=np.int64)
         keys = np.empty((rows.size, width))
         place = np.empty(self.n, dtype=np.int64)
         place[rows] = np.arange(rows.size)
-        for s, e, c in plan_blocks(comp[by_comp], self.block):
-            q = by_comp[s:e]
-            # a block of one component skips that component's targets; a mixed block masks them
-            ranges = [(0, int(first[c])), (int(last[c]), self.n)] if c >= 0 else [(0, self.n)]
-            ids[place[q]], keys[place[q]] = self._top(
-                self.centered[q], self.norm2[q], self.coords_t[:, q], width, targets, ranges, -1,
-                q_core=None if core2 is None else core2[q], q_comp=comp[q],
-            )  # fmt: skip
+        planned = plan_blocks(comp[by_comp], self.block)
+        sizes = np.array([e - s for s, e, _ in planned], dtype=np.int64)
+        for first, last in split_rows(sizes, self.shards):
+            for s, e, c in planned[first:last]:
+                q = by_comp[s:e]
+                # a block of one component skips that component's targets; a mixed block masks them
+                ranges = [(0, int(first_at[c])), (int(last_at[c]), self.n)] if c >= 0 else [(0, self.n)]
+                ids[place[q]], keys[place[q]] = self._top(
+                    self.centered[q], self.norm2[q], self.coords_t[:, q], width, targets, ranges, -1,
+                    q_core=None if core2 is None else core2[q], q_comp=comp[q],
+                    terms=(self.alpha[q], self.beta[q]),
+                )  # fmt: skip
         return ids, keys
 
     def _top(
@@ -134,31 +172,36 @@ class HostEngine:
         ranges: list[tuple[int, int]],
         first_at: int,
         *,
+        terms: tuple[Array, Array],
         q_core: Array | None = None,
         q_comp: Array | None = None,
     ) -> tuple[Array, Array]:
         """The ``width`` least ``(exact key, id)`` targets of each query row (``qc``, ``qn2``: the
-        rows shifted and their squared norms; ``qx_t``: their float64 coordinates, transposed)."""
+        rows as the filter reads them and their squared norms; ``qx_t``: their float64 coordinates,
+        transposed; ``terms``: their margins' ``(alpha, beta)``)."""
         q = int(qc.shape[0])
-        margin = self.coef * (np.sqrt(qn2) + self.radius) ** 2  # E_i: |F - D| <= E_i for any target
+        alpha, beta = terms
+        scale2 = self.scale * self.scale
         running = np.full((q, width), np.inf)  # the width least filtered keys seen so far
-        theta = np.full(q, np.inf)
+        limit = np.full(q, np.inf)  # the threshold: threshold(upper(m-th filtered key))
         kept: list[tuple[Array, Array, Array]] = []
         for s, e in _tiles(ranges, first_at, self.tile):
             product = (qc @ targets.centered[s:e].T).astype(np.float64)
             f = qn2[:, None] + targets.norm2[None, s:e] - 2.0 * product
             if targets.core2 is not None:
-                assert q_core is not None
-                f = np.maximum(np.maximum(q_core[:, None], targets.core2[None, s:e]), f)
+                assert q_core is not None and targets.scaled is not None
+                f = np.maximum(np.maximum(q_core[:, None] * scale2, targets.scaled[None, s:e]), f)
             if targets.comp is not None:
                 assert q_comp is not None
                 f[q_comp[:, None] == targets.comp[None, s:e]] = np.inf  # own component: not a candidate
             running = np.partition(np.concatenate([running, f], axis=1), width - 1, axis=1)[:, :width]
-            theta = np.minimum(theta, running[:, width - 1] + 2.0 * margin)
-            r, c = np.nonzero((f <= theta[:, None]) & np.isfinite(f))
+            limit = np.minimum(
+                limit, threshold(np, upper(np, running[:, width - 1], alpha, beta), alpha, beta)
+            )
+            r, c = np.nonzero((f <= limit[:, None]) & np.isfinite(f))
             kept.append((r, c + s, f[r, c]))
         r, pos, f = (np.concatenate([k[i] for k in kept]) for i in range(3))
-        keep = f <= theta[r]  # the final thresholds: what was kept under an earlier one may go
+        keep = f <= limit[r]  # the final thresholds: what was kept under an earlier one may go
         r, pos = r[keep], pos[keep]
         j = targets.ids(pos)
         key = np.zeros(r.size)
@@ -189,12 +232,14 @@ class _Targets:
         order: Array | None = None,
         comp: Array | None = None,
         core2: Array | None = None,
+        scaled: Array | None = None,
     ) -> None:
         self.order = order
         self.centered = engine.centered if order is None else engine.centered[order]
         self.norm2 = engine.norm2 if order is None else engine.norm2[order]
         self.comp = comp
-        self.core2 = core2
+        self.core2 = core2  # by position, unscaled (the exact keys')
+        self.scaled = None if scaled is None or order is None else scaled[order]  # by position, scaled
 
     def ids(self, pos: Array) -> Array:
         return pos if self.order is None else self.order[pos]

@@ -1,291 +1,640 @@
-"""The device's brute-force searches: cuBLAS distance tiles, every candidate rechecked exactly.
+"""The device's brute-force searches: float16 tensor-core products fused with the selection, every
+candidate rechecked exactly.
 
-The same searches as ``brute_cpu`` (and the same rounds, ``brute``), on the device: a block of
-``BLOCK`` query rows meets the targets ``TILE`` at a time. cuBLAS multiplies the shifted float32
-coordinates (TF32 tensor cores by default, or IEEE float32: ``precision``); ``kernels/brute.cu``
-then gives each row a threshold from the first tile (``tile_threshold``: while a row has none),
-appends the tile's targets under it to the row's buffer (``tile_candidates``), and rechecks the
-buffer exactly in float64, coordinate order, no FMA, merging it into the row's list of the ``m``
-least ``(key, id)`` (``flush_candidates``), which tightens the threshold to the m-th exact key
-plus the row's error bound (``filter``). A buffer that fills is flushed and its row scanned again
-from where it stopped, so any number of candidates (duplicates, ties) is exact.
+The same searches as ``brute_cpu`` (and the same rounds, ``brute``), on the device. The index keeps
+a float16 copy of the points, shifted by their mean and scaled by a power of two (``filter``:
+``float16_scale``); ``kernels/brute.cu``'s ``fused_select`` multiplies a block of 128 query rows
+(64 above 768 coordinates; :data:`VARIANTS`) with every tile of 128 targets on the tensor cores and
+selects in the same kernel: each row keeps the targets whose filtered key is at most its threshold in a buffer
+(``cap`` entries) and tightens the threshold from the buffer's m-th key when it fills, so the
+products never reach device memory and nothing waits on the host per tile. ``fused_flush`` then
+rechecks each row's survivors exactly in float64 (coordinate order, no FMA) and merges them into
+the row's list of the ``m`` least ``(key, id)``. Rows go in batches of ``batch`` (their buffers:
+``batch x cap x 8`` bytes); a row whose buffer cannot take another tile even after compaction
+(ties and near-ties inside the filter's margin) stops, is flushed and is launched again from where
+it stopped, so any number of ties is exact; the host reads one counter per search.
 
-Device memory for ``n`` points of ``d`` coordinates (:func:`workspace_bytes` counts it): the
-index keeps the float64 points (``8nd``; the exact recheck reads them) and the float32 filter
-copy (``4nd``); a tree adds the lists, a permuted filter copy for the searches outside a
-component (``4nd``) and one tile of products (``4 BLOCK TILE``: 512 MiB). At 10^6 x 1,024 that
-is 12 GB resident and about 17 GB at the peak, within an H100's 80 GB.
+``devices``: the searches' rows are split over these devices (contiguous blocks, in proportion),
+each holding its own copy of the targets; a row's list does not depend on where it is computed.
+
+Device memory for ``n`` points of ``d`` coordinates (:func:`workspace_bytes` counts it): the index
+keeps the float64 points (``8nd``; the exact recheck reads them), the float16 copy (``2n d32``,
+``d32`` the coordinates rounded up to 32) and per-point norms and margins; a tree adds the lists,
+a permuted float16 copy for the searches outside a component and one batch's buffers.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .._backend.arrays import to_host
 from .._backend.kernels import BRUTE_FILE, kernel
-from .brute import BruteIndex, boruvka, finish_order, list_width, plan_blocks
-from .filter import Precision, coefficient
+from .brute import BruteIndex, boruvka, finish_order, list_width, plan_blocks, split_rows, stable_argsort
+from .filter import Precision, float16_scale, row_terms
 from .tree import EuclideanTree
 
 Array = Any
-#: query rows per block and targets per tile (a tile of products: BLOCK x TILE float32, 512 MiB)
-BLOCK = 8192
-TILE = 16384
-#: candidates a row's buffer holds between two flushes, and the longest list the flush sorts
-#: (BRUTE_MERGE in kernels/brute.cu is their sum, 512)
-CAP = 256
+#: targets per tile (FS_BN in kernels/brute.cu)
+BN = 128
+#: candidates a row's buffer holds, and for lists wider than WIDE (the kernel keeps a buffer at
+#: most cap - 2 BN full after compaction, so a list of m needs cap >= m + 2 BN)
+CAP = 512
+CAP_WIDE = 1024
+WIDE = CAP - 2 * BN
+#: query rows per launch (their buffers: BATCH x CAP x 8 bytes, 256 MiB)
+BATCH = 1 << 16
+#: the longest list the flush merges (FL_SORT in kernels/brute.cu is twice it)
 MAX_WIDTH = 256
-#: per-lane list of tile_threshold (BRUTE_LANE_LIST): thresholds for m <= 32 x 8
-LANE_LIST = 8
-WARPS = 4  # warps per block of the kernels (flush_candidates keeps four rows' sort in shared memory)
-#: cuBLAS compute types of CuPy's matmul (cupy._core._routines_linalg): IEEE float32, or TF32
-_PEDANTIC, _TF32 = 2, 7
+#: shared memory of a fused_select block besides its rows: three stages of 128 targets x (BK + 8)
+#: halves, 20 bytes per query row (FS_ROW_BYTES), 64 bytes of static and spare
+_ROW_BYTES = 20
+_SPARE = 64
+FLUSH_WARPS = 4
+#: the largest float16 magnitude a query may reach after scaling (beyond: the host's search)
+_QUERY_LIMIT = 60000.0
+#: float64 bytes a chunk of the index's float16 copy and norms takes at most (bounded temporaries)
+_CHUNK_BYTES = 1 << 26
+
+
+@functools.cache
+def _row_squares(dtype: str) -> Any:
+    """A CuPy reduction: each row's sum of squares in float64."""
+    import cupy
+
+    x = "(double)(float)x" if dtype == "float16" else "(double)x"
+    return cupy.ReductionKernel(
+        "T x", "float64 y", f"{x} * {x}", "a + b", "y = a", "0", f"row_squares_{dtype}"
+    )
+
+
+def chunk_rows(d: int) -> int:
+    """Rows of a chunk of the index's float16 copy: :data:`_CHUNK_BYTES` of float64 coordinates."""
+    return max(1, _CHUNK_BYTES // (8 * d))
 
 
 def _k(name: str) -> Any:
     return kernel(name, BRUTE_FILE)
 
 
-def _grid(rows: int) -> tuple[int]:
-    return (max(1, min(-(-rows // WARPS), 65535)),)
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A build of ``fused_select``: query rows a block and coordinates a pipeline stage."""
+
+    rows: int
+    chunk: int
+
+    @property
+    def kernel(self) -> str:
+        if self.rows == 64:
+            return "fused_select_64"
+        return "fused_select_128" if self.chunk == 64 else "fused_select_128_32"
+
+    @property
+    def threads(self) -> int:
+        return self.rows // 64 * 128
+
+    def padded(self, d: int) -> int:
+        """Coordinates of the float16 rows: ``d`` rounded up to a whole stage."""
+        return -(-d // self.chunk) * self.chunk
+
+    def smem(self, d: int) -> int:
+        """Dynamic shared memory of a block: its float16 rows, three stages, the rows' state."""
+        return self.rows * (self.padded(d) + 8) * 2 + 3 * BN * (self.chunk + 8) * 2 + self.rows * _ROW_BYTES
 
 
-class _Products:
-    """cuBLAS matrix products in the filter's precision (CuPy's float32 compute type set around
-    each call, then put back). Where CuPy does not let it be set, the products may use TF32 and
-    the TF32 bound is the one that holds."""
+#: the builds, fastest first: 128 rows and stages of 64 coordinates while the rows fit
+VARIANTS = (Variant(128, 64), Variant(128, 32), Variant(64, 32))
 
-    def __init__(self, cp: Any, precision: Precision) -> None:
-        self.cp = cp
-        self.precision: Precision = precision
-        try:
-            from cupy._core import _routines_linalg as linalg
 
-            self._linalg: Any = linalg
-            linalg.get_compute_type(np.float32)
-        except (ImportError, AttributeError):
-            self._linalg = None
-            self.precision = "tf32"
+def variant_for(d: int, limit: int, rows: int | None = None, chunk: int | None = None) -> Variant:
+    """The first build whose block fits ``limit`` bytes of shared memory (``rows``, ``chunk``: only
+    builds of those)."""
+    for v in VARIANTS:
+        if rows not in (None, v.rows) or chunk not in (None, v.chunk):
+            continue
+        if v.smem(d) + _SPARE <= limit:
+            return v
+    raise ValueError(f"no fused_select build holds {d} coordinates in {limit} bytes of shared memory")
 
-    def __call__(self, a: Array, b: Array) -> Array:
-        if self._linalg is None:
-            return self.cp.matmul(a, b.T)
-        before = self._linalg.get_compute_type(np.float32)
-        self._linalg.set_compute_type(np.float32, _TF32 if self.precision == "tf32" else _PEDANTIC)
-        try:
-            return self.cp.matmul(a, b.T)
-        finally:
-            self._linalg.set_compute_type(np.float32, before)
+
+@dataclasses.dataclass
+class _Rows:
+    """A search's query rows on one device: slot ``s`` (the search's row order) is row ``src[s]``
+    (or ``s``) of every array but ``src`` and ``out``, and its list goes to ``out[s]`` (or ``s``)."""
+
+    half: Array  # float16 rows the kernel reads
+    src: Array | None  # int32: slot -> row (None: the slot itself)
+    exact: Array  # float64 rows the flush reads
+    norm2: Array  # scaled squared norms of the float16 rows (float64)
+    alpha: Array
+    beta: Array
+    core: Array | None = None  # scaled squared core distances (float64)
+    core_raw: Array | None = None  # the same, unscaled (the exact keys')
+    comp: Array | None = None  # int32 components
+    out: Array | None = None  # int32: slot -> row of the lists (None: the slot itself)
+
+    @property
+    def count(self) -> int:
+        return int((self.norm2 if self.src is None else self.src).shape[0])
+
+    def part(self, lo: int, hi: int) -> _Rows:
+        """Slots ``[lo, hi)`` as slots from 0, their lists from row 0."""
+        if self.src is not None:
+            return dataclasses.replace(self, src=self.src[lo:hi], out=None)
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return _Rows(**{k: None if v is None else v[lo:hi] for k, v in fields.items()})
+
+
+@dataclasses.dataclass
+class _Cols:
+    """A search's targets on one device, by position (the search's target order)."""
+
+    half: Array  # (n, dpad) float16
+    norm2f: Array  # float32 scaled squared norms
+    exact: Array  # float64 points by point id
+    order: Array | None = None  # int64 position -> point id (None: the identity)
+    core_f: Array | None = None  # float32 scaled squared cores, rounded down
+    core_d: Array | None = None  # the same in float64
+    core_raw: Array | None = None  # unscaled, by point id
+    comp: Array | None = None  # int32
+
+    @property
+    def n(self) -> int:
+        return int(self.norm2f.shape[0])
+
+
+@dataclasses.dataclass
+class _Blocks:
+    """Blocks of query rows (host arrays over slots): ``[lo, hi)``, and the target positions
+    ``[skip_lo, skip_hi)`` a block skips (its component's own; empty: ``n, n``)."""
+
+    lo: np.ndarray[Any, Any]
+    hi: np.ndarray[Any, Any]
+    skip_lo: np.ndarray[Any, Any] | None = None
+    skip_hi: np.ndarray[Any, Any] | None = None
+
+    @classmethod
+    def uniform(cls, count: int, rows: int) -> _Blocks:
+        lo = np.arange(0, count, rows, dtype=np.int64)
+        return cls(lo, np.minimum(lo + rows, count))
+
+    def part(self, first: int, last: int) -> _Blocks:
+        """Blocks ``[first, last)``, their slots from 0."""
+        shift = self.lo[first] if last > first else 0
+        skip = (
+            None
+            if self.skip_lo is None or self.skip_hi is None
+            else (self.skip_lo[first:last], self.skip_hi[first:last])
+        )
+        return _Blocks(self.lo[first:last] - shift, self.hi[first:last] - shift, *(skip or (None, None)))
+
+
+class _Replica:
+    """One device's copies of the index's targets."""
+
+    def __init__(self, half: Array, norm2f: Array, coords: Array) -> None:
+        self.half, self.norm2f, self.coords = half, norm2f, coords
 
 
 class DeviceEngine:
     """The brute-force searches over validated float64 coordinates on the device (CuPy).
 
-    ``precision``: the filter's products, TF32 (the default) or IEEE float32; ``tile``, ``block``,
-    ``cap``: targets per tile, query rows per block, a row's buffer (32 to 256; the tests make
-    them small, so that tiles, blocks and full buffers meet every path on small sets).
+    ``precision``: the filter's products (``float16``, the tensor cores'); ``cap``, ``batch``:
+    a row's buffer (at least 384) and query rows per launch; ``rows_per_block`` (128 or 64) and
+    ``chunk`` (coordinates a pipeline stage, 64 or 32): the kernel's build (None: the fastest the
+    shared memory takes, :data:`VARIANTS`); ``devices``: the device ids the searches are split over
+    (None: the current device). The tests make ``cap`` and ``batch`` small so that stops,
+    relaunches and several batches meet small sets.
     """
 
     def __init__(
         self,
         coords: Array,
-        precision: Precision = "tf32",
+        precision: Precision = "float16",
         *,
-        tile: int = TILE,
-        block: int = BLOCK,
         cap: int = CAP,
+        batch: int = BATCH,
+        rows_per_block: int | None = None,
+        chunk: int | None = None,
+        devices: Sequence[int] | None = None,
     ) -> None:
-        import cupy as cp
-
-        if not 32 <= cap <= CAP:
-            raise ValueError(f"cap must lie between 32 and {CAP}; got {cap}.")
-        self.tile, self.block, self.cap = tile, block, cap
-        self.xp = cp
+        cp = self.xp = self._array_module()
+        if precision != "float16":
+            raise ValueError(
+                f"the device's filter runs on float16 tensor cores; got precision={precision!r}."
+            )
+        if cap < 3 * BN or cap % 32:
+            raise ValueError(f"cap must be a multiple of 32 of at least {3 * BN}; got {cap}.")
+        if rows_per_block not in (None, 64, 128) or chunk not in (None, 32, 64):
+            raise ValueError(
+                f"rows_per_block must be 64 or 128, chunk 32 or 64; got {rows_per_block}, {chunk}"
+            )
+        self.precision: Precision = precision
+        self.cap, self.batch = cap, max(1, batch)
         self.coords = cp.ascontiguousarray(cp.asarray(coords, dtype=cp.float64))
         self.n, self.d = (int(x) for x in self.coords.shape)
-        self.shift = self.coords.mean(axis=0)
-        self.single, self.norm2 = self._filter_inputs(self.coords)
-        self.radius = float(cp.sqrt(self.norm2.max()))
-        self.products = _Products(cp, precision)
-        self.coef = coefficient(self.d, self.products.precision)
 
-    def _filter_inputs(self, x: Array) -> tuple[Array, Array]:
-        """The filter's float32 copy of shifted points and their squared norms, summed in float64
-        from those float32 values (tensor cores truncate to TF32 inside the product only)."""
-        cp = self.xp
-        single = cp.ascontiguousarray((x - self.shift).astype(cp.float32))
-        wide = single.astype(cp.float64)
-        return single, cp.einsum("ij,ij->i", wide, wide)
+        self.device_ids = [self._current()] if not devices else [int(i) for i in devices]
+        self.variant = variant_for(self.d, self._shared_limit(), rows_per_block, chunk)
+        self.block_rows, self.dpad = self.variant.rows, self.variant.padded(self.d)
+        self.shift = self.coords.mean(axis=0)
+        self._float16_copy()
+        self.alpha, self.beta = row_terms(cp, self.norms, self.radius, self.scale, self.d, precision)
+        self._replicas: dict[int, _Replica] = {
+            self.device_ids[0]: _Replica(self.half, self.norm2f, self.coords)
+        }
+        #: where the benchmarks want each launch timed: (what, start event, end event), appended
+        self.events: list[tuple[str, Any, Any]] | None = None
+
+    # what ties the engine to CuPy and its kernels (the tests' model of the kernels replaces these)
+
+    def _array_module(self) -> Any:
+        import cupy
+
+        return cupy
+
+    def _current(self) -> int:
+        return int(self.xp.cuda.Device().id)
+
+    def _shared_limit(self) -> int:
+        return int(self.xp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
+
+    def _on(self, device: int) -> Any:
+        """A context in which ``device`` is the current one."""
+        return self.xp.cuda.Device(device)
+
+    def _row_squares(self, rows: Array) -> Array:
+        """Each row's sum of squares, summed in float64 (float16 rows widened exactly), with no
+        temporary of the rows' size."""
+        return _row_squares(str(rows.dtype))(rows, axis=1)
+
+    def _kernel(self, name: str, shared: int = 0) -> Any:
+        """A kernel of ``kernels/brute.cu``, allowed ``shared`` bytes of dynamic shared memory."""
+        found = _k(name)
+        if shared > 48 * 1024:
+            found.max_dynamic_shared_size_bytes = shared
+        return found
+
+    def _float16_copy(self) -> None:
+        """The scaled float16 rows (zeros past ``d``), their squared norms in float64 and float32,
+        and the float64 norms of the shifted points, :func:`chunk_rows` rows at a time (the one
+        temporary: a float64 chunk)."""
+        cp, n = self.xp, self.n
+        step = chunk_rows(self.d)
+        largest = 0.0
+        for lo in range(0, n, step):
+            shifted = self.coords[lo : lo + step] - self.shift
+            largest = max(largest, float(cp.abs(shifted, out=shifted).max()))
+            del shifted
+        scale = float16_scale(largest)
+        #: coordinates float16 cannot hold even scaled (past 2^±500): the host's exact searches
+        self.fallback = scale is None
+        self.scale = 1.0 if scale is None else scale
+        self.scale2 = self.scale * self.scale
+        if self.fallback:
+            n = 0
+        self.half = cp.zeros((n, self.dpad), dtype=cp.float16)
+        self.norm2 = cp.empty(n)
+        self.norms = cp.empty(n)
+        for lo in range(0, n, step):
+            sl = slice(lo, min(lo + step, n))
+            shifted = self.coords[sl] - self.shift
+            shifted *= self.scale  # a power of two: exact, and so are the norms divided by it
+            self.norms[sl] = cp.sqrt(self._row_squares(shifted)) / self.scale
+            self.half[sl, : self.d] = shifted
+            del shifted
+            self.norm2[sl] = self._row_squares(self.half[sl, : self.d])
+        self.norm2f = self.norm2.astype(cp.float32)
+        self.radius = float(self.norms.max()) if n else 0.0
+        if self.fallback:
+            self.norms = cp.zeros(self.n)
 
     @property
     def nbytes(self) -> int:
-        return int(self.coords.nbytes + self.single.nbytes + self.norm2.nbytes)
+        arrays = (self.coords, self.half, self.norm2, self.norm2f, self.norms, self.alpha, self.beta)
+        return int(sum(a.nbytes for a in arrays))
 
     def _host(self) -> Any:
-        """The host's engine over the same points: lists wider than the flush sorts (exact too)."""
+        """The host's engine over the same points (exact too): lists wider than the flush merges,
+        coordinates past float16's reach."""
         from .brute_cpu import HostEngine
 
-        return HostEngine(self.coords.get(), self.products.precision)
+        return HostEngine(to_host(self.coords))
+
+    def _replica(self, device: int) -> _Replica:
+        """The targets on ``device`` (copied from the first device once)."""
+        if device not in self._replicas:
+            cp = self.xp
+            with self._on(device):
+                self._replicas[device] = _Replica(
+                    cp.asarray(self.half), cp.asarray(self.norm2f), cp.asarray(self.coords)
+                )
+        return self._replicas[device]
+
+    # the searches -----------------------------------------------------------------------------
 
     def nearest(self, width: int) -> tuple[Array, Array]:
         cp = self.xp
-        if width > MAX_WIDTH:
+        if width > MAX_WIDTH or self.fallback:
             ids, keys = self._host().nearest(width)
             return cp.asarray(ids), cp.asarray(keys)
-        ids = cp.empty((self.n, width), dtype=cp.int64)
-        keys = cp.empty((self.n, width), dtype=cp.float64)
-        targets = _Targets(self)
-        for lo in range(0, self.n, self.block):
-            sl = slice(lo, min(lo + self.block, self.n))
-            ids[sl], keys[sl] = self._top(
-                self.single[sl], self.norm2[sl], self.coords[sl], width, targets, [(0, self.n)], lo
-            )
-        return ids, keys
+        rows = _Rows(self.half, None, self.coords, self.norm2, self.alpha, self.beta)
+        return self._search(rows, lambda rep: _Cols(rep.half, rep.norm2f, rep.coords), width, None)
 
     def query(self, queries: Array, width: int) -> tuple[Array, Array]:
         cp = self.xp
-        if width > MAX_WIDTH:
-            ids, keys = self._host().query(queries.get(), width)
-            return cp.asarray(ids), cp.asarray(keys)
-        count = int(queries.shape[0])
         exact = cp.ascontiguousarray(queries, dtype=cp.float64)
-        single, norm2 = self._filter_inputs(exact)
-        ids = cp.empty((count, width), dtype=cp.int64)
-        keys = cp.empty((count, width), dtype=cp.float64)
-        targets = _Targets(self)
-        for lo in range(0, count, self.block):
-            sl = slice(lo, min(lo + self.block, count))
-            ids[sl], keys[sl] = self._top(single[sl], norm2[sl], exact[sl], width, targets, [(0, self.n)], 0)
-        return ids, keys
+        count = int(exact.shape[0])
+        shifted = exact - self.shift
+        too_far = self.fallback or (count and float(cp.abs(shifted).max()) * self.scale > _QUERY_LIMIT)
+        if width > MAX_WIDTH or too_far:  # wider than the flush merges, or past float16's range
+            ids, keys = self._host().query(to_host(exact), width)
+            return cp.asarray(ids), cp.asarray(keys)
+        half = cp.zeros((count, self.dpad), dtype=cp.float16)
+        half[:, : self.d] = (shifted * self.scale).astype(cp.float16)
+        wide = half[:, : self.d].astype(cp.float64)
+        norm2 = cp.einsum("ij,ij->i", wide, wide)
+        norms = cp.sqrt(cp.einsum("ij,ij->i", shifted, shifted))
+        del shifted, wide
+        alpha, beta = row_terms(cp, norms, self.radius, self.scale, self.d, self.precision)
+        rows = _Rows(half, None, exact, norm2, alpha, beta)
+        return self._search(rows, lambda rep: _Cols(rep.half, rep.norm2f, rep.coords), width, None)
 
     def outside(self, rows: Array, comp: Array, core2: Array | None, width: int) -> tuple[Array, Array]:
         cp = self.xp
-        if width > MAX_WIDTH:
+        if width > MAX_WIDTH or self.fallback:
             ids, keys = self._host().outside(
-                rows.get(), comp.get(), None if core2 is None else core2.get(), width
+                to_host(rows), to_host(comp), None if core2 is None else to_host(core2), width
             )
             return cp.asarray(ids), cp.asarray(keys)
-        order = cp.argsort(comp)  # stable: targets grouped by component
+        order = stable_argsort(cp, comp)  # targets grouped by component
         comp_sorted = comp[order]
-        targets = _Targets(self, order, comp_sorted, core2)
-        labels = cp.arange(int(comp.max()) + 1)
-        first = cp.searchsorted(comp_sorted, labels, side="left").get()
-        last = cp.searchsorted(comp_sorted, labels, side="right").get()
-        by_comp = rows[cp.argsort(comp[rows])]
-        ids = cp.empty((int(rows.size), width), dtype=cp.int64)
-        keys = cp.empty((int(rows.size), width), dtype=cp.float64)
-        place = cp.empty(self.n, dtype=cp.int64)
-        place[rows] = cp.arange(int(rows.size))
-        for s, e, c in plan_blocks(comp[by_comp].get(), self.block):
-            q = by_comp[s:e]
-            ranges = [(0, int(first[c])), (int(last[c]), self.n)] if c >= 0 else [(0, self.n)]
-            ids[place[q]], keys[place[q]] = self._top(
-                self.single[q], self.norm2[q], self.coords[q], width, targets, ranges, -1,
-                q_core=None if core2 is None else core2[q], q_comp=comp[q].astype(cp.int32),
+        labels = cp.arange(int(comp_sorted[-1]) + 1)
+        first = to_host(cp.searchsorted(comp_sorted, labels, side="left"))
+        last = to_host(cp.searchsorted(comp_sorted, labels, side="right"))
+        perm = stable_argsort(cp, comp[rows])
+        by_comp = rows[perm]
+        blocks = _component_blocks(to_host(comp[by_comp]), first, last, self.block_rows, self.n)
+        scaled = None if core2 is None else core2 * self.scale2  # a power of two: exact
+        comp32 = comp.astype(cp.int32)
+        search_rows = _Rows(
+            self.half, by_comp.astype(cp.int32), self.coords, self.norm2, self.alpha, self.beta, scaled,
+            core2, comp32, perm.astype(cp.int32),
+        )  # fmt: skip
+
+        def cols(rep: _Replica) -> _Cols:
+            at = cp.asarray(order)  # on the replica's device
+            core_d = None if scaled is None else cp.asarray(scaled)[at]
+            core_f = None if core_d is None else cp.nextafter(core_d.astype(cp.float32), cp.float32(-cp.inf))
+            return _Cols(
+                rep.half[at], rep.norm2f[at], rep.coords, at, core_f, core_d,
+                None if core2 is None else cp.asarray(core2), cp.asarray(comp32)[at],
             )  # fmt: skip
-        return ids, keys
+
+        return self._search(search_rows, cols, width, blocks)
 
     def products_only(self) -> float:
-        """Every tile's product of every block, nothing selected (``bench.highdim``'s figure)."""
-        total = 0.0
-        for lo in range(0, self.n, self.block):
-            block = self.single[lo : lo + self.block]
-            for s in range(0, self.n, self.tile):
-                total += float(self.products(block, self.single[s : s + self.tile])[0, 0])
-        return total
+        """Every block's products with every tile, nothing selected (``bench.highdim``'s figure of
+        the tensor cores' arithmetic alone); returns 0."""
+        rows = _Rows(self.half, None, self.coords, self.norm2, self.alpha, self.beta)
+        rep = self._replicas[self.device_ids[0]]
+        search = _LocalSearch(self, rows, _Cols(rep.half, rep.norm2f, rep.coords), 1, None, mode=1)
+        search.launch()
+        return 0.0
 
-    def _top(
-        self,
-        q_single: Array,
-        qn2: Array,
-        q_exact: Array,
-        width: int,
-        targets: _Targets,
-        ranges: list[tuple[int, int]],
-        first_at: int,
-        *,
-        q_core: Array | None = None,
-        q_comp: Array | None = None,
-    ) -> tuple[Array, Array]:
-        """The ``width`` least ``(exact key, id)`` targets of each query row (the rows' float32
-        filter copy, squared norms and float64 coordinates)."""
+    def dump_products(self, lo: int, hi: int) -> Array:
+        """The float32 products of points ``[lo, hi)`` with every point, as the kernel holds them
+        (the tests' check of its tensor-core fragments)."""
+        rows = _Rows(self.half, None, self.coords, self.norm2, self.alpha, self.beta).part(lo, hi)
+        rep = self._replicas[self.device_ids[0]]
+        search = _LocalSearch(self, rows, _Cols(rep.half, rep.norm2f, rep.coords), 1, None, mode=2)
+        search.launch()
+        assert search.dump is not None
+        return search.dump
+
+    def _search(self, rows: _Rows, cols: Any, m: int, blocks: _Blocks | None) -> tuple[Array, Array]:
+        """Every row's ``m`` least ``(exact key, id)`` targets (in ``rows.out``'s order), the rows
+        split over the devices."""
         cp = self.xp
-        q = int(q_single.shape[0])
-        q_single = cp.ascontiguousarray(q_single)
-        q_exact = cp.ascontiguousarray(q_exact)
-        margin = self.coef * (cp.sqrt(qn2) + self.radius) ** 2
-        theta = cp.full(q, cp.inf)
-        list_ids = cp.full((q, width), -1, dtype=cp.int64)
-        list_keys = cp.full((q, width), cp.inf)
-        cap = self.cap
-        buffer = cp.empty((q, cap), dtype=cp.int32)
-        count = cp.zeros(q, dtype=cp.int32)
-        resume = cp.empty(q, dtype=cp.int32)
-        overflow = cp.zeros(1, dtype=cp.int32)
-        grid, block = _grid(q), (32 * WARPS,)
-        core_args = (q_core, targets.core2)
-        comp_args = (q_comp, targets.comp)
-        for s, e in _tiles(ranges, first_at, self.tile):
-            tile = cp.ascontiguousarray(self.products(q_single, targets.single[s:e]))
-            cols = e - s
-            common = (tile, np.int32(q), np.int32(cols), np.int64(cols), np.int32(s), qn2, targets.norm2,
-                      *core_args, *comp_args)  # fmt: skip
-            _k("tile_threshold")(grid, block, (*common, margin, np.int32(width), theta))
-            resume.fill(0)
-            while True:
-                overflow.fill(0)
-                _k("tile_candidates")(
-                    grid, block, (*common, theta, np.int32(cap), buffer, count, resume, overflow)
+        if rows.count == 0:
+            return cp.full((0, m), -1, dtype=cp.int64), cp.full((0, m), cp.inf)
+        blocks = blocks if blocks is not None else _Blocks.uniform(rows.count, self.block_rows)
+        parts = [
+            (dev, run)
+            for dev, run in zip(
+                self.device_ids, split_rows(blocks.hi - blocks.lo, len(self.device_ids)), strict=True
+            )
+            if run[1] > run[0]
+        ]
+        searches: list[_LocalSearch] = []
+        for device, (first, last) in parts:
+            lo, hi = int(blocks.lo[first]), int(blocks.hi[last - 1])
+            part = rows if len(parts) == 1 else rows.part(lo, hi)
+            with self._on(device):
+                local = _LocalSearch(
+                    self, _on_device(cp, part), cols(self._replica(device)), m, blocks.part(first, last)
                 )
-                _k("flush_candidates")(
-                    grid, block,
-                    (np.int32(q), np.int32(self.d), q_exact, self.coords, targets.order, q_core,
-                     targets.core2_by_id, np.int32(cap), buffer, count, np.int32(width), list_ids,
-                     list_keys, theta, margin),
-                )  # fmt: skip
-                if not int(overflow.get()[0]):
-                    break
-            # both names hold the tile: the next tile's products must not meet this one in the pool
-            del tile, common
-        return list_ids, list_keys
+                local.launch()  # asynchronous: every device's work is queued before any waits
+            searches.append(local)
+        for local in searches:
+            with self._on(local.device):
+                local.finish()
+        if len(searches) == 1:
+            return searches[0].ids, searches[0].keys
+        ids = cp.concatenate([cp.asarray(s.ids) for s in searches])
+        keys = cp.concatenate([cp.asarray(s.keys) for s in searches])
+        if rows.out is None:
+            return ids, keys
+        out_ids, out_keys = cp.empty_like(ids), cp.empty_like(keys)
+        out_ids[rows.out], out_keys[rows.out] = ids, keys
+        return out_ids, out_keys
 
 
-class _Targets:
-    """The points a search compares with, in a given order (a permutation of the point ids)."""
+def _on_device(cp: Any, rows: _Rows) -> _Rows:
+    """The rows' arrays on the current device (copies only where they live elsewhere)."""
+    fields = (getattr(rows, f.name) for f in dataclasses.fields(rows))
+    return _Rows(*(None if a is None else cp.asarray(a) for a in fields))
+
+
+def _component_blocks(
+    row_comp: np.ndarray[Any, Any], first: np.ndarray[Any, Any], last: np.ndarray[Any, Any], rows: int, n: int
+) -> _Blocks:
+    """``plan_blocks``' blocks of rows sorted by component: a block of one component skips that
+    component's targets ``[first[c], last[c])``; a mixed block skips none (its rows mask them)."""
+    planned = plan_blocks(row_comp, rows)
+    lo = np.array([s for s, _, _ in planned], dtype=np.int64)
+    hi = np.array([e for _, e, _ in planned], dtype=np.int64)
+    comps = np.array([c for _, _, c in planned], dtype=np.int64)
+    own = comps >= 0
+    skip_lo = np.where(own, first[np.maximum(comps, 0)], n)
+    skip_hi = np.where(own, last[np.maximum(comps, 0)], n)
+    return _Blocks(lo, hi, skip_lo, skip_hi)
+
+
+class _LocalSearch:
+    """One device's part of a search: rows in batches, each batch's kernel and flush queued, then
+    the rows that stopped launched again until none is left."""
 
     def __init__(
-        self,
-        engine: DeviceEngine,
-        order: Array | None = None,
-        comp: Array | None = None,
-        core2: Array | None = None,
+        self, engine: DeviceEngine, rows: _Rows, cols: _Cols, m: int, blocks: _Blocks | None, mode: int = 0
     ) -> None:
-        self.order = order  # target position -> point id (int64), None: the identity
-        self.single = engine.single if order is None else engine.single[order]
-        self.norm2 = engine.norm2 if order is None else engine.norm2[order]
-        self.comp = None if comp is None else comp.astype(engine.xp.int32)
-        self.core2 = None if core2 is None else (core2 if order is None else core2[order])
-        self.core2_by_id = core2
+        cp = self.cp = engine.xp
+        self.engine, self.rows, self.cols, self.m, self.mode = engine, rows, cols, m, mode
+        self.device = engine._current()
+        self.blocks = blocks if blocks is not None else _Blocks.uniform(rows.count, engine.block_rows)
+        count = rows.count
+        # the kernel compacts a buffer over cap - 2 BN entries: at least m must stay under that
+        self.cap = engine.cap if m <= engine.cap - 2 * BN else max(engine.cap, CAP_WIDE)
+        self.ids = cp.full((count, m), -1, dtype=cp.int64)  # by rows.out when given
+        self.keys = cp.full((count, m), cp.inf)
+        self.theta = cp.full(count, cp.inf)
+        self.tk = cp.empty(count, dtype=cp.float32)
+        self.resume = cp.full(count, -1, dtype=cp.int32)
+        self.stops = cp.zeros(1, dtype=cp.int32)
+        self.dump: Array | None = None
+        if mode == 2:
+            self.dump = cp.full((count, cols.n), cp.nan, dtype=cp.float32)
+        buffered = min(count, max(engine.batch, engine.block_rows)) if mode == 0 else 1
+        self.buf_key = cp.empty(buffered * self.cap, dtype=cp.float32)
+        self.buf_pos = cp.empty(buffered * self.cap, dtype=cp.int32)
+        self.count = cp.zeros(max(buffered, 1), dtype=cp.int32)
+        self.smem = engine.variant.smem(engine.d)
+        self.select = engine._kernel(engine.variant.kernel, self.smem)
+        self.flush = engine._kernel("fused_flush")
+        self.threads = engine.variant.threads
+
+    def launch(self) -> None:
+        """Every batch of blocks (at most ``batch`` rows), its kernel and its flush."""
+        self._launch_all(self.blocks, None, None)
+
+    def finish(self) -> None:
+        """The stopped rows, flushed already, launched again from where they stopped (their own
+        blocks' skips kept, so their tiles are the same) until none stops."""
+        cp = self.cp
+        while self.mode == 0 and int(to_host(self.stops)[0]) > 0:
+            self.stops.fill(0)
+            stopped = np.flatnonzero(to_host(self.resume) >= 0)
+            start = self.resume.copy()
+            which = np.searchsorted(self.blocks.lo, stopped, side="right") - 1
+            heads = np.flatnonzero(np.r_[True, which[1:] != which[:-1]])
+            lo = heads.astype(np.int64)
+            hi = np.r_[heads[1:], stopped.size].astype(np.int64)
+            skip: tuple[Any, Any] = (None, None)
+            if self.blocks.skip_lo is not None and self.blocks.skip_hi is not None:
+                skip = (self.blocks.skip_lo[which[heads]], self.blocks.skip_hi[which[heads]])
+            self._launch_all(_Blocks(lo, hi, *skip), cp.asarray(stopped.astype(np.int32)), start)
+
+    def _launch_all(self, blocks: _Blocks, slots: Array | None, start: Array | None) -> None:
+        """``blocks`` in batches: their descriptors relative to each batch go to the device in one
+        copy; slots ``p`` of a batch are ``at + p`` (or ``slots[at + p]``), ``at`` its first row."""
+        cp = self.cp
+        plan = _batches(blocks.hi - blocks.lo, self.engine.batch)
+        table = np.empty((4, blocks.lo.size), dtype=np.int32)
+        for first, last in plan:
+            shift = blocks.lo[first]
+            table[0, first:last] = blocks.lo[first:last] - shift
+            table[1, first:last] = blocks.hi[first:last] - shift
+        skips = blocks.skip_lo is not None and blocks.skip_hi is not None
+        if blocks.skip_lo is not None and blocks.skip_hi is not None:
+            table[2], table[3] = blocks.skip_lo, blocks.skip_hi
+        on_device = cp.asarray(table)
+        for first, last in plan:
+            at = int(blocks.lo[first])
+            num_p = int(blocks.hi[last - 1]) - at
+            desc = tuple(on_device[i, first:last] if i < 2 or skips else None for i in range(4))
+            base, batch_slots = (at, None) if slots is None else (0, slots[at : at + num_p])
+            self._batch(last - first, num_p, desc, base, batch_slots, start)
+
+    def _batch(
+        self,
+        blocks: int,
+        num_p: int,
+        desc: tuple[Any, ...],
+        slot_base: int,
+        slots: Array | None,
+        start: Array | None,
+    ) -> None:
+        """One launch of fused_select over ``blocks`` blocks of ``num_p`` rows (slots ``slot_base +
+        p``, or ``slots[p]``) and the flush of its rows."""
+        rows, cols, engine = self.rows, self.cols, self.engine
+        args = (
+            rows.half, rows.src, slots, np.int32(slot_base), np.int32(num_p), *desc, np.int32(engine.dpad),
+            cols.half, np.int32(cols.n), cols.norm2f, cols.core_f, cols.core_d, cols.comp, rows.norm2,
+            rows.core, rows.comp, rows.alpha, rows.beta, self.theta, self.tk, self.count, start, self.resume,
+            self.stops,
+            self.buf_key, self.buf_pos, np.int32(self.cap), np.int32(self.m), np.int32(self.mode),
+            None if self.dump is None else self.dump[slot_base:],
+        )  # fmt: skip
+        timed = self.engine.events
+        marks = self._mark(timed)
+        self.select((blocks,), (self.threads,), args, shared_mem=self.smem)
+        self._mark(timed, "select", marks)
+        if self.mode != 0:
+            return
+        marks = self._mark(timed)
+        grid = (max(1, min(-(-num_p // FLUSH_WARPS), 1 << 20)),)
+        self.flush(
+            grid, (32 * FLUSH_WARPS,),
+            (np.int32(num_p), slots, np.int32(slot_base), rows.src, rows.out, rows.exact, cols.exact,
+             cols.order, np.int32(engine.d), rows.core_raw, cols.core_raw, np.int32(self.cap), self.buf_key,
+             self.buf_pos, self.count, self.tk, np.int32(self.m), self.ids, self.keys, self.theta,
+             np.float64(engine.scale2)),
+        )  # fmt: skip
+        self._mark(timed, "flush", marks)
+
+    def _mark(self, timed: list[Any] | None, what: str = "", begin: Any = None) -> Any:
+        """An event where launches are timed (``DeviceEngine.events``): a start, or the end of ``what``."""
+        if timed is None:
+            return None
+        event = self.cp.cuda.Event()
+        event.record()
+        if begin is not None:
+            timed.append((what, begin, event))
+        return event
 
 
-def _tiles(ranges: list[tuple[int, int]], first_at: int, tile: int) -> list[tuple[int, int]]:
-    tiles = [(s, min(s + tile, e)) for lo, e in ranges for s in range(lo, e, tile)]
-    return sorted(tiles, key=lambda t: not t[0] <= first_at < t[1])
+def _batches(sizes: np.ndarray[Any, Any], batch: int) -> list[tuple[int, int]]:
+    """Consecutive blocks of at most ``batch`` rows together (at least one block each)."""
+    out: list[tuple[int, int]] = []
+    first, total = 0, 0
+    for i, size in enumerate(sizes.tolist()):
+        if i > first and total + size > batch:
+            out.append((first, i))
+            first, total = i, 0
+        total += size
+    if sizes.size:
+        out.append((first, int(sizes.size)))
+    return out
 
 
 def workspace_bytes(n: int, d: int, min_samples: int) -> tuple[int, int]:
     """(resident, peak) device bytes of the brute-force index of ``n`` points of ``d`` coordinates
-    and of a tree of ``min_samples`` computed on it (see the module's docstring)."""
-    resident = 12 * n * d + 8 * n
+    and of a tree of ``min_samples`` computed on it (see the module's docstring).
+
+    The peak is the largest of three phases: the index's build (a chunk of shifted float64
+    coordinates), the lists (the first search's lists and
+    per-row state, then ``brute``'s sorted copies of them: three lists' worth) and the rounds (the
+    round's lists, its per-point arrays and either its gathers over the lists or a search outside
+    the components: the permuted float16 copy and per-target arrays, the rows' state and lists).
+    The lists and the rounds add one batch's candidate buffers.
+    """
+    dpad = -(-d // 64) * 64
+    resident = 8 * n * d + 2 * n * dpad + 44 * n + 16 * d
+    build = 10 * min(n, chunk_rows(d)) * dpad + 16 * n
     width = list_width(max(n, 1), min_samples)
-    block = min(n, BLOCK)
-    lists = n * width * (8 + 8) * 3  # ids and keys, the neighbour distances and a sorted copy
-    rounds = n * width * 17 + 96 * n  # a round's gathers over the lists and its per-point arrays
-    search = 4 * n * d + 24 * n  # outside(): the permuted filter copy, norms, cores, components
-    block_work = block * (4 * min(n, TILE) + 8 * d + 4 * d + width * 16 + CAP * 4 + 64)
-    return resident, resident + lists + max(rounds, search) + block_work
+    lists = n * width * 16 * 3 + 24 * n
+    gathers = n * width * 17 + 96 * n  # a round's gathers over the lists and its per-point arrays
+    search = n * (2 * dpad + 128) + n * (width * 16 + 24) + 70 * n
+    rounds = n * width * 16 + max(gathers, search)
+    batch = min(n, max(BATCH, 128))
+    buffers = batch * ((CAP_WIDE if width > WIDE else CAP) * 8 + 4) + (1 << 16)
+    return resident, resident + max(build, max(lists, rounds) + buffers)
 
 
 class BruteGpuIndex(BruteIndex):

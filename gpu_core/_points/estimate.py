@@ -6,8 +6,9 @@ coordinates counted, as a service worker copies them), ``peak`` the most a tree 
 on it holds at once, the index included. Upper bounds, counted from what the backends allocate:
 
 * brute force (more coordinates than ``SPATIAL_MAX_DIMENSIONS``): on the GPU ``brute_gpu``'s
-  (the float64 points and the float32 filter copy, ``12 nd``; a tree adds its lists, the permuted
-  filter copy of the searches outside a component and a tile of products: ``workspace_bytes``);
+  (the float64 points and the float16 filter copy, ``8 nd + 2 n d32``; a tree adds its lists, the
+  permuted filter copy of the searches outside a component and a batch's candidate buffers:
+  ``workspace_bytes``);
   on the CPU ``brute_cpu``'s (the points, their transpose and the filter's shifted copy, ``24 nd``;
   a tree adds its lists, a permuted copy and the tiles of one block);
 * the spatial indexes: the GPU's hierarchy (the Morton-ordered points and two boxes per node,
@@ -71,7 +72,7 @@ def _hierarchy(n: int, d: int, k: int) -> tuple[int, int]:
 def _host_brute(n: int, d: int, k: int) -> tuple[int, int]:
     from .brute_cpu import BLOCK, TILE
 
-    resident = 24 * n * d + 8 * n
+    resident = 24 * n * d + 32 * n  # the points, their transpose, the shifted copy; norms and margins
     width = list_width(n, k)
     lists = n * width * 16 * 3
     rounds = n * width * 25 + 96 * n

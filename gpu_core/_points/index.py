@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -259,7 +260,12 @@ def _host_view(points: Any) -> Any:
 
 
 def build_point_index(
-    points: Any, *, metric: Any = "euclidean", metric_params: Any = None, backend: Backend = "auto"
+    points: Any,
+    *,
+    metric: Any = "euclidean",
+    metric_params: Any = None,
+    backend: Backend = "auto",
+    devices: Sequence[int] | None = None,
 ) -> PointIndex:
     """The spatial index of ``points`` (an ``(n, d)`` NumPy or CuPy array, or with
     ``metric="precomputed"`` an ``n x n`` distance matrix, dense or sparse) under ``metric``
@@ -267,13 +273,36 @@ def build_point_index(
 
     Every tree then computed on it, with any ``min_samples``, skips the validation, the copy to
     the device and the index build: ``metric_mst(index, min_samples=k)`` returns the same arrays
-    as ``metric_mst(points, metric=..., min_samples=k)``.
+    as ``metric_mst(points, metric=..., min_samples=k)``. ``devices``: GPU ids whose devices share
+    the brute-force searches of points of more than ``SPATIAL_MAX_DIMENSIONS["gpu"]`` coordinates
+    (the all-pairs passes split by rows; the same answer, bit for bit): distinct ids, the current
+    device first (the index lives there).
     """
     from .metrics import resolve_metric
 
     resolved = resolve_metric(metric, metric_params)
     coords, chosen, from_cupy = validated(points, backend, resolved)
-    return build_index(points, coords, chosen, from_cupy, metric=resolved)
+    if not devices:
+        return build_index(points, coords, chosen, from_cupy, metric=resolved)
+    ids = [int(i) for i in devices]
+    wide = not resolved.precomputed and int(coords.shape[1]) > SPATIAL_MAX_DIMENSIONS["gpu"]
+    if chosen != "gpu" or (len(ids) > 1 and not wide):
+        raise PointSetShapeError(
+            "devices= shares the GPU's brute-force searches, which points of more than "
+            f"{SPATIAL_MAX_DIMENSIONS['gpu']} coordinates take on the GPU backend; got "
+            f"{coords.shape[1]} coordinates on the {chosen} backend.",
+            field="devices",
+        )
+    import cupy
+
+    if ids[0] != cupy.cuda.Device().id or len(set(ids)) != len(ids):
+        raise PointSetShapeError(
+            f"devices= must list distinct GPUs, the current one ({cupy.cuda.Device().id}) first; got {ids}.",
+            field="devices",
+        )
+    if not wide:
+        return build_index(points, coords, chosen, from_cupy, metric=resolved)
+    return build_index(points, coords, chosen, from_cupy, metric=resolved, devices=ids)
 
 
 def check_index_backend(index: PointIndex, backend: Backend) -> None:

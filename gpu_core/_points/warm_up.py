@@ -131,12 +131,13 @@ def _many_parts(cp: Any) -> None:
 
 
 def _blocks_and_tiles(move: Callable[[Any], Any]) -> None:
-    """Brute force with blocks of 64 rows and tiles of 128 targets: a last block of one row and a last
-    tile of one target (the shapes 2^13 + 1 and 2^14 + 1 points meet with the real blocks and tiles)."""
+    """Brute force in batches of 64 rows, with blocks of 64 and 128 rows: a last block of one row and
+    a last tile of one target (the shapes 2^16 + 1 points meet with the real batches)."""
     for n in (65, 129):
         points = np.random.default_rng(n).random((n, SPATIAL_MAX_DIMENSIONS["gpu"] + 1))
         for k in (1, 5):
-            _tree(move(points), "gpu", k, "brute", block=64, tile=128)
+            for rows in (64, 128):
+                _tree(move(points), "gpu", k, "brute", batch=64, rows_per_block=rows)
 
 
 def _point_size(move: Callable[[Any], Any], d: int, n: int) -> None:

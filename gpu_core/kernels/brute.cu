@@ -1,218 +1,595 @@
-// Brute-force searches of points of many coordinates: a tile of filtered squared distances from
-// cuBLAS (S = A B^T of the shifted float32 coordinates, the filter F = |a|^2 + |b|^2 - 2 S), each
-// query row's threshold, its candidates, and their exact recheck (gpu_core/_points/brute_gpu.py;
-// the filter's error bound and why no true candidate is above the threshold: _points/filter.py).
+// Brute-force searches of points of many coordinates (gpu_core/_points/brute_gpu.py; the filter's
+// bound and why no true candidate is lost: gpu_core/_points/filter.py).
 //
-// One warp per query row everywhere: lanes read a row's tile 32 columns at a time (coalesced) and
-// keep its candidates in column order, so what a row gets is deterministic.
+// fused_select_128 / fused_select_64: float16 tensor-core products (mma.sync m16n8k16, float32
+// accumulation) of a block of query rows, kept in shared memory, with every tile of 128 targets,
+// streamed through a cp.async pipeline; and in the same kernel each row's selection, so the products
+// never reach device memory and the host waits on nothing per tile. A row keeps a target whose
+// filtered key is at most its threshold: the key (rounded up to float32) and the target's position
+// go to the row's buffer in device memory. A buffer that might not take the next tile is compacted
+// by one warp: its m-th smallest key gives the row a tighter bound on its true m-th key (theta) and
+// threshold, and the entries over the threshold go. A row whose buffer still cannot take a whole
+// tile stops and says where (resume): the host flushes it and launches it again from there, so any
+// number of ties and near-ties is exact.
+// fused_flush: each row's surviving candidates rechecked exactly (float64, dimension order, no FMA:
+// the host's squared_distances) and merged into its list of the m least (exact key, point id).
 //
-// Keys. The filtered key of row i and target column j is K = qn2[i] + tn2[j] - 2 S[i][j] in float64,
-// under mutual reachability max(qcore[i], tcore[j], K); a target of the row's own component
-// (qcomp[i] == tcomp[j]) is no candidate. The exact key is the contract's: sum_k (a_k - b_k)^2 in
-// float64, dimension order, one rounding per operation (__dsub_rn/__dmul_rn/__dadd_rn, no FMA: the
-// host's squared_distances), then the same max. Lists are ordered by (exact key, point id).
+// Units. The float16 rows are sigma * (x - mu) rounded (sigma a power of two); filtered keys,
+// thresholds and theta are in those units (sigma^2 times a squared distance), the lists' exact keys
+// in the caller's. Per target: its float16 row, its squared norm (float32), under mutual
+// reachability its squared core distance scaled (float32 rounded down for the test, float64 for the
+// stored key) and its component. A filtered key is v + qn2 with v = fma(-2, s, tn2) (s the
+// accumulated product), under mutual reachability max(qcore, tcore, v + qn2); a target of the row's
+// own component is no candidate. A query row's data by its row (row_src[slot], or the slot): its
+// float16 and float64 coordinates, qn2, alpha and beta of the margin E(x) = alpha sqrt(x) + beta,
+// core and component; its state by slot: theta, the final threshold (tk_out), resume, its list
+// (at list_row[slot], or the slot); buffers and counts by the row's place p in the launch.
 
-#define BRUTE_LANE_LIST 8   // per-lane smallest filtered keys in tile_threshold (LANE_LIST in brute_gpu.py)
-#define BRUTE_MERGE 512     // the flush's sort size: a row's list (<= 256) and its buffer (<= 256)
+#define FS_BN 128                  // targets per tile (BN in brute_gpu.py)
+#define FS_STAGES 3                // pipeline stages of BK coordinates (64, or 32 for the widest rows)
+#define FS_ROW_BYTES 20            // shared bytes per query row besides its float16 coordinates
+#define FS_SLACK 0x1p-20           // filter.SLACK
+#define FS_ROUNDING 0x1p-40        // filter.ROUNDING
+#define FL_SORT 512                // the flush's sort size (a list of <= 256 and a chunk of candidates)
+#define FL_WARPS 4
 
-__device__ __forceinline__ double brute_inf() { return __longlong_as_double(0x7FF0000000000000LL); }
+__device__ __forceinline__ double fs_inf() { return __longlong_as_double(0x7FF0000000000000LL); }
+__device__ __forceinline__ float fs_finf() { return __int_as_float(0x7F800000); }
 
-__device__ __forceinline__ double filtered_key(const float* __restrict__ s_row, int col, double qn2,
-                                               const double* __restrict__ tn2, double qcore,
-                                               const double* __restrict__ tcore, int qcomp,
-                                               const int* __restrict__ tcomp, int tile_start, bool* valid) {
-    const int j = tile_start + col;
-    *valid = !(tcomp && tcomp[j] == qcomp);
-    double k = qn2 + tn2[j] - 2.0 * static_cast<double>(s_row[col]);
-    if (tcore) k = fmax(fmax(qcore, tcore[j]), k);
-    return k;
+// the threshold for a bound theta on the true m-th key (filter.threshold)
+__device__ __forceinline__ double fs_threshold(double theta, double alpha, double beta) {
+    if (isinf(theta)) return fs_inf();
+    const double safe = fmax(theta, 0.0);
+    return (safe * (1.0 + FS_SLACK) + alpha * sqrt(safe) + beta) * (1.0 + FS_ROUNDING);
 }
 
-// Rows whose threshold is still +inf get one from this tile: the m-th smallest filtered key over
-// the union of each lane's BRUTE_LANE_LIST smallest (a subset of the row's keys, so its m-th is at
-// least the tile's m-th: an upper bound, which is what a threshold needs), plus twice the row's
-// error bound. Fewer than m candidates: the threshold stays +inf.
-extern "C" __global__ void tile_threshold(const float* __restrict__ s, int rows, int cols, long long ld,
-                                          int tile_start, const double* __restrict__ qn2,
-                                          const double* __restrict__ tn2, const double* __restrict__ qcore,
-                                          const double* __restrict__ tcore, const int* __restrict__ qcomp,
-                                          const int* __restrict__ tcomp, const double* __restrict__ margin,
-                                          int m, double* __restrict__ theta) {
-    const int lane = threadIdx.x & 31;
-    const int warps = (gridDim.x * blockDim.x) >> 5;
-    for (int i = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < rows; i += warps) {
-        if (!isinf(theta[i]) || m > 32 * BRUTE_LANE_LIST) continue;
-        const float* s_row = s + static_cast<long long>(i) * ld;
-        const double q2 = qn2[i];
-        const double qc = qcore ? qcore[i] : 0.0;
-        const int qg = qcomp ? qcomp[i] : 0;
-        double best[BRUTE_LANE_LIST];
+// an upper bound on the exact key of a target of filtered key f (filter.upper)
+__device__ __forceinline__ double fs_upper(double f, double alpha, double beta) {
+    if (isinf(f)) return fs_inf();
+    const double disc = fmax(alpha * alpha + 4.0 * (f + beta), 0.0);
+    const double root = (alpha + sqrt(disc)) * 0.5;
+    return root * root * (1.0 + FS_ROUNDING);
+}
+
+// floats as unsigned integers of the same order
+__device__ __forceinline__ unsigned fs_ord(float x) {
+    const unsigned u = __float_as_uint(x);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float fs_unord(unsigned u) {
+    return __uint_as_float((u & 0x80000000u) ? (u & 0x7FFFFFFFu) : ~u);
+}
+
+__device__ __forceinline__ unsigned fs_smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void fs_cp16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fs_smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void fs_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void fs_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void fs_ldmatrix4(unsigned (&r)[4], const unsigned short* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fs_smem_addr(p)));
+}
+
+__device__ __forceinline__ void fs_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One tile's 128 target rows, coordinates [k0, k0 + BK), into a B stage (zeros past the targets).
+template <int THREADS, int BK>
+__device__ __forceinline__ void fs_load_b(unsigned short* stage, const unsigned short* __restrict__ tb, int n_t,
+                                          int dpad, int col0, int k0, int tid) {
+    constexpr int CHUNKS = BK / 8;  // 16-byte pieces of a row
 #pragma unroll
-        for (int r = 0; r < BRUTE_LANE_LIST; ++r) best[r] = brute_inf();
-        for (int col = lane; col < cols; col += 32) {
-            bool valid;
-            const double k = filtered_key(s_row, col, q2, tn2, qc, tcore, qg, tcomp, tile_start, &valid);
-            if (!valid || !(k < best[BRUTE_LANE_LIST - 1])) continue;
-#pragma unroll
-            for (int r = BRUTE_LANE_LIST - 1; r > 0; --r) best[r] = fmax(best[r - 1], fmin(best[r], k));
-            best[0] = fmin(best[0], k);
+    for (int c = tid; c < FS_BN * CHUNKS; c += THREADS) {
+        const int row = c / CHUNKS, chunk = c % CHUNKS;
+        const int col = col0 + row;
+        const bool valid = col < n_t;
+        const unsigned short* src = tb + static_cast<long long>(valid ? col : 0) * dpad + k0 + chunk * 8;
+        fs_cp16(stage + row * (BK + 8) + chunk * 8, src, valid);
+    }
+}
+
+// A row's buffer, compacted by one warp: its m-th smallest key (a binary search over the keys'
+// order) bounds the row's true m-th key; entries over the new threshold go (order kept). A row whose
+// buffer could not take two more tiles stops (where tiles remain: may_stop): resume at the tile
+// whose selection comes next.
+__device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, bool may_stop, int m, int cap,
+                           float* buf_key,
+                           int* buf_pos, const double* __restrict__ qn2, const double* __restrict__ alpha,
+                           const double* __restrict__ beta, double* theta, int* resume, int* stops, float* tq_s,
+                           float* tk_s, int* cnt_s) {
+    const int c = cnt_s[r];
+    const long long base = static_cast<long long>(p) * cap;
+    unsigned lo = 0u, hi = 0xFFFFFFFFu;
+    while (lo < hi) {
+        const unsigned mid = lo + ((hi - lo) >> 1);
+        int k = 0;
+        for (int e = lane; e < c; e += 32) k += fs_ord(buf_key[base + e]) <= mid;
+        k = __reduce_add_sync(0xFFFFFFFFu, k);
+        if (k >= m)
+            hi = mid;
+        else
+            lo = mid + 1u;
+    }
+    const double a = alpha[row], b = beta[row];
+    const double th = fmin(theta[slot], fs_upper(static_cast<double>(fs_unord(lo)), a, b));
+    const double t = fs_threshold(th, a, b);
+    const float tk = __double2float_ru(t);
+    const float tq = __double2float_ru(__dsub_ru(t, qn2[row]));
+    int w = 0;
+    for (int e0 = 0; e0 < c; e0 += 32) {
+        const int e = e0 + lane;
+        float key = 0.0f;
+        int pos = 0;
+        bool keep = false;
+        if (e < c) {
+            key = buf_key[base + e];
+            pos = buf_pos[base + e];
+            keep = key <= tk;
         }
-        // the m-th smallest of the lanes' lists: m rounds of a warp minimum, the winner pops its head
-        double kth = brute_inf();
-        for (int round = 0; round < m; ++round) {
-            double v = best[0];
-            int who = lane;
+        const unsigned mask = __ballot_sync(0xFFFFFFFFu, keep);
+        __syncwarp();
+        if (keep) {
+            const int dst = w + __popc(mask & ((1u << lane) - 1u));
+            buf_key[base + dst] = key;
+            buf_pos[base + dst] = pos;
+        }
+        w += __popc(mask);
+        __syncwarp();
+    }
+    if (lane == 0) {
+        theta[slot] = th;
+        cnt_s[r] = w;
+        tk_s[r] = tk;
+        tq_s[r] = tq;
+        if (may_stop && w > cap - 2 * FS_BN) {
+            tq_s[r] = -fs_finf();
+            resume[slot] = tile;
+            atomicAdd(stops, 1);
+        }
+    }
+}
+
+// One row's candidates of a tile (the slow path: some product of the row passed the first test):
+// a column whose filtered key is at most the row's threshold (tq against v, and under mutual
+// reachability tk against the target's core, rounded down) and of another component (qcomp, tcomp)
+// goes to the row's buffer. Returns whether the buffer may no longer take two tiles.
+__device__ __noinline__ bool fs_append(const float* acc2, const float* tn2, int r, int col_base, int t4, int limit,
+                                       int p, const int* __restrict__ slots, int slot_base,
+                                       const int* __restrict__ row_src, const float* __restrict__ tcore_f,
+                                       const double* __restrict__ tcore_d, const int* __restrict__ tcomp,
+                                       const double* __restrict__ qn2, const double* __restrict__ qcore, float tq,
+                                       const float* tk_s, int* cnt_s, const int* qcomp_s, float* buf_key,
+                                       int* buf_pos, int cap) {
+    bool over = false;
+    const int slot = slots ? slots[p] : slot_base + p;
+    const int row = row_src ? row_src[slot] : slot;
+    for (int nt = 0; nt < 4; ++nt)
+        for (int e = 0; e < 2; ++e) {
+            const int col = col_base + nt * 8 + 2 * t4 + e;
+            const float v = __fmaf_rn(-2.0f, acc2[2 * nt + e], tn2[2 * nt + e]);
+            if (col >= limit || !(v <= tq)) continue;
+            if (tcomp && tcomp[col] == qcomp_s[r]) continue;
+            if (tcore_f && !(tcore_f[col] <= tk_s[r])) continue;
+            double key = __dadd_ru(static_cast<double>(v), qn2[row]);
+            if (tcore_f) key = fmax(key, fmax(qcore[row], tcore_d[col]));
+            const int at = atomicAdd(&cnt_s[r], 1);
+            const long long o = static_cast<long long>(p) * cap + at;
+            buf_key[o] = __double2float_ru(key);
+            buf_pos[o] = col;
+            over |= at + 1 > cap - 2 * FS_BN;
+        }
+    return over;
+}
+
+// mode 0: select; 1: the products alone (nothing selected: the arithmetic's time); 2: every product
+// written to dump[p * n_t + column] (tests of the fragments' layout).
+//
+// The loop runs over (tile, chunk of BK coordinates) with the next stages' loads in flight. After
+// a tile's last chunk, its selection: thread (g, t4) of warp (wm, wn) holds the products of rows
+// wm*64 + mt*16 + g (+8) and columns wn*32 + nt*8 + 2*t4 (+1); the fast path takes, per row, the
+// least v = fma(-2, s, tn2) of its columns (two operations a product) and compares it with the
+// row's threshold; a row that passes takes the slow path (fs_append). A buffer that may not take
+// two more tiles raises over_s, and the compaction runs at the next tile's first chunk, after the
+// loop's barrier: no barrier of its own unless a row needs one.
+template <int BM, int BK>
+__device__ __forceinline__ void fused_select_body(
+    const unsigned short* __restrict__ qa, const int* __restrict__ row_src, const int* __restrict__ slots,
+    int slot_base, int num_p, const int* __restrict__ blk_lo, const int* __restrict__ blk_hi,
+    const int* __restrict__ blk_skip_lo, const int* __restrict__ blk_skip_hi, int dpad,
+    const unsigned short* __restrict__ tb, int n_t, const float* __restrict__ tn2f,
+    const float* __restrict__ tcore_f, const double* __restrict__ tcore_d, const int* __restrict__ tcomp,
+    const double* __restrict__ qn2, const double* __restrict__ qcore, const int* __restrict__ qcomp,
+    const double* __restrict__ alpha, const double* __restrict__ beta, double* theta, float* tk_out,
+    int* count, const int* __restrict__ start_tile, int* resume, int* stops, float* buf_key, int* buf_pos,
+    int cap, int m, int mode, float* dump) {
+    constexpr int WARPS = BM / 64 * 4;
+    constexpr int THREADS = WARPS * 32;
+    constexpr int BROW = BK + 8;  // halves per row of a B stage: conflict-free ldmatrix
+    extern __shared__ __align__(16) unsigned char fs_smem[];
+    const int astride = dpad + 8;
+    unsigned short* As = reinterpret_cast<unsigned short*>(fs_smem);
+    unsigned short* Bs = As + BM * astride;
+    float* tq_s = reinterpret_cast<float*>(Bs + FS_STAGES * FS_BN * BROW);
+    float* tk_s = tq_s + BM;
+    int* cnt_s = reinterpret_cast<int*>(tk_s + BM);
+    int* start_s = cnt_s + BM;
+    int* qcomp_s = start_s + BM;
+    __shared__ int first_tile, last_start, over_s;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3;  // the warp's 64 x 32 part of the block's BM x 128 tile
+    const int g = lane >> 2, t4 = lane & 3;
+    const int b = blockIdx.x;
+    const int p_lo = blk_lo ? blk_lo[b] : b * BM;
+    const int p_hi = blk_hi ? blk_hi[b] : min(num_p, p_lo + BM);
+    const int rows = p_hi - p_lo;
+    const int skip_lo = blk_skip_lo ? blk_skip_lo[b] : n_t;
+    const int skip_hi = blk_skip_hi ? blk_skip_hi[b] : n_t;
+    const int tiles_lo = (skip_lo + FS_BN - 1) / FS_BN;
+    const int ntiles = tiles_lo + (n_t - skip_hi + FS_BN - 1) / FS_BN;
+
+    if (tid == 0) {
+        first_tile = ntiles;
+        last_start = 0;
+        over_s = 0;
+    }
+    __syncthreads();
+    for (int r = tid; r < BM; r += THREADS) {
+        float tq = -fs_finf(), tk = -fs_finf();
+        int cnt = 0, start = 0, qc = -1;
+        if (r < rows) {
+            const int p = p_lo + r;
+            const int slot = slots ? slots[p] : slot_base + p;
+            const int row = row_src ? row_src[slot] : slot;
+            start = start_tile ? start_tile[slot] : 0;
+            atomicMin(&first_tile, start);
+            atomicMax(&last_start, start);
+            if (mode == 0) {
+                const double t = fs_threshold(theta[slot], alpha[row], beta[row]);
+                tk = __double2float_ru(t);
+                tq = __double2float_ru(__dsub_ru(t, qn2[row]));
+                cnt = count[p];
+                qc = qcomp ? qcomp[row] : -1;
+                resume[slot] = -1;
+            }
+        }
+        tq_s[r] = tq;
+        tk_s[r] = tk;
+        cnt_s[r] = cnt;
+        start_s[r] = start;
+        qcomp_s[r] = qc;
+    }
+    // the block's rows, once: zeros past its rows and past d
+    const int row_chunks = dpad >> 3;
+    for (int c = tid; c < BM * row_chunks; c += THREADS) {
+        const int r = c / row_chunks, chunk = c - r * row_chunks;
+        const bool valid = r < rows;
+        long long src_row = 0;
+        if (valid) {
+            const int slot = slots ? slots[p_lo + r] : slot_base + p_lo + r;
+            src_row = row_src ? row_src[slot] : slot;
+        }
+        fs_cp16(As + r * astride + chunk * 8, qa + src_row * dpad + chunk * 8, valid);
+    }
+    fs_commit();
+    __syncthreads();  // first_tile, last_start
+
+    const int kc_count = dpad / BK;
+    const int t_begin = first_tile;
+    const bool staggered = last_start != t_begin;  // a relaunch: rows start at different tiles
+    const int total = (ntiles - t_begin) * kc_count;
+    // the loads run FS_STAGES - 1 chunks ahead: their own (tile, chunk) and column
+    int load_tile = t_begin, load_kc = 0, load_stage = 0;
+    auto col_of = [&](int tile) { return tile < tiles_lo ? tile * FS_BN : skip_hi + (tile - tiles_lo) * FS_BN; };
+    auto load_next = [&]() {
+        if (load_tile < ntiles)
+            fs_load_b<THREADS, BK>(Bs + load_stage * FS_BN * BROW, tb, n_t, dpad, col_of(load_tile), load_kc * BK, tid);
+        fs_commit();
+        load_stage = load_stage + 1 == FS_STAGES ? 0 : load_stage + 1;
+        if (++load_kc == kc_count) {
+            load_kc = 0;
+            ++load_tile;
+        }
+    };
+    for (int s = 0; s < FS_STAGES - 1; ++s) load_next();
+
+    // ldmatrix lanes: A rows (lane & 7) + 8 * bit 3, coordinates + 8 * bit 4; B target rows
+    // (lane & 7) + 8 * bit 4, coordinates + 8 * bit 3
+    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_k = (lane >> 4) * 8;
+    const int b_row = (lane & 7) + (lane >> 4) * 8, b_k = ((lane >> 3) & 1) * 8;
+    const unsigned short* a_base = As + (wm * 64 + a_row) * astride + a_k;
+    float acc[4][4][4];
+    int tile = t_begin, kc = 0, stage = 0;
+
+    for (int it = 0; it < total; ++it) {
+        fs_wait<FS_STAGES - 2>();
+        __syncthreads();
+        load_next();
+        if (kc == 0) {
+            if (over_s) {  // the last tile filled some buffer: compact it before this tile's selection
+                __syncthreads();
+                if (tid == 0) over_s = 0;
+                for (int r = warp; r < rows; r += WARPS) {
+                    if (cnt_s[r] > cap - 2 * FS_BN && tq_s[r] != -fs_finf()) {
+                        const int p = p_lo + r;
+                        const int slot = slots ? slots[p] : slot_base + p;
+                        const int row = row_src ? row_src[slot] : slot;
+                        fs_compact(lane, r, p, slot, row, tile, true, m, cap, buf_key, buf_pos, qn2, alpha, beta,
+                                   theta, resume, stops, tq_s, tk_s, cnt_s);
+                    }
+                }
+                __syncthreads();
+            }
 #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                const double ov = __shfl_xor_sync(0xFFFFFFFFu, v, off);
-                const int ow = __shfl_xor_sync(0xFFFFFFFFu, who, off);
-                if (ov < v || (ov == v && ow < who)) {
-                    v = ov;
-                    who = ow;
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+        }
+        const bool last = kc == kc_count - 1;
+        const int col_base = col_of(tile) + wn * 32;
+        float tn2[8];
+        if (last && mode == 0) {  // the tile's norms, in flight while the last chunk multiplies
+            const int limit = tile < tiles_lo ? skip_lo : n_t;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int col = col_base + (j >> 1) * 8 + 2 * t4 + (j & 1);
+                tn2[j] = col < limit ? tn2f[col] : fs_finf();
+            }
+        }
+        const unsigned short* b_base = Bs + stage * FS_BN * BROW + (wn * 32 + b_row) * BROW + b_k;
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks) {
+            unsigned af[4][4], bf[4][2];
+            const int k = kc * BK + ks * 16;
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt) fs_ldmatrix4(af[mt], a_base + mt * 16 * astride + k);
+#pragma unroll
+            for (int np = 0; np < 2; ++np) {
+                unsigned r4[4];
+                fs_ldmatrix4(r4, b_base + np * 16 * BROW + ks * 16);
+                bf[2 * np][0] = r4[0];
+                bf[2 * np][1] = r4[1];
+                bf[2 * np + 1][0] = r4[2];
+                bf[2 * np + 1][1] = r4[3];
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) fs_mma(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+        }
+        const int this_tile = tile;
+        stage = stage + 1 == FS_STAGES ? 0 : stage + 1;
+        if (++kc == kc_count) {
+            kc = 0;
+            ++tile;
+        }
+        if (!last || mode == 1) continue;
+
+        const int limit = this_tile < tiles_lo ? skip_lo : n_t;
+        if (mode == 2) {
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = wm * 64 + mt * 16 + g + 8 * h;
+                    if (r >= rows) continue;
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int col = col_base + nt * 8 + 2 * t4 + e;
+                            if (col < limit) dump[static_cast<long long>(p_lo + r) * n_t + col] = acc[mt][nt][2 * h + e];
+                        }
+                }
+            continue;
+        }
+        bool over = false;
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = wm * 64 + mt * 16 + g + 8 * h;
+                float tq = tq_s[r];
+                if (staggered && this_tile < start_s[r]) tq = -fs_finf();
+                float least = fs_finf();
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        least = fminf(least, __fmaf_rn(-2.0f, acc[mt][nt][2 * h + e], tn2[2 * nt + e]));
+                if (least <= tq) {
+                    float acc2[8];
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) acc2[2 * nt + e] = acc[mt][nt][2 * h + e];
+                    over |= fs_append(acc2, tn2, r, col_base, t4, limit, p_lo + r, slots, slot_base, row_src,
+                                      tcore_f, tcore_d, tcomp, qn2, qcore, tq, tk_s, cnt_s, qcomp_s, buf_key,
+                                      buf_pos, cap);
                 }
             }
-            kth = v;
-            if (lane == who) {
-#pragma unroll
-                for (int r = 0; r < BRUTE_LANE_LIST - 1; ++r) best[r] = best[r + 1];
-                best[BRUTE_LANE_LIST - 1] = brute_inf();
-            }
+        if (over) over_s = 1;
+    }
+    fs_wait<0>();
+    if (mode != 0) return;
+    __syncthreads();
+    // every buffer compacted once more, so the flush rechecks only what the tightest threshold keeps
+    // (thresholds tighten only when a buffer fills: most rows' last one came from a few tiles)
+    for (int r = warp; r < rows; r += WARPS) {
+        if (cnt_s[r] > m && tq_s[r] != -fs_finf()) {
+            const int p = p_lo + r;
+            const int slot = slots ? slots[p] : slot_base + p;
+            const int row = row_src ? row_src[slot] : slot;
+            fs_compact(lane, r, p, slot, row, ntiles, false, m, cap, buf_key, buf_pos, qn2, alpha, beta, theta,
+                       resume, stops, tq_s, tk_s, cnt_s);
         }
-        if (lane == 0 && !isinf(kth)) theta[i] = fmin(theta[i], kth + 2.0 * margin[i]);
+    }
+    __syncthreads();
+    for (int r = tid; r < rows; r += THREADS) {
+        const int p = p_lo + r;
+        const int slot = slots ? slots[p] : slot_base + p;
+        count[p] = cnt_s[r];
+        tk_out[slot] = tk_s[r];
     }
 }
 
-// Each row's targets at most its threshold, appended (tile columns, in column order) to its buffer
-// of `cap` entries from resume[i] on. A chunk of 32 columns that does not fit leaves resume[i] at
-// its first column (the row is flushed and scanned again from there); a row done sets it to -1.
-extern "C" __global__ void tile_candidates(const float* __restrict__ s, int rows, int cols, long long ld,
-                                           int tile_start, const double* __restrict__ qn2,
-                                           const double* __restrict__ tn2, const double* __restrict__ qcore,
-                                           const double* __restrict__ tcore, const int* __restrict__ qcomp,
-                                           const int* __restrict__ tcomp, const double* __restrict__ theta,
-                                           int cap, int* __restrict__ buffer, int* __restrict__ count,
-                                           int* __restrict__ resume, int* __restrict__ overflow) {
-    const int lane = threadIdx.x & 31;
-    const int warps = (gridDim.x * blockDim.x) >> 5;
-    for (int i = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < rows; i += warps) {
-        const int from = resume[i];
-        if (from < 0) continue;
-        const float* s_row = s + static_cast<long long>(i) * ld;
-        const double q2 = qn2[i];
-        const double qc = qcore ? qcore[i] : 0.0;
-        const int qg = qcomp ? qcomp[i] : 0;
-        const double limit = theta[i];
-        int filled = count[i];
-        int stopped = -1;
-        for (int chunk = from; chunk < cols; chunk += 32) {
-            const int col = chunk + lane;
-            bool pass = false;
-            if (col < cols) {
-                bool valid;
-                const double k = filtered_key(s_row, col, q2, tn2, qc, tcore, qg, tcomp, tile_start, &valid);
-                pass = valid && k <= limit;
-            }
-            const unsigned mask = __ballot_sync(0xFFFFFFFFu, pass);
-            const int total = __popc(mask);
-            if (filled + total > cap) {
-                stopped = chunk;
-                break;
-            }
-            if (pass) buffer[static_cast<long long>(i) * cap + filled + __popc(mask & ((1u << lane) - 1u))] = tile_start + col;
-            filled += total;
-        }
-        if (lane == 0) {
-            count[i] = filled;
-            resume[i] = stopped;
-            if (stopped >= 0) atomicExch(overflow, 1);
-        }
-    }
+#define FUSED_SELECT_PARAMS                                                                                      \
+    const unsigned short *qa, const int *row_src, const int *slots, int slot_base, int num_p, const int *blk_lo, \
+        const int *blk_hi, const int *blk_skip_lo, const int *blk_skip_hi, int dpad, const unsigned short *tb,   \
+        int n_t, const float *tn2f, const float *tcore_f, const double *tcore_d, const int *tcomp,               \
+        const double *qn2, const double *qcore, const int *qcomp, const double *alpha, const double *beta,      \
+        double *theta, float *tk_out, int *count, const int *start_tile, int *resume, int *stops, float *buf_key, \
+        int *buf_pos, int cap, int m, int mode, float *dump
+#define FUSED_SELECT_ARGS                                                                                         \
+    qa, row_src, slots, slot_base, num_p, blk_lo, blk_hi, blk_skip_lo, blk_skip_hi, dpad, tb, n_t, tn2f, tcore_f, \
+        tcore_d, tcomp, qn2, qcore, qcomp, alpha, beta, theta, tk_out, count, start_tile, resume, stops, buf_key,  \
+        buf_pos, cap, m, mode, dump
+
+#ifndef FS_MIN_BLOCKS_128
+#define FS_MIN_BLOCKS_128 2  // blocks of 128 rows per multiprocessor the registers are capped for
+#endif
+
+// 128 query rows a block (8 warps), stages of 64 coordinates: rows of up to 448 coordinates
+extern "C" __global__ void __launch_bounds__(256, FS_MIN_BLOCKS_128) fused_select_128(FUSED_SELECT_PARAMS) {
+    fused_select_body<128, 64>(FUSED_SELECT_ARGS);
 }
 
-__device__ __forceinline__ bool entry_less(double ka, long long ia, double kb, long long ib) {
+// 128 query rows a block, stages of 32 coordinates: up to what 227 KB of shared memory holds (768)
+extern "C" __global__ void __launch_bounds__(256, 1) fused_select_128_32(FUSED_SELECT_PARAMS) {
+    fused_select_body<128, 32>(FUSED_SELECT_ARGS);
+}
+
+// 64 query rows a block (4 warps), stages of 32 coordinates: up to 1,024 coordinates
+extern "C" __global__ void __launch_bounds__(128, 4) fused_select_64(FUSED_SELECT_PARAMS) {
+    fused_select_body<64, 32>(FUSED_SELECT_ARGS);
+}
+
+__device__ __forceinline__ bool fl_less(double ka, long long ia, double kb, long long ib) {
     return ka < kb || (ka == kb && ia < ib);
 }
 
-// Each row's buffered candidates (target positions) rechecked exactly and merged into its list of
-// the m least (exact key, point id) so far; the threshold becomes min(itself, the m-th + margin)
-// once the list is full. qx: the rows' float64 coordinates (row-major, d each); x: the points'
-// (by point id); order: target position -> point id (null: the identity); core2: by point id.
-extern "C" __global__ void flush_candidates(int rows, int d, const double* __restrict__ qx,
-                                            const double* __restrict__ x, const long long* __restrict__ order,
-                                            const double* __restrict__ qcore, const double* __restrict__ core2,
-                                            int cap, const int* __restrict__ buffer, int* __restrict__ count,
-                                            int m, long long* __restrict__ list_ids, double* __restrict__ list_keys,
-                                            double* __restrict__ theta, const double* __restrict__ margin) {
-    __shared__ double keys_s[4][BRUTE_MERGE];
-    __shared__ long long ids_s[4][BRUTE_MERGE];
-    const int lane = threadIdx.x & 31;
-    const int slot = (threadIdx.x >> 5) & 3;  // blockDim.x == 128: four warps, one row each
-    double* keys = keys_s[slot];
-    long long* ids = ids_s[slot];
-    const int warps = (gridDim.x * blockDim.x) >> 5;
+// the first `fill` entries sorted by (key, id) (bitonic, padded to a power of two): the m least first
+__device__ void fl_sort(int lane, int fill, double* keys, long long* ids) {
     const long long none = 0x7FFFFFFFFFFFFFFFLL;
-    for (int i = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < rows; i += warps) {
-        const int c = count[i];
-        int size = 1;
-        while (size < m + c) size <<= 1;  // m + c <= BRUTE_MERGE (brute_gpu.py keeps m, cap <= 256)
-        {
-            const double* q = qx + static_cast<long long>(i) * d;
+    int size = 1;
+    while (size < fill) size <<= 1;
+    for (int e = fill + lane; e < size; e += 32) {
+        keys[e] = fs_inf();
+        ids[e] = none;
+    }
+    __syncwarp();
+    for (int width = 2; width <= size; width <<= 1) {
+        for (int stride = width >> 1; stride > 0; stride >>= 1) {
             for (int e = lane; e < size; e += 32) {
-                if (e < m) {
-                    keys[e] = list_keys[static_cast<long long>(i) * m + e];
-                    ids[e] = list_ids[static_cast<long long>(i) * m + e];
-                    if (ids[e] < 0) ids[e] = none;
-                } else if (e < m + c) {
-                    const int pos = buffer[static_cast<long long>(i) * cap + (e - m)];
-                    const long long id = order ? order[pos] : static_cast<long long>(pos);
-                    const double* p = x + id * d;
-                    double acc = 0.0;
-                    for (int k = 0; k < d; ++k) {
-                        const double diff = __dsub_rn(q[k], p[k]);
-                        acc = __dadd_rn(acc, __dmul_rn(diff, diff));
+                const int other = e ^ stride;
+                if (other > e) {
+                    const bool up = (e & width) == 0;
+                    const bool swap = up ? fl_less(keys[other], ids[other], keys[e], ids[e])
+                                         : fl_less(keys[e], ids[e], keys[other], ids[other]);
+                    if (swap) {
+                        const double tk = keys[e];
+                        const long long ti = ids[e];
+                        keys[e] = keys[other];
+                        ids[e] = ids[other];
+                        keys[other] = tk;
+                        ids[other] = ti;
                     }
-                    if (core2) acc = fmax(fmax(qcore[i], core2[id]), acc);
-                    keys[e] = acc;
-                    ids[e] = id;
-                } else {
-                    keys[e] = brute_inf();
-                    ids[e] = none;
                 }
             }
+            __syncwarp();
+        }
+    }
+}
+
+// Each row's buffered candidates at most its final threshold, rechecked exactly and merged into its
+// list of the m least (exact key, point id); theta becomes the list's m-th key (scaled) when lower,
+// the buffer empties. qx: the rows' float64 coordinates; x: the targets' (by point id); order:
+// target position -> point id (null: the identity); cores unscaled, qcore by row and core2 by point
+// id (null: Euclidean).
+extern "C" __global__ void __launch_bounds__(FL_WARPS * 32) fused_flush(
+    int num_p, const int* __restrict__ slots, int slot_base, const int* __restrict__ row_src,
+    const int* __restrict__ list_row,
+    const double* __restrict__ qx, const double* __restrict__ x, const long long* __restrict__ order, int d,
+    const double* __restrict__ qcore, const double* __restrict__ core2, int cap, const float* __restrict__ buf_key,
+    const int* __restrict__ buf_pos, int* count, const float* __restrict__ tk, int m, long long* list_ids,
+    double* list_keys, double* theta, double scale2) {
+    __shared__ double keys_s[FL_WARPS][FL_SORT];
+    __shared__ long long ids_s[FL_WARPS][FL_SORT];
+    const int lane = threadIdx.x & 31;
+    const int w = threadIdx.x >> 5;
+    double* keys = keys_s[w];
+    long long* ids = ids_s[w];
+    const long long none = 0x7FFFFFFFFFFFFFFFLL;
+    const int warps = (gridDim.x * blockDim.x) >> 5;
+    for (int p = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; p < num_p; p += warps) {
+        const int c = count[p];
+        if (c == 0) continue;
+        const int slot = slots ? slots[p] : slot_base + p;
+        const long long row = row_src ? row_src[slot] : slot;
+        const double* q = qx + row * d;
+        const double qc = qcore ? qcore[row] : 0.0;
+        const float limit = tk[slot];
+        const long long list_at = static_cast<long long>(list_row ? list_row[slot] : slot) * m;
+        for (int e = lane; e < m; e += 32) {
+            keys[e] = list_keys[list_at + e];
+            const long long id = list_ids[list_at + e];
+            ids[e] = id < 0 ? none : id;
         }
         __syncwarp();
-        // bitonic sort of `size` entries by (key, id), ascending
-        for (int width = 2; width <= size; width <<= 1) {
-            for (int stride = width >> 1; stride > 0; stride >>= 1) {
-                for (int e = lane; e < size; e += 32) {
-                    const int other = e ^ stride;
-                    if (other > e) {
-                        const bool up = (e & width) == 0;
-                        const bool swap = up ? entry_less(keys[other], ids[other], keys[e], ids[e])
-                                             : entry_less(keys[e], ids[e], keys[other], ids[other]);
-                        if (swap) {
-                            const double tk = keys[e];
-                            const long long ti = ids[e];
-                            keys[e] = keys[other];
-                            ids[e] = ids[other];
-                            keys[other] = tk;
-                            ids[other] = ti;
-                        }
-                    }
+        int fill = m;
+        const long long base = static_cast<long long>(p) * cap;
+        for (int e0 = 0; e0 < c; e0 += 32) {
+            const int e = e0 + lane;
+            const bool keep = e < c && buf_key[base + e] <= limit;
+            const unsigned mask = __ballot_sync(0xFFFFFFFFu, keep);
+            if (fill + __popc(mask) > FL_SORT) {
+                fl_sort(lane, fill, keys, ids);
+                fill = m;
+            }
+            if (keep) {
+                const int pos = buf_pos[base + e];
+                const long long id = order ? order[pos] : static_cast<long long>(pos);
+                const double* t = x + id * d;
+                double acc = 0.0;
+                for (int k = 0; k < d; ++k) {
+                    const double diff = __dsub_rn(q[k], t[k]);
+                    acc = __dadd_rn(acc, __dmul_rn(diff, diff));
                 }
-                __syncwarp();
+                if (core2) acc = fmax(fmax(qc, core2[id]), acc);
+                const int dst = fill + __popc(mask & ((1u << lane) - 1u));
+                keys[dst] = acc;
+                ids[dst] = id;
             }
+            fill += __popc(mask);
+            __syncwarp();
         }
-        {
-            for (int e = lane; e < m; e += 32) {
-                list_keys[static_cast<long long>(i) * m + e] = keys[e];
-                list_ids[static_cast<long long>(i) * m + e] = ids[e] == none ? -1 : ids[e];
-            }
-            if (lane == 0) {
-                count[i] = 0;
-                const double last = keys[m - 1];
-                if (!isinf(last)) theta[i] = fmin(theta[i], last + margin[i]);
-            }
+        if (fill > m) fl_sort(lane, fill, keys, ids);
+        __syncwarp();
+        for (int e = lane; e < m; e += 32) {
+            list_keys[list_at + e] = keys[e];
+            list_ids[list_at + e] = ids[e] == none ? -1 : ids[e];
+        }
+        if (lane == 0) {
+            count[p] = 0;
+            const double last = keys[m - 1];
+            if (!isinf(last)) theta[slot] = fmin(theta[slot], last * scale2);
         }
         __syncwarp();
     }

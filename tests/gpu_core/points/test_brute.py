@@ -5,11 +5,14 @@ squared distances, Prim under the ``(weight², min, max)`` order) or against the
 the same points, bit for bit. The filter's margins are tested where they matter: exact ties
 (duplicates, grids), near-ties closer than the filter's error (where the filtered order alone is
 wrong, which the tests check first), the device's coarser filters (float32, TF32) run on the host,
-d = 1,024, and tiles and blocks that do not divide n.
+d = 1,024, and tiles and blocks that do not divide n. The device's float16 filter is held to its
+bound here with the device's arithmetic emulated (float16 inputs, float32 sums and epilogue), at
+its boundaries: norms that differ by 10^6, huge and tiny coordinates, duplicates, d = 1,024.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -18,7 +21,7 @@ import pytest
 import gpu_core
 from gpu_core._points.brute import list_width, plan_blocks
 from gpu_core._points.brute_cpu import BruteCpuIndex, HostEngine
-from gpu_core._points.filter import PRECISIONS, Precision, coefficient
+from gpu_core._points.filter import PRECISIONS, Precision, coefficient, float16_scale, threshold, upper
 from gpu_core._points.index import SPATIAL_MAX_DIMENSIONS, build_index
 from gpu_core._points.neighbours import kth_distances, query_neighbours
 from tests.utils.points import (
@@ -115,19 +118,80 @@ def test_near_ties_closer_than_the_filters_error(precision: Precision) -> None:
     ps = far_clusters(8, 160, 48)
     engine = HostEngine(np.ascontiguousarray(ps.points), precision)
     # the filter alone orders the cluster's points wrongly: its nearest by F is not the nearest
-    exact = squared_distance_matrix(ps.points)
-    f = engine.norm2[:, None] + engine.norm2[None, :] - 2.0 * (engine.centered @ engine.centered.T)
+    exact = squared_distance_matrix(ps.points) * engine.scale**2
+    f = filtered_keys(engine)
     np.fill_diagonal(exact, np.inf)
     np.fill_diagonal(f, np.inf)
     wrong = np.argmin(f, axis=1) != np.argmin(exact, axis=1)
     assert wrong.any(), "the construction should defeat the filter's order"
     # ... and its error there stays inside the stated bound
-    bound = engine.coef * (np.sqrt(engine.norm2)[:, None] + engine.radius) ** 2
     np.fill_diagonal(f, 0.0)
     np.fill_diagonal(exact, 0.0)
-    assert np.all(np.abs(f - exact) <= bound)
+    assert_within_bound(engine, f, exact)
     for k in (1, 2, 7):
         assert_oracle(brute_tree(ps.points, k, precision=precision, tile=50, block=24), ps.points, k, ps.name)
+
+
+def filtered_keys(engine: HostEngine, device: bool = False) -> np.ndarray:
+    """Every pair's filtered key ``F`` (scaled units), as the host engine computes it, or with the
+    device's arithmetic: float16 inputs summed in float32, ``v = fma(-2, s, ‖b̃‖²)`` in float32 (the
+    norms rounded to float32), ``F = v + ‖ã‖²`` in float64."""
+    c = engine.centered
+    if not device:
+        return engine.norm2[:, None] + engine.norm2[None, :] - 2.0 * (c @ c.T).astype(np.float64)
+    s = (c.astype(np.float32) @ c.astype(np.float32).T).astype(np.float64)
+    v = (engine.norm2.astype(np.float32).astype(np.float64)[None, :] - 2.0 * s).astype(np.float32)
+    return v.astype(np.float64) + engine.norm2[:, None]
+
+
+def assert_within_bound(engine: HostEngine, f: np.ndarray, exact: np.ndarray) -> float:
+    """``|F - s²D| <= E(s²D)`` for every pair, ``upper(F) >= s²D`` and ``F <= threshold(s²D)``;
+    returns the largest error over its bound (how much of the margin the pairs use)."""
+    alpha, beta = engine.alpha[:, None], engine.beta[:, None]
+    bound = alpha * np.sqrt(exact) + beta
+    assert np.all(np.abs(f - exact) <= bound)
+    assert np.all(upper(np, f, alpha, beta) >= exact)
+    assert np.all(f <= threshold(np, exact, alpha, beta))
+    return float(np.max(np.abs(f - exact) / bound))
+
+
+def boundary_sets() -> list[PointSet]:
+    """The float16 filter's boundaries: norms 10^6 apart, huge and tiny coordinates, exact and
+    near duplicates (closer than float16's spacing), d = 1,024, a far offset."""
+    rng = np.random.default_rng(46)
+    direction = rng.normal(size=(300, 64))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    radii = np.where(np.arange(300) % 2 == 0, 1e-3, 1e3)[:, None]  # norms 10^6 apart
+    spread = direction * radii
+    near = np.repeat(rng.random((30, 96)), 5, axis=0)
+    near[::5] += 1e-7  # closer than float16 resolves, next to exact duplicates
+    return [
+        PointSet("norms-1e6-apart", spread),
+        PointSet("huge", rng.random((200, 40)) * 1e140),
+        PointSet("tiny", rng.random((200, 40)) * 1e-140),
+        PointSet("near-duplicates", near),
+        random_points(9, 120, 1024, np.float32),
+        far_clusters(4, 200, 33),
+    ]
+
+
+@pytest.mark.parametrize("ps", boundary_sets(), ids=lambda ps: ps.name)
+def test_the_float16_filter_keeps_its_bound_with_the_devices_arithmetic(ps: PointSet) -> None:
+    engine = HostEngine(np.ascontiguousarray(ps.points, dtype=np.float64), "float16")
+    exact = squared_distance_matrix(ps.points) * engine.scale**2
+    for device in (False, True):
+        used = assert_within_bound(engine, filtered_keys(engine, device), exact)
+        assert used < 1.0
+    for k in (1, 4):
+        assert_oracle(brute_tree(ps.points, k, precision="float16", tile=64, block=32), ps.points, k, ps.name)
+
+
+def test_the_float16_scale_keeps_the_largest_coordinate_below_2_to_the_13() -> None:
+    for largest in (1e-140, 3e-7, 0.49, 1.0, 8191.0, 8192.0, 8193.0, 1e140):
+        scale = float16_scale(largest)
+        assert scale is not None and 2.0**12 < largest * scale <= 2.0**13 and math.log2(scale).is_integer()
+    assert float16_scale(0.0) == 1.0
+    assert float16_scale(1e-160) is None and float16_scale(1e160) is None  # the host searches those
 
 
 def test_equal_distances_break_by_index() -> None:
@@ -138,7 +202,9 @@ def test_equal_distances_break_by_index() -> None:
     pts = np.concatenate([eye, -eye, 2 * eye, np.zeros((3, d))])  # three duplicates of the origin
     for k in (1, 2, 6):
         assert_oracle(gpu_core.euclidean_mst(pts, min_samples=k, backend="cpu"), pts, k, "lattice")
-        assert_oracle(brute_tree(pts, k, precision="tf32", tile=16, block=8), pts, k, "lattice tf32")
+        for precision in ("tf32", "float16"):
+            tree = brute_tree(pts, k, precision=precision, tile=16, block=8)
+            assert_oracle(tree, pts, k, f"lattice {precision}")
 
 
 def test_one_thousand_and_twenty_four_coordinates() -> None:
@@ -207,9 +273,10 @@ def test_the_estimator_and_prediction_in_768_coordinates() -> None:
 
 def test_the_filter_bound_and_the_list_widths() -> None:
     # tighter arithmetic, smaller margin; more coordinates, larger
-    assert coefficient(128, "float64") < coefficient(128, "float32") < coefficient(128, "tf32")
+    order = [coefficient(128, p) for p in ("float64", "float32", "float16", "tf32")]
+    assert order == sorted(order)
     assert coefficient(64, "float32") < coefficient(1024, "float32")
-    assert coefficient(1024, "tf32") < 1e-2  # a margin, not the whole range of distances
+    assert coefficient(1024, "tf32") < 1e-2 and coefficient(1024, "float16") < 5e-3  # a margin
     assert list_width(1000, 1) == 16 and list_width(1000, 10) == 26 and list_width(12, 10) == 12
     comp = np.array([0] * 100 + [1, 2, 3] + [4] * 20 + [5, 6])
     blocks = [(0, 64, 0), (64, 100, 0), (100, 103, -1), (103, 123, 4), (123, 125, -1)]

@@ -1,10 +1,11 @@
 """The GPU's brute-force path returns the CPU backend's arrays bit for bit (and both equal brute force).
 
 Marked ``gpu``: skipped where no CUDA device is visible. The same boundaries as test_brute.py, on
-the device's filters (TF32 and IEEE float32 products): 33 to 1,024 coordinates, exact ties, near-ties
-closer than the filter's error, duplicates, tiles, blocks and buffers that do not divide n (small
-ones, so that every path of ``kernels/brute.cu`` runs: full buffers scanned again, thresholds from
-a later tile), lists wider than the device sorts (the host's searches), CuPy points, prediction.
+the device's float16 tensor-core filter: 33 to 1,024 coordinates, exact ties, near-ties closer than
+the filter's error, duplicates, norms 10^6 apart, huge and tiny coordinates, blocks and batches that
+do not divide n, buffers so small that rows stop and are launched again, 64-row blocks, a search
+split over two devices (the same GPU twice), lists wider than the device merges (the host's
+searches), CuPy points, prediction; and the kernel's products against the float16 rows' own.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import gpu_core
 from gpu_core._points.brute_gpu import BruteGpuIndex
 from gpu_core._points.index import build_index
 from gpu_core._points.neighbours import kth_distances, query_neighbours
-from tests.gpu_core.points.test_brute import assert_oracle, far_clusters
-from tests.utils.points import blobs, point_sets, random_points
+from tests.gpu_core.points.test_brute import assert_oracle, boundary_sets, far_clusters
+from tests.utils.points import PointSet, blobs, point_sets, random_points
 
 pytestmark = pytest.mark.gpu
 
@@ -53,18 +54,77 @@ def test_gpu_equals_cpu_at_many_coordinates(d: int, k: int) -> None:
             assert_oracle(cpu, ps.points, k, ps.name)
 
 
-@pytest.mark.parametrize("precision", ["tf32", "float32"])
-@pytest.mark.parametrize(("tile", "block", "cap"), [(37, 16, 32), (1000, 333, 64), (16384, 8192, 256)])
-def test_filters_tiles_blocks_and_buffers(precision: str, tile: int, block: int, cap: int) -> None:
+#: engine options that meet every path of kernels/brute.cu: defaults; buffers of 384 (rows stop and
+#: are launched again) in batches of one block; 64-row blocks; two devices (the same GPU twice)
+KNOBS = [
+    {},
+    {"cap": 384, "batch": 100},
+    {"rows_per_block": 64, "batch": 200},
+    {"chunk": 32, "devices": [0, 0]},
+]
+
+
+@pytest.mark.parametrize("knobs", KNOBS, ids=["defaults", "stops", "rows64", "devices2"])
+def test_blocks_batches_buffers_and_devices(knobs: dict) -> None:
     sets = (
         far_clusters(8, 160, 48),  # near-ties inside the filter's error: its own order is wrong
+        far_clusters(3, 1100, 40),  # more near-ties than a buffer holds: rows stop
         *point_sets(300, 40, seed=4),  # duplicates, collinear points, grids: exact ties
         blobs(5, 1001, 96, centers=5, spread=0.3),
     )
     for ps in sets:
         for k in (1, 3, 12):
-            gpu = device_tree(ps.points, k, precision=precision, tile=tile, block=block, cap=cap)
+            gpu = device_tree(ps.points, k, **knobs)
             same(gpu, gpu_core.euclidean_mst(ps.points, min_samples=k, backend="cpu"), f"{ps.name} k={k}")
+
+
+@pytest.mark.parametrize("ps", boundary_sets(), ids=lambda ps: ps.name)
+def test_the_float16_filters_boundaries(ps: PointSet) -> None:
+    """Norms 10^6 apart, huge and tiny coordinates, near duplicates, d = 1,024, far clusters."""
+    for k in (1, 5):
+        gpu = gpu_core.euclidean_mst(ps.points, min_samples=k, backend="gpu")
+        same(gpu, gpu_core.euclidean_mst(ps.points, min_samples=k, backend="cpu"), f"{ps.name} k={k}")
+
+
+SHAPES = [
+    (300, 33, 128, 64),
+    (280, 70, 128, 32),
+    (257, 100, 64, 32),
+    (200, 768, 128, 32),
+    (130, 1024, 64, 32),
+]
+
+
+@pytest.mark.parametrize(("n", "d", "rows", "chunk"), SHAPES)
+def test_the_kernels_products_are_the_float16_rows_products(n: int, d: int, rows: int, chunk: int) -> None:
+    """Every product the kernel holds (its tensor-core fragments written out) against the float16
+    rows' exact products, within float32 accumulation: each row and column where it belongs."""
+    import cupy
+
+    points = np.random.default_rng(n + d).normal(size=(n, d))
+    engine = BruteGpuIndex(points, rows_per_block=rows, chunk=chunk).engine
+    assert (engine.variant.rows, engine.variant.chunk) == (rows, chunk)
+    got = cupy.asnumpy(engine.dump_products(3, n))
+    half = cupy.asnumpy(engine.half).astype(np.float64)
+    want = half[3:] @ half.T
+    scale = np.abs(half[3:]) @ np.abs(half).T
+    assert not np.isnan(got).any()
+    assert np.all(np.abs(got - want) <= engine.dpad * 2.0**-22 * scale + 1e-30)
+
+
+def test_devices_of_the_public_entry_point() -> None:
+    import cupy
+
+    ps = blobs(2, 600, 64, centers=3, spread=0.3)
+    here = cupy.cuda.Device().id
+    index = gpu_core.build_point_index(ps.points, backend="gpu", devices=[here])
+    same(
+        gpu_core.euclidean_mst(index, min_samples=4),
+        gpu_core.euclidean_mst(ps.points, min_samples=4, backend="cpu"),
+        ps.name,
+    )
+    with pytest.raises(gpu_core.errors.PointSetShapeError, match="distinct"):
+        gpu_core.build_point_index(ps.points, backend="gpu", devices=[here, here])
 
 
 def test_equal_distances_and_duplicates_break_by_index() -> None:
@@ -72,7 +132,7 @@ def test_equal_distances_and_duplicates_break_by_index() -> None:
     eye = np.eye(d)
     pts = np.concatenate([eye, -eye, 2 * eye, np.zeros((40, d))])  # many equidistant points, 40 copies
     for k in (1, 2, 6, 45):
-        gpu = device_tree(pts, k, tile=50, block=20, cap=32)
+        gpu = device_tree(pts, k, cap=384, batch=50)
         cpu = gpu_core.euclidean_mst(pts, min_samples=k, backend="cpu")
         same(gpu, cpu, f"lattice k={k}")
         assert_oracle(cpu, pts, k, "lattice")

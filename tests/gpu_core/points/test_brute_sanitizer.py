@@ -1,8 +1,8 @@
 """The brute-force kernels (``kernels/brute.cu``) under ``compute-sanitizer``: no bad access, no race.
 
-Small sets that take every path: tiles, blocks and buffers that do not divide n (full buffers
-scanned again from where they stopped), thresholds that come from a later tile, components masked
-and skipped, duplicates and near-ties, both filter precisions, and query lists.
+Small sets that take every path: blocks and batches that do not divide n, buffers that fill so
+rows stop and are launched again, 128- and 64-row blocks, components masked and skipped,
+duplicates and near-ties, query lists, and the products written out.
 """
 
 from __future__ import annotations
@@ -29,18 +29,18 @@ SCRIPT = textwrap.dedent(
     from tests.gpu_core.points.test_brute import far_clusters
     from tests.utils.points import point_sets
 
-    sets = [*point_sets(61, 40, seed=1), far_clusters(2, 45, 33)]
-    if RACECHECK:  # shared-memory hazards follow the tile, block and buffer sizes, not the values
-        sets = [sets[0], sets[3], sets[-1]]  # random, duplicated (ties), far clusters (masking)
+    sets = [*point_sets(61, 40, seed=1), far_clusters(2, 45, 33), far_clusters(3, 700, 40)]
+    if RACECHECK:  # shared-memory hazards follow the block and buffer sizes, not the values
+        sets = [sets[0], sets[3], sets[-1]]  # random, duplicated (ties), far clusters (stops)
     for ps in sets:
-        for precision, tile, block, cap in (("tf32", 13, 7, 32), ("float32", 64, 64, 64)):
-            index = BruteGpuIndex(np.ascontiguousarray(ps.points, dtype=np.float64),
-                                  precision=precision, tile=tile, block=block, cap=cap)
+        for knobs in ({"cap": 384, "batch": 50}, {"rows_per_block": 64}, {"chunk": 32}):
+            index = BruteGpuIndex(np.ascontiguousarray(ps.points, dtype=np.float64), **knobs)
             for k in (1, 3):
                 gpu = index.tree(k, time.perf_counter(), True, False)
                 cpu = gpu_core.euclidean_mst(ps.points, min_samples=k, backend="cpu")
                 assert np.array_equal(gpu.src, cpu.src) and np.array_equal(gpu.weights, cpu.weights), ps.name
             index.query(cupy.asarray(ps.points[:9], dtype=cupy.float64), 5)
+            index.engine.dump_products(0, 7)
     cupy.cuda.runtime.deviceSynchronize()
     print("sanitized ok")
     """
