@@ -196,7 +196,10 @@ def predict(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     queries = on_backend(backend, embeddings(q, d, seed=5))
     started = time.perf_counter()
     model = gpu_core.HDBSCAN(
-        min_cluster_size=MIN_CLUSTER_SIZE, min_samples=args.min_samples, prediction_data=True, backend=backend
+        min_cluster_size=MIN_CLUSTER_SIZE,
+        min_samples=args.min_samples,
+        prediction_data=True,
+        backend=backend,  # type: ignore[arg-type]
     ).fit(points)
     fit_s = time.perf_counter() - started
     predict_ms = median_ms(lambda: gpu_core.approximate_predict(model, queries), args.repeats, backend)

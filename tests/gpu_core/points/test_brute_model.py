@@ -74,7 +74,7 @@ def test_rows_that_stop_are_launched_again_from_where_they_stopped() -> None:
     launches: list[bool] = []
     original = brute_gpu._LocalSearch._launch_all
 
-    def counting(self, blocks, slots, start):  # type: ignore[no-untyped-def]
+    def counting(self, blocks, slots, start):
         launches.append(slots is not None)
         return original(self, blocks, slots, start)
 
