@@ -422,6 +422,8 @@ class Problem(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"]
+    api_process: int = Field(0, description="Which of the service's API processes answered (its slot).")
+    pid: int = Field(0, description="That API process's process id.")
 
 
 class Readiness(BaseModel):

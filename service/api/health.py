@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -13,9 +15,10 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", operation_id="healthz", response_model=Health, summary="Liveness")
-async def healthz() -> Health:
-    """200 while the API process serves requests."""
-    return Health(status="ok")
+async def healthz(request: Request) -> Health:
+    """200 while the API process serves requests; which one it is (several may serve the port)."""
+    hosted = getattr(request.app.state, "hosted", None)
+    return Health(status="ok", api_process=0 if hosted is None else hosted.slot, pid=os.getpid())
 
 
 @router.get(

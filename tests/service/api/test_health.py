@@ -25,7 +25,9 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 def test_healthz(live: LiveServer) -> None:
     response = live.client.get("/healthz")
-    assert response.status_code == 200 and response.json() == {"status": "ok"}
+    body = response.json()
+    assert response.status_code == 200 and body["status"] == "ok" and body["pid"] > 0
+    assert body["api_process"] == int(response.headers["x-mst-api-process"]) in (0, 1)
 
 
 def test_readyz_describes_the_worker(live: LiveServer) -> None:
