@@ -57,9 +57,14 @@ def running_server(backend: str, log_path: Path | None, ready_timeout_s: float) 
 
 @contextlib.contextmanager
 def started_server(
-    backend: str, log_path: Path | None, ready_timeout_s: float, extra_env: dict[str, str] | None = None
+    backend: str,
+    log_path: Path | None,
+    ready_timeout_s: float,
+    extra_env: dict[str, str] | None = None,
+    cpus: set[int] | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Start ``python -m service`` (``extra_env``: more ``MST_*`` settings) on a free loopback port;
+    """Start ``python -m service`` (``extra_env``: more ``MST_*`` settings; ``cpus``: the only CPUs
+    it and its children may run on, the clients keeping theirs) on a free loopback port;
     yield its base URL and the API process once ready (and ``MST_BENCH_SETTLE_S`` seconds more,
     0 unless set: a GPU worker goes on loading kernels for about 2 s after ready); stop it."""
     import httpx
@@ -82,6 +87,7 @@ def started_server(
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
         base = f"http://127.0.0.1:{port}"
         try:
