@@ -2,8 +2,11 @@
 
 Every API process reaches every worker directly (:class:`~.link.WorkerLink`); which worker a new
 dataset goes to is decided here (:meth:`Fleet.place`) from the board's numbers, the same in every
-process: the most free memory (CPU workers, which share the host's memory: the fewest bytes held),
-then the shortest queue, then the lowest index. A dataset is placed on one worker; the store
+process: the most room its own datasets leave a worker (a GPU worker: its share of the device less
+what it holds; CPU workers, which share the host's memory: the fewest bytes held), then the most
+free memory, then the shortest queue, then the lowest index. Room, not the device's free memory,
+comes first: other processes on a GPU move its free memory from one moment to the next, and many
+small datasets must spread over every worker of every GPU. A dataset is placed on one worker; the store
 records where (:mod:`service.storage.graph_table`).
 """
 
@@ -130,10 +133,11 @@ class Fleet:
 
     # -- placement ----------------------------------------------------------------------------
 
-    def _room(self, n: WorkerNumbers) -> tuple[int, int, int]:
+    def _room(self, n: WorkerNumbers) -> tuple[int, int, int, int]:
+        reserved = self.reserved[n.index]
         if self.backend(n.index) == "cpu":
-            return -(n.held_bytes + self.reserved[n.index]), -n.queue_depth, -n.index
-        return n.free_bytes - self.reserved[n.index], -n.queue_depth, -n.index
+            return -(n.held_bytes + reserved), 0, -n.queue_depth, -n.index
+        return n.total_bytes - n.held_bytes - reserved, n.free_bytes - reserved, -n.queue_depth, -n.index
 
     def place(self) -> int:
         """The worker for a new dataset (see the module's docstring): among those that take requests
