@@ -60,7 +60,7 @@ def test_jobs_benchmark_runs_and_checks_every_forest() -> None:
         assert 0 < level["p50_ms"] <= level["p99_ms"] <= level["max_ms"]
     for level in levels:  # where the server's time went, from the answers' Server-Timing, and its CPU
         parts = level["server_timing_ms"]
-        assert {"queue", "dispatch", "compute", "store", "response", "result-store"} <= set(parts), parts
+        assert {"submit", "queue", "compute", "reply", "response", "result-store"} <= set(parts), parts
         assert all(ms >= 0 for ms in parts.values()) and level["cpu_ms_per_job"]["worker"] > 0
     assert record["checks"]["all_checked_equal"] is True
     text = table(record)

@@ -374,7 +374,7 @@ def test_deleting_a_graph_with_queued_jobs_on_a_full_disk_cancels_them(
     """The graph's queued jobs are cancelled, as records written, when it is deleted: on a full
     disk too (the reserve makes room for them as for the deletion; they were a 507 before it, the
     graph left in place). Its worker is stopped (SIGSTOP) so that the jobs wait in the queue."""
-    server = server_factory(tiny_fs / "data", MST_DISPATCH_DEPTH="1")
+    server = server_factory(tiny_fs / "data")
     graph, other = random_graph(21, 500, 3_000), random_graph(22, 500, 3_000)
     graph_id, other_id = server.upload_npz(*graph)["id"], server.upload_npz(*other)["id"]
     pid = server.worker_pid()

@@ -114,9 +114,11 @@ def test_only_runs_on_device_loops_load_the_build_that_ends_them(
     asked: list[tuple[str, bool]] = []
     original = kernels._module
 
-    def recording(device_id: int, file: str = kernels.KERNEL_FILE, loops: bool = False) -> Any:
+    def recording(
+        device_id: int, file: str = kernels.KERNEL_FILE, loops: bool = False, variant: str = ""
+    ) -> Any:
         asked.append((file, loops))
-        return original(device_id, file, loops)
+        return original(device_id, file, loops, variant)
 
     monkeypatch.setattr(kernels, "_module", recording)
     graph = rmat_graph(11, 8, seed=5, dtype=np.int32)
