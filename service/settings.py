@@ -34,6 +34,9 @@ RETIRED_SETTINGS = {
     "MST_FAST_LANE": "the plain-ASGI lane of the job routes was removed: every request goes through "
     "the FastAPI routes, with the same answers (the lane bought 4 % jobs/s at 64 clients on an H200, "
     "short of the 20 % a second path must buy; bench/results/lanes-h200/README.md)",
+    "MST_DISPATCH_DEPTH": "every job goes to its worker's queue as soon as it is submitted (the "
+    "worker's queue is the only one, shared by every API process): there is no API-side queue to "
+    "hand jobs from any more (docs/design/architecture.md)",
     "MST_API_PROCESSES": "the front processes were removed: one process serves HTTP (they bought 4 % "
     "jobs/s at 64 clients on an H200, short of the 20 % a second path must buy; "
     "bench/results/lanes-h200/README.md)",
@@ -68,9 +71,9 @@ class Settings(BaseSettings):
     )
     gpus: Annotated[list[int] | None, NoDecode] = Field(
         default=None,
-        description="GPU ordinals to run one worker each on, e.g. `0,1`; unset, empty or `all` for every "
-        "visible GPU. Local pool only: with `MST_WORKER_POOL=ray`, Ray gives each actor its GPU "
-        "(setting both is refused).",
+        description="GPU ordinals to run workers on (`MST_WORKERS_PER_GPU` each), e.g. `0,1`; unset, "
+        "empty or `all` for every visible GPU. Local pool only: with `MST_WORKER_POOL=ray`, Ray "
+        "gives each actor its GPU (setting both is refused).",
     )
     api_workers: int | Literal["auto"] = Field(
         default="auto",
@@ -209,17 +212,6 @@ class Settings(BaseSettings):
         "start-up (with `MST_BACKEND=cpu`, or no GPU: one CPU actor). Set without "
         "`MST_WORKER_POOL=ray`, refused.",
     )
-    dispatch_depth: int = Field(
-        default=32,
-        ge=1,
-        le=32,
-        description="Jobs handed to a worker at once (in its pipe or running), 1 to 32 (one-shot "
-        "computations: up to 128, see `MST_ONESHOT_BATCH_EDGES`): the worker goes from one to the "
-        "next without waiting for the API process. A handed job is `running` and can no longer be "
-        "cancelled; if its worker dies while running it, it ends `failed` with `worker_lost`, and "
-        "if it had not started it runs on the next worker (docs/operations.md, "
-        "'Failures and restarts'). `1`: one at a time. See docs/operations.md, 'Many small jobs at once'.",
-    )
     coalesce_jobs: bool = Field(
         default=True,
         description="Identical jobs (same dataset, task, parameters, weights) waiting back to back in a "
@@ -246,12 +238,10 @@ class Settings(BaseSettings):
         default=1 << 20,
         ge=0,
         le=1 << 30,
-        description="One-shot computations (`POST /v1/mst`) waiting together in a worker's pipe are computed "
-        "as one disjoint-union graph of up to this many edges, each answered with exactly its own "
-        "forest; `0`: each on its own. One-shots are handed to a worker up to 128 at once "
-        "whatever `MST_DISPATCH_DEPTH`, so the next batch waits in the pipe while one computes; "
-        "`mst_oneshot_batch_members` (in `/metrics`) counts, per one-shot, the one-shots its run "
-        "computed.",
+        description="One-shot computations (`POST /v1/mst`) waiting together in a worker's queue are "
+        "computed as one disjoint-union graph of up to this many edges, each answered with exactly "
+        "its own forest; `0`: each on its own. `mst_oneshot_batch_members` (in `/metrics`) counts, "
+        "per one-shot, the one-shots its run computed.",
     )
     oneshot_inline_bytes: int = Field(
         default=1 << 20,
@@ -299,9 +289,9 @@ class Settings(BaseSettings):
     max_queued_jobs: int = Field(
         default=10_000,
         gt=0,
-        description="Most jobs and one-shot computations waiting on all workers together (not counting those "
-        "already handed to a worker, up to `MST_DISPATCH_DEPTH` each); above, 503 `queue_full` "
-        "with `Retry-After: 1`.",
+        description="Most jobs and one-shot computations sent to the workers and not answered yet, all "
+        "workers and API processes together (the board counts them); above, 503 `queue_full` with "
+        "`Retry-After: 1`.",
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="info", description="`critical`, `error`, `warning`, `info` or `debug`."
