@@ -158,10 +158,11 @@ def _predict(port: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     conn = Conn(port, timeout=600)
     try:
         points_id = conn.json("POST", "/v1/points", buf.getvalue(), (201,))["id"]
+        # the baseline model (bench.predict_http's): min_samples 5, so 8 neighbours a query
+        params = json.dumps({"min_cluster_size": 50, "min_samples": 5}).encode()
         status, data = conn.call(
-            "POST", f"/v1/points/{points_id}/models", json.dumps({"min_cluster_size": 50}).encode(),
-            {"content-type": "application/json"},
-        )  # fmt: skip
+            "POST", f"/v1/points/{points_id}/models", params, {"content-type": "application/json"}
+        )
         if status != 201:
             raise RuntimeError(f"the model's fit answered {status}: {data[:300]!r}")
         model = json.loads(data)
