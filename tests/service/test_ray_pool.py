@@ -262,6 +262,9 @@ def test_a_graph_sharded_across_the_actors_answers_the_same_forest(ray_server: L
 def test_an_actor_killed_mid_job_fails_it_worker_lost_and_reloads_its_graphs(ray_server: LiveServer) -> None:
     third = upload(ray_server, GRAPHS[2])
     victim = third["residency"]["worker"]
+    # a job answered: the upload's COMMIT, an actor call sent behind the 201, has been answered
+    # too (one call in flight), so the job below is the one in flight when the actor stops
+    check_job(ray_server, third["id"])
     before = all_ready(ray_server)  # both actors' pids known (this test may be its module's first)
     pid, other = before[victim]["pid"], before[1 - victim]
     assert pid is not None and other["pid"] is not None, before
