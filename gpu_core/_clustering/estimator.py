@@ -14,7 +14,6 @@ itself); the attributes and the prediction follow the hdbscan library.
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ from .._points.metrics import resolve_metric
 from .._points.neighbours import index_coordinates, query_points
 from .._points.precomputed import is_sparse
 from .model import Model, check_options, fit_model, glosh_scores
+from .params import EstimatorParams
 from .prediction import (
     PredictionData,
     all_points_vectors,
@@ -90,7 +90,7 @@ def _is_cupy(value: Any) -> bool:
     return type(value).__module__.split(".")[0] == "cupy"
 
 
-class HDBSCAN:
+class HDBSCAN(EstimatorParams):
     """HDBSCAN* clustering: a drop-in for ``sklearn.cluster.HDBSCAN``, with the hdbscan library's
     prediction, soft clustering, GLOSH outlier scores and trees, on the GPU where there is one.
 
@@ -191,31 +191,7 @@ class HDBSCAN:
         self.prediction_data = prediction_data
         self.backend = backend
 
-    # --- scikit-learn's estimator protocol ------------------------------------------------------
-
-    @classmethod
-    def _get_param_names(cls) -> list[str]:
-        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        del deep  # no parameter is an estimator
-        return {name: getattr(self, name) for name in self._get_param_names()}
-
-    def set_params(self, **params: Any) -> HDBSCAN:
-        valid = self._get_param_names()
-        for name, value in params.items():
-            if name not in valid:
-                raise ValueError(
-                    f"Invalid parameter {name!r} for estimator {type(self).__name__}. "
-                    f"Valid parameters are: {sorted(valid)!r}."
-                )
-            setattr(self, name, value)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = {name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()}
-        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if not _same(v, defaults[k])]
-        return f"{type(self).__name__}({', '.join(changed)})"
+    # --- scikit-learn's estimator protocol: EstimatorParams (get_params, set_params, repr) ---
 
     def __sklearn_tags__(self) -> Any:
         from sklearn.utils import InputTags, Tags, TargetTags
@@ -506,13 +482,6 @@ def _points_of(index: PointIndex, earlier: _Lazy | None) -> Any:
     if index._metric.precomputed:
         return index._state.matrix  # type: ignore[attr-defined]
     return index_coordinates(index)
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b) and type(a) is type(b)
-    except (TypeError, ValueError):
-        return a is b
 
 
 def _host_module(array: Any) -> bool:

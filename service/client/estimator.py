@@ -5,8 +5,8 @@ service's GPU host while the caller (a laptop, BERTopic) holds only arrays.
 ``probabilities_`` and fits a resident model for prediction (its record: ``model_``); ``predict``,
 ``approximate_predict`` and ``membership_vector`` ask that model (one request each). The clustering is
 the service's engine's, ``gpu_core``'s, so the answers are ``gpu_core.HDBSCAN``'s with the same
-parameters. scikit-learn's estimator protocol (``get_params``/``set_params``, ``clone``) is written out
-as ``gpu_core.HDBSCAN`` writes it: no scikit-learn import.
+parameters. scikit-learn's estimator protocol (``get_params``/``set_params``, ``clone``) is
+``gpu_core.HDBSCAN``'s (:class:`gpu_core._clustering.params.EstimatorParams`): no scikit-learn import.
 
 Parameters the service does not take are refused rather than ignored: ``alpha`` other than 1,
 ``store_centers``, ``backend`` other than ``"auto"`` (the service chooses), ``metric="precomputed"``
@@ -17,10 +17,11 @@ prediction data).
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import numpy as np
+
+from gpu_core._clustering.params import EstimatorParams
 
 from .client import Client
 
@@ -32,7 +33,7 @@ SERVICE_PARAMS = (
 )  # fmt: skip
 
 
-class RemoteHDBSCAN:
+class RemoteHDBSCAN(EstimatorParams):
     """HDBSCAN* on a service: ``gpu_core.HDBSCAN``'s parameters, plus ``url``, ``api_key`` and
     ``timeout`` (seconds a job may take). Fitted attributes: ``labels_``, ``probabilities_``,
     ``n_features_in_``, ``points_id_`` and ``model_`` (the service's records of the uploaded points
@@ -80,31 +81,7 @@ class RemoteHDBSCAN:
         self.backend = backend
         self.timeout = timeout
 
-    # --- scikit-learn's estimator protocol ------------------------------------------------------
-
-    @classmethod
-    def _get_param_names(cls) -> list[str]:
-        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        del deep  # no parameter is an estimator
-        return {name: getattr(self, name) for name in self._get_param_names()}
-
-    def set_params(self, **params: Any) -> RemoteHDBSCAN:
-        valid = self._get_param_names()
-        for name, value in params.items():
-            if name not in valid:
-                raise ValueError(
-                    f"Invalid parameter {name!r} for estimator {type(self).__name__}. "
-                    f"Valid parameters are: {sorted(valid)!r}."
-                )
-            setattr(self, name, value)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = {name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()}
-        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
-        return f"{type(self).__name__}({', '.join(changed)})"
+    # --- scikit-learn's estimator protocol: EstimatorParams (get_params, set_params, repr) ---
 
     def __sklearn_tags__(self) -> Any:
         from sklearn.utils import InputTags, Tags, TargetTags
