@@ -140,10 +140,6 @@ class JobTable:
         rows = self.db.read("SELECT * FROM jobs WHERE status = ? ORDER BY created_at, id", (status,))
         return [job_from_row(r) for r in rows]
 
-    def count_jobs(self) -> dict[str, int]:
-        rows = self.db.read("SELECT status, COUNT(*) FROM jobs GROUP BY status")
-        return {r[0]: int(r[1]) for r in rows}
-
     def jobs_of(self, graph_ids: list[str], status: JobStatus) -> list[JobRecord]:
         """The jobs of ``status`` on these datasets, in submission order (a worker's recovery)."""
         if not graph_ids:
