@@ -229,7 +229,10 @@ __device__ __forceinline__ void fused_select_body(
     int* cnt_s = reinterpret_cast<int*>(tk_s + BM);
     int* start_s = cnt_s + BM;
     int* qcomp_s = start_s + BM;
-    __shared__ int first_tile, last_start, over_s;
+    __shared__ int first_tile, last_start;
+    // per tile parity: a tile's selection raises its own flag while the next tile's first chunk reads
+    // the last one's, so no barrier interval both reads and writes one flag (d <= BK: one chunk a tile)
+    __shared__ int over_s[2];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 2, wn = warp & 3;  // the warp's 64 x 32 part of the block's BM x 128 tile
@@ -246,7 +249,7 @@ __device__ __forceinline__ void fused_select_body(
     if (tid == 0) {
         first_tile = ntiles;
         last_start = 0;
-        over_s = 0;
+        over_s[0] = over_s[1] = 0;
     }
     __syncthreads();
     for (int r = tid; r < BM; r += THREADS) {
@@ -321,9 +324,9 @@ __device__ __forceinline__ void fused_select_body(
         __syncthreads();
         load_next();
         if (kc == 0) {
-            if (over_s) {  // the last tile filled some buffer: compact it before this tile's selection
+            if (over_s[(tile - 1) & 1]) {  // the last tile filled a buffer: compact it before this selection
                 __syncthreads();
-                if (tid == 0) over_s = 0;
+                if (tid == 0) over_s[(tile - 1) & 1] = 0;
                 for (int r = warp; r < rows; r += WARPS) {
                     if (cnt_s[r] > cap - 2 * FS_BN && tq_s[r] != -fs_finf()) {
                         const int p = p_lo + r;
@@ -425,7 +428,7 @@ __device__ __forceinline__ void fused_select_body(
                                       buf_pos, cap);
                 }
             }
-        if (over) over_s = 1;
+        if (over) over_s[this_tile & 1] = 1;
     }
     fs_wait<0>();
     if (mode != 0) return;
