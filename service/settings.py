@@ -32,14 +32,13 @@ MiB = 1 << 20
 #: with one warning each (see :func:`retired_settings`)
 RETIRED_SETTINGS = {
     "MST_FAST_LANE": "the plain-ASGI lane of the job routes was removed: every request goes through "
-    "the FastAPI routes, with the same answers (the lane bought 4 % jobs/s at 64 clients on an H200, "
-    "short of the 20 % a second path must buy; bench/results/lanes-h200/README.md)",
+    "the FastAPI routes, with the same answers (the lane bought too little to keep a second path: "
+    "bench/results/lanes-h200/README.md)",
     "MST_DISPATCH_DEPTH": "every job goes to its worker's queue as soon as it is submitted (the "
     "worker's queue is the only one, shared by every API process): there is no API-side queue to "
     "hand jobs from any more (docs/design/architecture.md)",
-    "MST_API_PROCESSES": "the front processes were removed: one process serves HTTP (they bought 4 % "
-    "jobs/s at 64 clients on an H200, short of the 20 % a second path must buy; "
-    "bench/results/lanes-h200/README.md)",
+    "MST_API_PROCESSES": "the front processes were removed: one process serves HTTP (they bought too "
+    "little to keep a second path: bench/results/lanes-h200/README.md)",
 }
 
 
@@ -175,12 +174,12 @@ class Settings(BaseSettings):
         "when the worker dies (its graphs reload in the background), then another spare starts "
         "once the worker is ready again. It costs what an idle worker process costs: a CUDA "
         "context on the GPU (a few hundred MiB of device memory, shown as used to the worker's "
-        "admission; `python -m bench.restart` reports both processes' device memory) and the "
-        "process's host memory (about 200 MB on the CPU backend, more with CuPy and a CUDA "
-        "context). `auto`: on for GPU workers, off for CPU workers (a CPU worker starts in about "
-        "1 s). `off`: none. Not with `MST_WORKER_POOL=ray`. A GPU in exclusive-process compute "
-        "mode takes one context only: set `off` there (three spares in a row that die before they "
-        "are warm switch it off anyway). See docs/operations.md, 'Failures and restarts'.",
+        "admission) and the process's host memory (about 200 MB on the CPU backend, more with "
+        "CuPy and a CUDA context). `auto`: on for GPU workers, off for CPU workers (a CPU worker "
+        "starts in about 1 s). `off`: none. Not with `MST_WORKER_POOL=ray`. A GPU in "
+        "exclusive-process compute mode takes one context only: set `off` there (three spares in a "
+        "row that die before they are warm switch it off anyway). See docs/operations.md, "
+        "'Failures and restarts'.",
     )
     warm_up: Literal["all", "none"] = Field(
         default="all",
@@ -258,7 +257,7 @@ class Settings(BaseSettings):
         le=1000,
         description="After each request (and its result file, written behind the reply) a worker "
         "polls for the next one this long before it sleeps: the next request of a busy client "
-        "finds it awake (0.1-0.3 ms less per job on the H200 host) at the cost of a busy CPU core "
+        "finds it awake (less latency per job: docs/performance.md) at the cost of a busy CPU core "
         "meanwhile; `0` sleeps at once.",
     )
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(

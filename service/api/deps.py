@@ -2,8 +2,8 @@
 
 They are ``async def`` on purpose: FastAPI runs plain ``def`` dependencies in a thread pool,
 a thread hop per dependency per request. The routes on a job's hot path (submit, status,
-result) call :func:`services_of` instead: each dependency FastAPI solves costs tens of
-microseconds, and those routes are measured end to end against ``compute_ms``.
+result) call :func:`services_of` instead: each dependency FastAPI solves adds to every job's
+latency.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ rounds to nearest). Without it: int64 when every weight is a JSON integer,
 else float64, and then an integer weight beyond 2**53 in magnitude is
 refused, since float64 cannot hold it exactly.
 
-One module past 500 lines on purpose: the stages of one upload (body into the spool, format and
-compression checks, parsing, admission, the worker's load, the commit) run in this order, each
-undoing the ones before it on a refusal; read top to bottom, they are the route.
+The stages of one upload (body into the spool, format and compression checks, parsing,
+admission, the worker's load, the commit) run in this order, each undoing the ones before it on
+a refusal.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ async def _receive_binary(
             raise _incomplete(spool.size, request) from None
         spool.close()
         if fmt in ("npz", "points.npz"):
-            check_npz_inflation(spool.path, settings)  # the central directory only: ~50 us, inline
+            check_npz_inflation(spool.path, settings)  # the central directory only: cheap, inline
         synced: asyncio.Future[None]
         if durable:
             synced = asyncio.ensure_future(asyncio.to_thread(spool.sync))  # overlaps with the worker's load

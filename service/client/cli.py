@@ -41,7 +41,8 @@ def _point_command(mst: Client, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The CLI's arguments: the service to talk to, then one verb and its own."""
     parser = argparse.ArgumentParser(prog="python -m service.client", description="Talk to an MST service.")
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument(
@@ -73,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("oneshot", help="compute the forest of a file without storing it")
     p.add_argument("file", type=Path)
     p.add_argument("--format", default=None)
+    _add_point_verbs(sub)
+    return parser
+
+
+def _add_point_verbs(sub: Any) -> None:
+    """The point-set verbs: ``upload-points``, and ``emst``, ``hdbscan``, ``single-linkage`` on one."""
     p = sub.add_parser(
         "upload-points", help="upload a point set (.npy of shape (n, d), or .npz with 'points')"
     )
@@ -97,40 +104,46 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--min-samples", type=int, default=None)
             p.add_argument("--method", choices=("eom", "leaf"), default="eom")
             p.add_argument("--epsilon", type=float, default=0.0)
-    args = parser.parse_args(argv)
-    out: Any
+
+
+def _command(mst: Client, args: argparse.Namespace) -> Any:
+    """Run the verb ``args`` names; what it prints (as JSON)."""
+    if args.command == "upload":
+        return mst.upload_file(args.file, args.format)
+    if args.command == "list":
+        return mst.graphs()
+    if args.command == "mst":
+        return mst.submit(args.graph_id, wait=args.wait)
+    if args.command == "job":
+        return mst.job(args.job_id)
+    if args.command == "result" and args.out is not None:
+        forest = mst.result(args.job_id)
+        np.savez(args.out, edge_ids=forest.edge_ids, weights=forest.weights)
+        return {"written": str(args.out), "num_edges": int(forest.edge_ids.size)}
+    if args.command == "result":
+        return mst.result_json(args.job_id)
+    if args.command == "delete":
+        mst.delete_graph(args.graph_id)
+        return {"deleted": args.graph_id}
+    if args.command == "upload-points":
+        data = np.load(args.file, allow_pickle=False)
+        return mst.upload_points(data["points"] if args.file.suffix == ".npz" else data)
+    if args.command in ("emst", "hdbscan", "single-linkage"):
+        return _point_command(mst, args)
+    forest = mst.one_shot(args.file.read_bytes(), args.format or format_of(args.file))
+    return {
+        "num_edges": int(forest.edge_ids.size),
+        "total_weight": forest.total_weight,
+        "num_components": forest.num_components,
+        "compute_ms": forest.compute_ms,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         with Client(args.url, api_key=args.api_key, progress=progress_wanted(args.progress)) as mst:
-            if args.command == "upload":
-                out = mst.upload_file(args.file, args.format)
-            elif args.command == "list":
-                out = mst.graphs()
-            elif args.command == "mst":
-                out = mst.submit(args.graph_id, wait=args.wait)
-            elif args.command == "job":
-                out = mst.job(args.job_id)
-            elif args.command == "result" and args.out is not None:
-                forest = mst.result(args.job_id)
-                np.savez(args.out, edge_ids=forest.edge_ids, weights=forest.weights)
-                out = {"written": str(args.out), "num_edges": int(forest.edge_ids.size)}
-            elif args.command == "result":
-                out = mst.result_json(args.job_id)
-            elif args.command == "delete":
-                mst.delete_graph(args.graph_id)
-                out = {"deleted": args.graph_id}
-            elif args.command == "upload-points":
-                data = np.load(args.file, allow_pickle=False)
-                out = mst.upload_points(data["points"] if args.file.suffix == ".npz" else data)
-            elif args.command in ("emst", "hdbscan", "single-linkage"):
-                out = _point_command(mst, args)
-            else:
-                forest = mst.one_shot(args.file.read_bytes(), args.format or format_of(args.file))
-                out = {
-                    "num_edges": int(forest.edge_ids.size),
-                    "total_weight": forest.total_weight,
-                    "num_components": forest.num_components,
-                    "compute_ms": forest.compute_ms,
-                }
+            out = _command(mst, args)
     except ClientError as exc:
         print(json.dumps(exc.problem, indent=2), file=sys.stderr)
         return 1

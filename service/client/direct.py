@@ -2,8 +2,7 @@
 
 httpx parses every body through h11, which copies each received byte about five times (its
 receive buffer is appended to, sliced twice and copied into ``bytes``; httpcore copies once
-more): reading a 786 KB forest that way took 0.9 ms on loopback where the standard library's
-``http.client`` took 0.3 ms for the whole request, a seventh of a single job's latency. A
+more), which a single job's latency shows (docs/performance.md). A
 :class:`DirectConnection` sends a request without a body (a job's submission with ``?wait=``,
 a result's ``GET``) over :mod:`http.client` and reads the answer's body with ``readinto``, one
 copy into one buffer, then keeps the connection for the next request.

@@ -24,8 +24,8 @@ OCTET = "application/octet-stream"
 
 
 #: pieces a binary body is sent in. httpx sends one ``bytes`` body with ``sock.send`` and
-#: ``buffer = buffer[n:]`` after each partial send, a copy of the rest every time: quadratic,
-#: about 130 MB/s for a 150 MB body on loopback. Views of 4 MiB go as fast as the socket.
+#: ``buffer = buffer[n:]`` after each partial send, a copy of the rest every time: quadratic.
+#: Views of 4 MiB go as fast as the socket.
 _PIECE = 4 << 20
 
 
@@ -53,9 +53,9 @@ def _large_socket_reads() -> None:
     """Let httpx's HTTP/1.1 connections read up to :data:`_READ_PIECE` per socket read.
 
     httpcore reads 64 KiB at a time (``HTTP11Connection.READ_NUM_BYTES``, a class attribute), and
-    each read goes through the HTTP parser and the stream's generators: a 25 MB forest came in
-    at 410 MB/s on loopback, 1 GB/s with 1 MiB reads (a read returns what has arrived, so small
-    bodies are unaffected). The whole process's httpx connections read this way afterwards.
+    each read goes through the HTTP parser and the stream's generators, so fewer, larger reads
+    bring a large body in faster (a read returns what has arrived, so small bodies are
+    unaffected). The whole process's httpx connections read this way afterwards.
     """
     try:
         from httpcore._sync.http11 import HTTP11Connection
@@ -69,9 +69,9 @@ def receive_buffer(size: int) -> memoryview:
     """A writable buffer for a response body of ``size`` bytes.
 
     Fresh memory is faulted in one 4 KiB page at a time as the body lands in it, which caps a
-    134 MB download at about 650 MB/s on the H200 host although the service sends it at
-    3 GB/s. A large buffer is therefore an anonymous map advised to use transparent huge pages
-    (Linux): 3 GB/s, as fast as into a buffer used before.
+    large download well below what the service sends. A large buffer is therefore an anonymous
+    map advised to use transparent huge pages (Linux), as fast as a buffer used before
+    (docs/performance.md).
     """
     if size >= _HUGE_BODY and hasattr(mmap, "MADV_HUGEPAGE"):
         region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -87,9 +87,8 @@ def read_response(
 
     A large plain-HTTP body is read straight off the connection's socket into that buffer once
     the parser has handed over what it already holds (:func:`_socket_of`): httpx's parser copies
-    every byte four times on the way, which held a 50 MB forest to about 0.8 GB/s on loopback
-    where the service sends it at 2.6 GB/s. The connection is then closed, not reused (its parser
-    never saw the rest of the body).
+    every byte four times on the way, slower than the service sends. The connection is then
+    closed, not reused (its parser never saw the rest of the body).
 
     ``progress``: a bar on stderr while a body of :data:`service.client.progress.MIN_BYTES` or more comes in.
     """

@@ -261,29 +261,9 @@ class Catalog:
             )
             if canonical is not None:
                 upload.discard()
-            ranges = gpu_core.edge_ranges(m, count)
-            placed = self._fleet.place_shards(count)
-            n = int(info["num_vertices"])
-            estimate = int(info["shard_peak"][count - 1]) if count <= len(info["shard_peak"]) else 0
-
-            async def load(i: int, worker: int) -> dict[str, Any]:
-                key = shard_key(graph_id, i)
-                summary = await self._load(
-                    worker, key, (str(final), shard_format(*ranges[i]), n, None), estimate
-                )
-                loaded.append((worker, key))
-                return summary
-
-            results = await asyncio.gather(
-                *(load(i, w) for i, w in enumerate(placed)), return_exceptions=True
-            )
-            failed = [r for r in results if isinstance(r, BaseException)]
-            if failed:
-                raise failed[0]
-            answers = [r for r in results if not isinstance(r, BaseException)]
-            sizes = [int(summary["device_bytes"]) for summary in answers]
+            placed, sizes = await self._load_shards(graph_id, final, info, count, loaded)
             record = GraphRecord(
-                id=graph_id, created_at=time.time(), num_vertices=n, num_edges=m,
+                id=graph_id, created_at=time.time(), num_vertices=int(info["num_vertices"]), num_edges=m,
                 weight_dtype=str(info["weight_dtype"]), source_format=upload.source,
                 payload_bytes=final.stat().st_size, device_bytes=sum(sizes), owner=owner, kind="graph",
                 shards=count,
@@ -307,6 +287,30 @@ class Catalog:
             self._tell(worker, COMMIT, key)
         log.info("graph %s: %d edges in %d shards", graph_id, m, count)
         return record
+
+    async def _load_shards(
+        self, graph_id: str, final: Path, info: dict[str, Any], count: int, loaded: list[tuple[int, str]]
+    ) -> tuple[list[int], list[int]]:
+        """Load the ``count`` shards of the stored npz ``final`` on their workers, side by side: (each
+        shard's worker, its device bytes). Each shard loaded joins ``loaded`` (the caller's to commit
+        or abandon); the first failure is raised once every load has ended."""
+        ranges = gpu_core.edge_ranges(int(info["num_edges"]), count)
+        placed = self._fleet.place_shards(count)
+        n = int(info["num_vertices"])
+        estimate = int(info["shard_peak"][count - 1]) if count <= len(info["shard_peak"]) else 0
+
+        async def load(i: int, worker: int) -> dict[str, Any]:
+            key = shard_key(graph_id, i)
+            summary = await self._load(worker, key, (str(final), shard_format(*ranges[i]), n, None), estimate)
+            loaded.append((worker, key))
+            return summary
+
+        results = await asyncio.gather(*(load(i, w) for i, w in enumerate(placed)), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            raise failed[0]
+        answers = [r for r in results if not isinstance(r, BaseException)]
+        return placed, [int(summary["device_bytes"]) for summary in answers]
 
     def _shards_needed(self, info: dict[str, Any], workers: int) -> int:
         """The fewest shards (2 or more) whose largest shard and whose union of shard forests each fit

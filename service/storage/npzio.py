@@ -17,8 +17,8 @@ on the hot paths of the service (a result per job, a graph per upload), so:
   falls back to :func:`numpy.load`, so errors read the same as before.
 
 CRC-32 comes from zlib-ng (SIMD): the same checksum as :func:`zlib.crc32`,
-about ten times faster (390 -> 14 us for a 780 kB forest on the H200 host),
-which matters as every result and every upload is checksummed once.
+an order of magnitude faster, which matters as every result and every upload is
+checksummed once.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def write_npz_file(
     ``write_out``: hand the file to the disk now, without waiting (Linux's ``sync_file_range``).
     Results are not fsynced, but a stream of large ones left to the kernel's write-back piles up
     gigabytes of dirty pages, and every fsync of the file system (an upload's, SQLite's) then
-    waits for them: uploads' ``durable`` step took 1-4 s under the load benchmark.
+    waits for them: an upload's ``durable`` step stalls for seconds under load.
     """
     with open(path, "wb") as f:
         write_npz(f, arrays)

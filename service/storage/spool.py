@@ -81,8 +81,8 @@ class SpoolFile:
 
     ``write_behind``: a body that will be fsynced is handed to the disk while it arrives (every
     :data:`WRITE_BEHIND_BYTES`, without waiting; Linux), so that the fsync after its last byte
-    waits for the tail only, not for the whole body (a 134 MB weights update: ~115 ms less on
-    its path on the H200 host). Durability still comes from :meth:`sync` alone.
+    waits for the tail only, not for the whole body. Durability still comes from :meth:`sync`
+    alone.
     """
 
     def __init__(self, store: TmpPaths, suffix: str = ".part", *, write_behind: bool = False) -> None:

@@ -275,20 +275,7 @@ class WorkerLoop:
         for request in group:
             self._take(request)
         key, result_path, task, params = first.args[:4]
-        live: list[Incoming] = []
-        for request in group:
-            spec = _spec(request)
-            ended = (
-                None if spec is None else job_records.begin(self.store, spec, bool(request.flags & RESENT))
-            )
-            if ended is None:
-                live.append(request)
-                continue
-            # cancelled meanwhile, or a copy of a job that ran already: its answer is its record,
-            # and its note follows that run's file (every answered MST request gets one note)
-            self._reply([request], True, {JOB: ended})
-            assert spec is not None
-            self.writer.note_when_written(spec.id, request.requesters())
+        live = self._begin(group)
         if not live:
             return True
         self._stamp(live)
@@ -333,6 +320,25 @@ class WorkerLoop:
             paths = [r.args[1] for r in live]
             self.writer.files(stored_jobs, _files(after, paths), notes)
         return not fatal
+
+    def _begin(self, group: list[Incoming]) -> list[Incoming]:
+        """The requests of ``group`` to compute: those whose jobs begin now, and those without a job
+        record; the others are answered from their records at once."""
+        live: list[Incoming] = []
+        for request in group:
+            spec = _spec(request)
+            ended = (
+                None if spec is None else job_records.begin(self.store, spec, bool(request.flags & RESENT))
+            )
+            if ended is None:
+                live.append(request)
+                continue
+            # cancelled meanwhile, or a copy of a job that ran already: its answer is its record,
+            # and its note follows that run's file (every answered MST request gets one note)
+            self._reply([request], True, {JOB: ended})
+            assert spec is not None
+            self.writer.note_when_written(spec.id, request.requesters())
+        return live
 
     def _identical(self, first: Incoming) -> list[Incoming]:
         """``first`` and the identical MST requests queued behind it (see the module's docstring)."""

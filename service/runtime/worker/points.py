@@ -335,7 +335,7 @@ def warm_up(backend: str, dimensions: tuple[int, ...] = WARM_UP_DIMENSIONS, sing
         points = ResidentPoints(coords.astype(np.float32), backend)
         # a model's selection and prediction data are the same code in any dimension; the searches
         # of its core distances and predictions are not: every model on the first set, one on the
-        # others (each fit is ~50 ms of the worker's start on a GPU)
+        # others (each fit lengthens the worker's start)
         models = WARM_UP_MODELS if dims == WARM_UP_DIMENSIONS[0] else WARM_UP_MODELS[:1]
         for i, params in enumerate(models):  # fits, predictions, membership vectors
             model = points.fit(f"warm-up-{i}", params)

@@ -185,8 +185,8 @@ def framed(message: tuple[Any, ...]) -> memoryview:
     the other end's ``Connection.recv`` reads it.
 
     Pickled (as ``ForkingPickler.dumps`` pickles, its default protocol) behind room for the
-    length, which is written in place after: no copy of the pickle. A prediction's 2.4 MB of
-    points took 2.7 ms more here when the pickle was copied twice (the copies' fresh pages).
+    length, which is written in place after: no copy of the pickle (a large message's copies
+    would fault in fresh pages).
     """
     buffer = io.BytesIO()
     buffer.write(bytes(4))
@@ -200,8 +200,8 @@ def framed(message: tuple[Any, ...]) -> memoryview:
 
 
 #: the most bytes of messages on their way in the pipe's socket (its send buffer, each end's):
-#: a prediction's 2.4 MB of points goes in one write, not a dozen turns of the API's event loop
-#: each waiting for the worker to read 200 kB; the kernel caps it at net.core.wmem_max
+#: a prediction's points go in one write, not many turns of the API's event loop each waiting
+#: for the worker to read the default buffer's worth; the kernel caps it at net.core.wmem_max
 PIPE_BUFFER_BYTES = 4 << 20
 
 
@@ -215,8 +215,7 @@ def widen(conn: Connection | socket.socket) -> None:
 def received(conn: Connection) -> Any:
     """The next message on ``conn`` (blocking), as ``Connection.recv`` answers it, read into one
     buffer of the message's size: ``recv`` reads into a growing ``BytesIO`` through a fresh
-    buffer per read and unpickles from a copy of it (2.4 MB of points to predict: 1.5 ms there,
-    0.5 ms here). EOFError when the other end is gone."""
+    buffer per read and unpickles from a copy of it. EOFError when the other end is gone."""
     fd = conn.fileno()
     head = _read_exactly(fd, 4)
     (size,) = struct.unpack("!i", head)

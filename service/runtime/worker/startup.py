@@ -6,13 +6,7 @@ once on small datasets (:func:`warm_up_tasks`) and every kernel a request can ne
 names, or the full sweep where there is none), loads Numba's compiled passes on a thread
 meanwhile, and computes the probe graph; its ``ready`` info says what each step took
 (``startup_ms``) and how the kernels were warmed up (``warm_up``), so no request compiles, loads
-or imports anything afterwards. On an H200 with a warm kernel cache (2026-11-24, before the light
-entry point, :mod:`.entry`, and the parts beside the tasks): 4.9 s from the spawn, of which 1.3 s
-the process (most of it the API's modules, imported again as the spawned child's main module),
-0.3 s the imports, 0.1 s the context, 3.1 s the warm-up (its tasks 1.6 s, then 36 of the sweep's
-475 parts 1.5 s, 244 CuPy modules loaded in 0.5 s of that); the full sweep, once per kernel cache
-and version, about 21 s (2 minutes with a cold cache: NVRTC).
-Kept together, as one unit: the order of these steps is the worker's start time.
+or imports anything afterwards. What each step costs: docs/operations.md.
 """
 
 from __future__ import annotations
@@ -33,10 +27,9 @@ from .state import Worker
 def start(worker: Worker, beside: bool = True, background: bool = True) -> dict[str, Any]:
     """Import the engine, open the device, warm up every task and kernel and compute the probe
     graph; the ``ready`` info. ``beside``: on the GPU, a quick warm-up runs the kernels' parts on a
-    thread of their own while the tasks run on this one (``gpu_core._warm_up.warm_start``;
-    ``python -m bench.warm_start`` measures both ways: a tie on an H200, 3.21 s beside and 3.14 s
-    after, medians of 3; the service's start to ready was 3.28 s beside and 4.80 s after with
-    Numba's passes started before CuPy's import, so both stay as they are).
+    thread of their own while the tasks run on this one (``gpu_core._warm_up.warm_start``); it
+    ties with warming up after them for a worker alone and makes the service ready sooner
+    (docs/operations.md).
 
     ``background`` (with ``beside``, on a quick start): ``ready`` once the tasks are warm, every
     request kind run end to end, and the kernels' remaining parts (modules of other size classes,
