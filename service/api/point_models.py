@@ -174,6 +174,8 @@ async def predict(
     headers = {
         "X-MST-Num-Points": str(summary["num_points"]),
         "X-MST-Num-Clusters": str(summary["num_clusters"]),
+        # how many requests the worker predicted in one batch with this one (1: alone)
+        "X-MST-Batched": str(summary.get("batched", 1)),
     }
     body: bytes | memoryview
     if representation == "npz":

@@ -422,3 +422,67 @@ def test_the_bundled_clients_models_and_predictions(live: LiveServer) -> None:
         assert info.value.status == 422 and "3 coordinates" in str(info.value)
         mst.delete_model(points_id, model["id"])
         assert mst.models(points_id) == []
+
+
+def test_predictions_waiting_together_are_one_batch_each_answered_as_alone(
+    server_factory: ServerFactory,
+) -> None:
+    """Predictions against one model that wait on its worker together (sent through two API
+    processes while the worker is stopped) are predicted as one batch, and each answer is the
+    library's for that request's points alone; a request with a NaN coordinate among them gets
+    its own 422, and a membership request runs alone with its own answer."""
+    import threading
+
+    server = server_factory(MST_API_WORKERS="2", MST_CPU_WORKERS="1")
+    points = blobs(d=3)
+    record = upload(server, points)
+    model = fit(server.client, record["id"], PARAMS)
+    url = f"/v1/points/{record['id']}/models/{model['id']}/predict"
+    news = [queries(10 + i, 30 + 7 * i, d=3) for i in range(10)]
+    bad = queries(99, 20, d=3)
+    bad[4, 2] = np.nan
+
+    def npy(array: np.ndarray) -> dict[str, Any]:
+        body = io.BytesIO()
+        np.save(body, array)
+        return {"content": body.getvalue(), "headers": {"content-type": OCTET}, "params": {"format": "npy"}}
+
+    # JSON and npy bodies (read by the worker) alike; the NaN one can only come as npy
+    bodies = [{"json": {"points": new.tolist()}} if i % 2 else npy(new) for i, new in enumerate(news)]
+    bodies += [npy(bad), {"json": {"points": news[0].tolist()}, "params": {"membership": "true"}}]
+    answers: list[httpx.Response | None] = [None] * len(bodies)
+
+    def send(i: int) -> None:
+        with httpx.Client(base_url=server.url, headers=server.client.headers, timeout=60) as client:
+            answers[i] = client.post(url, **bodies[i])
+
+    pid = server.worker_pid(record["id"])
+    os.kill(pid, signal.SIGSTOP)  # the requests below wait in the worker's pipes, together
+    try:
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+        for t in threads:
+            t.start()
+        time.sleep(2.0)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    for t in threads:
+        t.join(60)
+    batched = []
+    for new, response in zip(news, answers, strict=False):
+        assert response is not None and response.status_code == 200, response
+        _, labels, probabilities, _ = library(points, new, PARAMS)
+        answer = response.json()
+        assert np.array_equal(np.asarray(answer["labels"]), labels)
+        assert np.array_equal(np.asarray(answer["probabilities"]), probabilities)
+        batched.append(int(response.headers["x-mst-batched"]))
+    assert max(batched) >= 2, batched  # they waited together: some were predicted as one batch
+    nan = answers[len(news)]
+    assert nan is not None and nan.status_code == 422 and "4" in nan.json()["detail"], nan
+    membership = answers[-1]
+    assert (
+        membership is not None
+        and membership.status_code == 200
+        and membership.headers["x-mst-batched"] == "1"
+    )
+    check_equal(membership.json(), library(points, news[0], PARAMS))
+    assert server.client.get("/readyz").json()["workers"][0]["restarts"] == 0

@@ -34,6 +34,7 @@ from . import job_records
 from .graphs import launch_ahead
 from .holdings import Holdings
 from .ops import handle, run_after, run_oneshots
+from .predict_batches import batchable, predict_together
 from .protocol import (
     ABANDON,
     AWAIT_STORED,
@@ -236,6 +237,10 @@ class WorkerLoop:
             return self._run_mst(request)
         if request.op == ONESHOT and self.worker.config.oneshot_batch_edges and not request.flags & SUSPECT:
             return self._run_oneshots(request)
+        if request.op == PREDICT and not request.flags & SUSPECT:
+            group = self._predictions(request)
+            if len(group) > 1:
+                return self._run_predictions(group)
         self._take(request)
         self._stamp([request])
         ok, payload, after, fatal = self._handle(request)
@@ -382,6 +387,59 @@ class WorkerLoop:
             for conn, req_id in by_seq[seq].requesters()
         ]
         _send(messages)
+        self._unstamp()
+        return not fatal
+
+    def _predictions(self, first: Incoming) -> list[Incoming]:
+        """``first`` and the predictions queued behind it that one batch may answer with it (the
+        same model; nothing else of that point set between them: its order is kept)."""
+        group = [first]
+        key = first.args[0]
+        for request in self.queue[self.queue.index(first) + 1 :]:
+            if len(group) >= MAX_COALESCED:
+                break
+            if dataset_of(request) != key:
+                continue
+            if request.op != PREDICT or request.flags & SUSPECT or not batchable(first.args, request.args):
+                break
+            group.append(request)
+        return group
+
+    def _run_predictions(self, group: list[Incoming]) -> bool:
+        """Predictions against one model, as one batch (:mod:`.predict_batches`); those it cannot
+        take, or all of them where the batch fails, run alone one after another."""
+        for request in group:
+            self._take(request)
+        self._stamp(group)
+        by_seq = {r.seq: r for r in group}
+        messages: list[tuple[Connection, tuple[Any, ...]]] = []
+        try:
+            self.holdings.ensure(group[0].args[0], self.busy_datasets())
+            answers, alone = predict_together(self.worker, [(r.seq, r.args) for r in group])
+        except BaseException as exc:
+            from gpu_core.errors import DeviceMemoryError
+
+            if isinstance(exc, DeviceMemoryError):
+                self.worker.release_cached()
+            log.debug(
+                "worker %d: a batch of %d predictions failed (%r); each runs alone",
+                self.index,
+                len(group),
+                exc,
+            )
+            answers, alone = [], [(r.seq, r.args) for r in group]
+        for seq, payload in answers:
+            messages.extend((conn, (req_id, True, payload)) for conn, req_id in by_seq[seq].requesters())
+        if answers:
+            self.holdings.sized(group[0].args[0], int(answers[0][1]["device_bytes"]))
+        _send(messages)
+        fatal = False
+        for seq, _ in alone:
+            request = by_seq[seq]
+            ok, payload, _after, fatal = self._handle(request)
+            self._reply([request], ok, payload)
+            if fatal:
+                break
         self._unstamp()
         return not fatal
 
