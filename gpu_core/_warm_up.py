@@ -2,6 +2,8 @@
 request compiles; ``warm_start``: the same for a service's worker, quick where a manifest allows.
 
 Composed here, above both parts, so that neither imports the other.
+
+Design: docs/design/warm-up.md.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ in number order; ``pointpart = 0.0 + S_0 + S_1 + ...``, where the points whose r
 the chunk's ``lambda_p - birth_c`` in index order; ``stability = clusterpart + pointpart``. The
 chunks let the device sum a large cluster in parallel while every path keeps the same bits
 (the compiled passes of ``compiled`` keep a running chunk sum per cluster).
+
+Design: docs/design/dendrogram.md.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ the host function, so the errors are the same typed errors with the same message
 
 :func:`build_linkage` is written against an array module and a kernel launcher: CuPy and its
 ``RawKernel`` here; NumPy and the kernels compiled for the host in the CPU tests.
+
+Design: docs/design/dendrogram.md.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ It mirrors the GPU backend step for step so both give the same edge ids:
   the recorded edges and links their sets;
 * with an average degree of 4 or more, a first phase runs on the lightest
   edges only and a second one on the rest after filtering out cycles.
+
+Design: docs/design/engine.md.
 """
 
 from __future__ import annotations

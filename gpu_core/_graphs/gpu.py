@@ -12,6 +12,8 @@ WHILE nodes (:mod:`gpu_core._backend.device_loops`) that a kernel ends when the 
 are empty. A computation is one graph launch and one read-back, the first as fast as any
 later one. A what-if (edges left out) and drivers without conditional nodes (before CUDA
 12.4) loop on the host instead, reading the sizes back after every second iteration.
+
+Design: docs/design/engine.md.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ Both orders come from one stable ascending sort, so every weight dtype is exact 
 negation, which would overflow the smallest integer and cannot tell ``-0.0`` from ``0.0``
 apart from the sort's own rule): the descending order with ascending ids among ties is
 the ascending stable order of the *reversed* array, read backwards.
+
+Design: docs/design/exactness.md.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ might still beat it: its bound is at most the component's best. Only those point
 (a component with no candidate at all first refreshes its point of smallest bound, to get one).
 Components only grow, so a list stays valid: entries now inside are skipped, and its bound still
 bounds what it does not list.
+
+Design: docs/design/brute-force.md.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ Device memory for ``n`` points of ``d`` coordinates (:func:`workspace_bytes` cou
 keeps the float64 points (``8nd``; the exact recheck reads them), the float16 copy (``2n d32``,
 ``d32`` the coordinates rounded up to 32) and per-point norms and margins; a tree adds the lists,
 a permuted float16 copy for the searches outside a component and one batch's buffers.
+
+Design: docs/design/brute-force.md.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ Each round, every component needs its lightest outgoing edge:
 
 The k-d tree over all points (with the coordinates' transpose) is the point set's index
 (:class:`CpuIndex`): it does not depend on ``min_samples``, so one index serves every tree.
+
+Design: docs/design/point-trees.md.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ Semantics shared by both backends (bit for bit):
 Other metrics (``metrics`` states each one's key and its map to distances) follow the same rules on
 their keys: edges ordered by ``(key, min(i, j), max(i, j))``, a core key the k-th smallest key, the
 weights and core distances the map of the keys.
+
+Design: docs/design/exactness.md.
 """
 
 from __future__ import annotations

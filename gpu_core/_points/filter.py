@@ -47,6 +47,8 @@ device may round keys and thresholds to float32 in the safe direction). Once m c
 rechecked exactly, their m-th exact key bounds ``K_(m)`` too and is a valid ``Θ``. A filter only
 ever keeps more than it must; the answer is decided by the exact values under the ``(key, index)``
 order alone, so it is the same on both backends.
+
+Design: docs/design/brute-force.md.
 """
 
 from __future__ import annotations

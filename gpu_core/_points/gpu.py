@@ -15,6 +15,8 @@ bottom-up, which nodes hold points of one component only, lets every point find 
 edge to another component (skipping such nodes), picks each component's lightest edge under the
 exact ``(weight², min, max)`` order and links the components; the host reads one counter per
 round (the number of components left). The tree's edges are sorted on the device.
+
+Design: docs/design/point-trees.md.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ maps of the chord between unit vectors, so their trees are Euclidean trees of th
 (spatial index in low dimension, brute force above), with the weights mapped before condensing;
 the chord of unit vectors holds about 1e-16 of absolute rounding, so very close points (1e-7
 apart: 1 m on the Earth in radians) carry a relative error of about 1e-9 in their distance.
+
+Design: docs/design/exactness.md.
 """
 
 from __future__ import annotations

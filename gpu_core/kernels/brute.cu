@@ -24,6 +24,8 @@
 // float16 and float64 coordinates, qn2, alpha and beta of the margin E(x) = alpha sqrt(x) + beta,
 // core and component; its state by slot: theta, the final threshold (tk_out), resume, its list
 // (at list_row[slot], or the slot); buffers and counts by the row's place p in the launch.
+//
+// Design: docs/design/brute-force.md.
 
 #define FS_BN 128                  // targets per tile (BN in brute_gpu.py)
 #define FS_STAGES 3                // pipeline stages of BK coordinates (64, or 32 for the widest rows)

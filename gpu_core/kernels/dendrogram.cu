@@ -27,6 +27,8 @@
 //    pointer jumping) gives size(edge) = 1 + (pos(leave loser) - pos(enter winner)) / 2.
 //
 // Vertex ids, ranks and tour tokens are int (the driver allows n < 2^30).
+//
+// Design: docs/design/dendrogram.md.
 
 typedef unsigned long long u64;
 

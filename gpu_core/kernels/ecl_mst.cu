@@ -36,6 +36,8 @@
 // `lightest` has two copies used in alternate iterations, and link_lightest clears
 // the copy the next iteration will use at the endpoints of its own items, which
 // are all the sets the next iteration can touch.
+//
+// Design: docs/design/engine.md.
 
 // cudaGraphSetConditional (a builtin of the CUDA runtime's device side, no device runtime library
 // needed) ends the run's device loops. It is a symbol the driver resolves when it loads the module,

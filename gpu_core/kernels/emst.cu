@@ -29,6 +29,8 @@
 // weights are >= 0, so their bits order as unsigned integers); the points whose best weight equals
 // the component's bound offer their (min, max) pair (a second atomicMin), which gives the exact
 // tie rule; components link along their chosen edges (atomicCAS, larger root under smaller).
+//
+// Design: docs/design/point-trees.md.
 
 #define EMST_INF_BITS 0x7FF0000000000000ULL
 #define EMST_NO_PAIR 0xFFFFFFFFFFFFFFFFULL

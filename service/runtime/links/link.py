@@ -22,6 +22,8 @@ sends what it kept (with the requests made meanwhile, which wait with them up to
 ``MST_WORKER_START_TIMEOUT_S``, then fail 503), each at its first stamp, and says it has
 (``SYNCED``): the new process runs nothing before every API process has, so nothing sent later
 overtakes what was sent before the death.
+
+Design: docs/design/worker-protocol.md.
 """
 
 from __future__ import annotations

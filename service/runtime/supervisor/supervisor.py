@@ -11,6 +11,8 @@ lifespan starts it). Either way it:
   workers' sockets and for what it says of them (``workers.json``, :meth:`Supervisor.facts`);
 * keeps each worker alive (:mod:`.worker_slot`): heartbeats, restarts, standbys;
 * keeps the spool's result files under ``MST_MAX_RESULT_BYTES`` (:mod:`.result_cap`).
+
+Design: docs/design/architecture.md.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ which an API process reads when the worker dies.
 
 Messages are framed as ``Connection.send`` frames them (:func:`framed`, :func:`unframed`), so
 either end may write or read them in pieces without blocking.
+
+Design: docs/design/worker-protocol.md.
 """
 
 from __future__ import annotations
