@@ -424,8 +424,9 @@ def test_the_bundled_clients_models_and_predictions(live: LiveServer) -> None:
         assert mst.models(points_id) == []
 
 
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_predictions_waiting_together_are_one_batch_each_answered_as_alone(
-    server_factory: ServerFactory,
+    server_factory: ServerFactory, backend: str
 ) -> None:
     """Predictions against one model that wait on its worker together (sent through two API
     processes while the worker is stopped) are predicted as one batch, and each answer is the
@@ -433,7 +434,7 @@ def test_predictions_waiting_together_are_one_batch_each_answered_as_alone(
     its own 422, and a membership request runs alone with its own answer."""
     import threading
 
-    server = server_factory(MST_API_WORKERS="2", MST_CPU_WORKERS="1")
+    server = server_factory(MST_API_WORKERS="2", MST_CPU_WORKERS="1", MST_GPUS="0", MST_BACKEND=backend)
     points = blobs(d=3)
     record = upload(server, points)
     model = fit(server.client, record["id"], PARAMS)
@@ -470,7 +471,7 @@ def test_predictions_waiting_together_are_one_batch_each_answered_as_alone(
     batched = []
     for new, response in zip(news, answers, strict=False):
         assert response is not None and response.status_code == 200, response
-        _, labels, probabilities, _ = library(points, new, PARAMS)
+        _, labels, probabilities, _ = library(points, new, PARAMS, backend)
         answer = response.json()
         assert np.array_equal(np.asarray(answer["labels"]), labels)
         assert np.array_equal(np.asarray(answer["probabilities"]), probabilities)
@@ -484,5 +485,5 @@ def test_predictions_waiting_together_are_one_batch_each_answered_as_alone(
         and membership.status_code == 200
         and membership.headers["x-mst-batched"] == "1"
     )
-    check_equal(membership.json(), library(points, news[0], PARAMS))
+    check_equal(membership.json(), library(points, news[0], PARAMS, backend))
     assert server.client.get("/readyz").json()["workers"][0]["restarts"] == 0
