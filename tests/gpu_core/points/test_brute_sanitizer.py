@@ -53,4 +53,8 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
 def test_brute_force_kernels_under_compute_sanitizer(tool: str) -> None:
     script = f"RACECHECK = {tool == 'racecheck'}\n{SCRIPT}"
-    assert_clean_under_sanitizer(tool, script, timeout=560)
+    # CuPy's own scan (flatnonzero) reports shared-memory warnings under racecheck; every error,
+    # and any hazard in this project's kernels, still fails
+    assert_clean_under_sanitizer(
+        tool, script, timeout=560, ignore_kernels=("cupy_nonzero_kernel_incomplete_scan",)
+    )
