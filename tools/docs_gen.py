@@ -132,8 +132,8 @@ ENGINE_LABELS = {
 #: ``python -m bench.scaling``: 64 clients, each on its own resident graph, every forest checked;
 #: one row per shape of the service (API processes x workers), the median of its runs
 SCALING_RUNS = {
-    "one H200, RMAT 2^16": "scaling-h200x2/one-gpu.json",
-    "CPU backend, RMAT 2^12": "scaling-h200x2/cpu-backend.json",
+    "one H200, RMAT 2^16": "scaling/one-gpu.json",
+    "CPU backend, RMAT 2^12": "scaling/cpu-backend.json",
 }
 
 
@@ -163,14 +163,8 @@ def scaling_table() -> str:
 #: ``python -m bench.native``: the engine against the native ECL-MST v1.0 on the same GPU, each
 #: GPU's seven graphs in two records (the large graphs in a second call, for the time limit)
 NATIVE_RUNS = {
-    "H200": (
-        "native-h200-2026-11-27b/native-5-graphs.json",
-        "native-h200-2026-11-27b/native-kron-random.json",
-    ),
-    "H100": (
-        "native-h100-2026-11-27c/native-5-graphs.json",
-        "native-h100-2026-11-27c/native-kron-random.json",
-    ),
+    "H200": ("native/h200-5-graphs.json", "native/h200-kron-random.json"),
+    "H100": ("native/h100-5-graphs.json", "native/h100-kron-random.json"),
 }
 
 
@@ -216,7 +210,7 @@ def _median(entry: Any) -> float:
 def engine_table() -> str:
     """GPU compute on a resident graph: H200 and H100 against the reference and SciPy."""
     h200 = _load("full/results.json")["benchmarks"]
-    h100 = _load("full-h100/results.json")["benchmarks"]
+    h100 = _load("full/h100/results.json")["benchmarks"]
     lines = [
         "| graph | vertices | directed edges | H200 ms | H100 ms | reference (H200) ms | SciPy ms "
         "(16-core host) | NumPy backend / SciPy |",
