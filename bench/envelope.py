@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--wide", action="store_true", help="force the 64-bit slot layout")
         p.add_argument("--name", default="", help="record name (default: from the parameters)")
-        p.add_argument("--out", default="bench/results/envelope-h200")
+        p.add_argument("--out", default="bench/results/envelope/h200")
     args = parser.parse_args(argv)
     cp = _cupy()
     record = run_uniform(args) if args.graph == "uniform" else run_rmat(args)

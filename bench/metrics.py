@@ -1,6 +1,6 @@
 """Issue 45's speed targets for the metrics, on a GPU, with scikit-learn beside it on the host's cores.
 
-    python -m bench.metrics [--repeats 5] [--peer-timeout 90] [--out bench/results/metrics-h200]
+    python -m bench.metrics [--repeats 5] [--peer-timeout 90] [--out bench/results/metrics]
     python -m bench.metrics --peers-only --out DIR &   # scikit-learn alone (beside other work) ...
     python -m bench.metrics --no-peers --out DIR       # ... then ours, with the speed-ups
     python -m bench.metrics --smoke        # small sizes, any backend: the script's own check

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--check-samples", type=int, default=1 << 21, help="sampled edges per shard")
-    parser.add_argument("--out", default="bench/results/multigpu-h200x2")
+    parser.add_argument("--out", default="bench/results/multigpu")
     args = parser.parse_args(argv)
     n, m = 1 << args.log2_vertices, int(float(args.edges))
     ranges = gpu_core.edge_ranges(m, args.gpus)

@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides[key] = [conv(x) for x in value.split(",")]
     if args.peers:
         overrides["peers"] = () if args.peers == "none" else tuple(args.peers.split(","))
-    out = args.out or HERE / "results" / f"points-{args.suite}.json"
+    out = args.out or HERE / "results" / "points" / f"points-{args.suite}.json"
     records = run(
         args.suite, args.backend, out, args.repeats, args.peer_timeout, overrides=overrides,
         warmup=not args.no_warmup,

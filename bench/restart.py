@@ -2,7 +2,7 @@
 
     python -m bench.restart [--backend cpu|gpu|auto] [--graphs rmat-16,rmat-22] [--points 1e7]
                             [--dims 3] [--point-task emst] [--standby auto|on|off] [--repeats 5]
-                            [--out bench/results/restart-<backend>/restart.json]
+                            [--out bench/results/restart/<backend>.json]
 
 Three measurements of a real ``python -m service`` (its own process group, loopback HTTP), each
 repeated ``--repeats`` times; medians are printed, every run is kept in the JSON:
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--standby", default="auto", choices=("auto", "on", "off"), help="MST_STANDBY_WORKER")
     p.add_argument("--repeats", type=int, default=5, help="runs of each measurement (default 5)")
     p.add_argument("--skip", default="", help="measurements to skip: start,kill,full (comma-separated)")
-    p.add_argument("--out", type=Path, help="the JSON record (default bench/results/restart-<backend>/)")
+    p.add_argument("--out", type=Path, help="the JSON record (default bench/results/restart/<backend>.json)")
     args = p.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     env = {
@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         record["log_tail"] = log.read_text(errors="replace")[-4000:]
 
-    out = args.out or REPO_ROOT / "bench" / "results" / f"restart-{backend}" / "restart.json"
+    out = args.out or REPO_ROOT / "bench" / "results" / "restart" / f"{backend}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
     _print_summary(record)

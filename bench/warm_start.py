@@ -1,6 +1,8 @@
 """``python -m bench.warm_start``: a worker's start, its warm-up's parts beside its tasks and after them.
 
-    python -m bench.warm_start [--backend gpu|cpu] [--repeats 5] [--out bench/results/warm-start.json]
+    python -m bench.warm_start [--backend gpu|cpu] [--repeats 5] [--out FILE]
+
+(default out: bench/results/restart/<backend>-warm-start.json)
 
 Each run is a fresh interpreter that starts a worker as the service does
 (``service.runtime.worker.startup.start``: the engine's imports, the device, the warm-up of its
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.warm_start", description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="gpu", choices=("gpu", "cpu"))
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--out", type=Path, help="the JSON record (bench/results/warm-start-<backend>.json)")
+    p.add_argument("--out", type=Path, help="the JSON record (bench/results/restart/BACKEND-warm-start.json)")
     args = p.parse_args(argv)
     first = _run(args.backend, "after")
     print(f"first start (makes sure there is a manifest, not counted): {first['warm_up']}", flush=True)
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             f"last part loaded); steps (ms) "
             f"{summary[way]['startup_ms']}; modes {modes}, compiled {compiled}, modules {modules}"
         )
-    out = args.out or REPO_ROOT / "bench" / "results" / f"warm-start-{args.backend}.json"
+    out = args.out or REPO_ROOT / "bench" / "results" / "restart" / f"{args.backend}-warm-start.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     record = {"argv": sys.argv[1:], "first": first, "runs": runs, "median": summary}
     out.write_text(json.dumps(record, indent=2) + "\n")

@@ -33,12 +33,12 @@ MiB = 1 << 20
 RETIRED_SETTINGS = {
     "MST_FAST_LANE": "the plain-ASGI lane of the job routes was removed: every request goes through "
     "the FastAPI routes, with the same answers (the lane bought too little to keep a second path: "
-    "bench/results/lanes-h200/README.md)",
+    "docs/performance.md#tried-and-dropped)",
     "MST_DISPATCH_DEPTH": "every job goes to its worker's queue as soon as it is submitted (the "
     "worker's queue is the only one, shared by every API process): there is no API-side queue to "
     "hand jobs from any more (docs/design/architecture.md)",
     "MST_API_PROCESSES": "the front processes were removed: one process serves HTTP (they bought too "
-    "little to keep a second path: bench/results/lanes-h200/README.md)",
+    "little to keep a second path: docs/performance.md#tried-and-dropped)",
 }
 
 

@@ -232,10 +232,15 @@ def test_settings_doc_lists_every_setting_with_its_default() -> None:
     assert rows["API_KEYS"].strip() == "unset"
 
 
-def test_jobs_table_leads_with_distinct_graphs() -> None:
-    # issue 25: the figure to plan with is each client on its own graph; the same-graph one is coalesced
-    table = _docs_gen().jobs_table()
-    rows = [line for line in table.splitlines()[2:]]
-    assert "own resident graph" in rows[0]
-    assert "one request" in rows[1] and "coalesced" not in rows[1]  # the same distinct graphs
-    assert "coalesced" in rows[2]
+def test_scaling_table_has_every_shape_of_its_records() -> None:
+    # issue 25: the figure to plan with is each client on its own graph (no shared computation)
+    gen = _docs_gen()
+    rows = gen.scaling_table().splitlines()[2:]
+    shapes = sum(len(gen._load(run)["shapes"]) for run in gen.SCALING_RUNS.values())
+    assert len(rows) == shapes
+    assert rows[0].startswith("| one H200") and "| 1 x 1 |" in rows[0]
+
+
+def test_native_table_ends_with_the_geometric_mean() -> None:
+    rows = _docs_gen().native_table().splitlines()
+    assert len(rows) == 2 + 7 + 1 and rows[-1].startswith("| geometric mean of the seven")

@@ -9,7 +9,7 @@ What it generates:
   variable, default and description (edit the ``Field(description=...)``, then ``--write``);
 - the tables between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->`` in README.md
   and docs/performance.md, from the JSON records under bench/results/ (:data:`BLOCKS`). To show a
-  new run, put its JSON there and name it in the block's sources below.
+  new run, put its JSON in its suite's folder there and name it in the block's sources below.
 
 Text outside the markers is written by hand and left alone.
 """
@@ -21,7 +21,7 @@ import json
 import re
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,130 +106,12 @@ def _load(relative: str) -> dict[str, Any]:
     return data
 
 
-def _load_list(relative: str) -> list[dict[str, Any]]:
-    data: list[dict[str, Any]] = json.loads((RESULTS / relative).read_text(encoding="utf-8"))
-    return data
-
-
 def _num(value: float) -> str:
     """``value`` for a table: whole and thousands separated from 100 up (1,109), one decimal from 10
     (78.8), else two at most (7.42; 0.9)."""
     if abs(value) >= 100:
         return f"{round(value):,}"
     return f"{value:.{1 if abs(value) >= 10 else 2}f}".rstrip("0").rstrip(".")
-
-
-def _jobs(relative: str) -> dict[str, Any]:
-    jobs: dict[str, Any] = _load(relative)["benchmarks"]["jobs"]
-    return jobs
-
-
-def _level(levels: Iterable[dict[str, Any]], clients: int) -> dict[str, Any]:
-    (level,) = (lv for lv in levels if lv["clients"] == clients)
-    return level
-
-
-#: runs of 64 clients, each on its own resident graph, with the service's one path (FastAPI routes,
-#: one API process), after the API's per-job CPU cuts of issue 25 (routes in the app's own list,
-#: small results read whole, Prometheus entries cached); before them (Server-Timing, result files
-#: written behind, checkpoints off the event loop): jobs-h200/after-distinct-{1,2,3}.json, median
-#: 702 jobs/s, p99 125 ms; before that: jobs-h200/before-jobs-nofastlane.json and
-#: lanes-h200/nofast{1,2,3}.json, median 678 jobs/s, p99 126 ms. The same code on other H200
-#: machines of the device pool (2026-11-25, after-standby-wait-*: the bench now waits for the
-#: standby workers to be warm) ran 643-735 jobs/s: the API process's CPU per job differs between
-#: machines (1.0-1.6 ms), and it is the limit. one-request-2026-11-27: main at b31b168 (the engine's
-#: changes of that day and one-request submissions; its two-request level is this protocol)
-DISTINCT_RUNS = (
-    "jobs-h200/after-api-cpu-1.json",
-    "jobs-h200/after-standby-wait-1.json",
-    "jobs-h200/after-standby-wait-2.json",
-    "jobs-h200/after-standby-wait-3.json",
-    "jobs-h200/one-request-2026-11-27.json",
-)
-#: the A/B drivers' runs of the same protocol with the service's defaults (rows that name their
-#: part: "jobs" is this one, "one-request" the next): forests started ahead, 2026-11-27
-DISTINCT_AB_RUNS = {
-    "launch-ahead-2026-11-27/h200/jobs-ab-parts.json": ("ahead8a", "ahead8b"),
-}
-#: the same 64 distinct graphs, each job and its result in one request (Accept on the submission):
-#: the benchmark's record at b31b168, then the A/B drivers' runs of the same request path (the
-#: sides named here: a335fa4 in s10, d8d7867 and 4208d5d in one-request-ab-2026-11-27c), each on
-#: an H200 of the device pool
-ONE_REQUEST_RUN = "jobs-h200/one-request-2026-11-27.json"
-ONE_REQUEST_AB_RUNS = {
-    "jobs-h200/memory-results-tried/s10-one-request-ab.json": ("base", "base2"),
-    "jobs-h200/one-request-ab-2026-11-27c/ab.json": ("new", "base", "new2", "base2"),
-    "single-job-h200-2026-11-27d/machine-3/jobs-ab.json": ("new", "head", "new2", "head2"),
-    "launch-ahead-2026-11-27/h200/jobs-ab-parts.json": ("ahead8a", "ahead8b"),
-    "launch-ahead-2026-11-27/h200-b/jobs-ab.json": ("ahead8a", "ahead8b"),
-    # MST_DISPATCH_DEPTH 16 (the default until then) and 32 (the default since)
-    "issue25-probes-2026-11-27/dispatch-depth-h200.json": ("d16a", "d32a", "d16b", "d32b"),
-    # the one-service sides of the probe of several services on one GPU
-    "issue25-probes-2026-11-27/instances-h200.json": ("one-a", "one-b"),
-}
-#: 64 clients on one graph (identical jobs coalesced), and one-shots batched, with the defaults
-SAME_GRAPH_RUN = "jobs-h200/before-jobs-default.json"
-
-
-def _ab_levels(runs: Mapping[str, tuple[str, ...]], part: str) -> list[dict[str, Any]]:
-    """The 64-client rows of the named sides of A/B records (of ``part``, where rows name theirs)."""
-    return [
-        lv
-        for run, sides in runs.items()
-        for lv in _load_list(run)
-        if lv["side"] in sides and lv["clients"] == 64 and lv.get("part", part) == part
-    ]
-
-
-def _distinct() -> tuple[float, float, list[float]]:
-    levels = [_level(_jobs(run)["levels"], 64) for run in DISTINCT_RUNS]
-    levels += _ab_levels(DISTINCT_AB_RUNS, "jobs")
-    assert all(lv["graphs"] == 64 and lv["errors"] == 0 and lv["mismatches"] == 0 for lv in levels)
-    rates = sorted(lv["per_s"] for lv in levels)
-    return statistics.median(rates), statistics.median(lv["p99_ms"] for lv in levels), rates
-
-
-def _one_request() -> tuple[float, float, list[float]]:
-    levels = [_level(_jobs(ONE_REQUEST_RUN)["one_request"], 64)]
-    levels += _ab_levels(ONE_REQUEST_AB_RUNS, "one-request")
-    assert all(lv["graphs"] == 64 and lv["errors"] == 0 and lv["mismatches"] == 0 for lv in levels)
-    rates = sorted(lv["per_s"] for lv in levels)
-    return statistics.median(rates), statistics.median(lv["p99_ms"] for lv in levels), rates
-
-
-def _runs(rates: list[float]) -> str:
-    if len(rates) == 1:
-        return "one run"
-    return f"median of {len(rates)} runs: " + ", ".join(_num(r) for r in rates)
-
-
-def jobs_table() -> str:
-    """Jobs/s of 64 clients on an H200: distinct graphs first, then the coalesced and one-shot figures."""
-    rate, p99, rates = _distinct()
-    one_rate, one_p99, one_rates = _one_request()
-    one_sources = [ONE_REQUEST_RUN, *ONE_REQUEST_AB_RUNS]
-    same = _jobs(SAME_GRAPH_RUN)
-    coalesced = _level(same["coalesced"], 64)
-    oneshot = same["oneshot"]
-    return "\n".join(
-        [
-            "| 64 clients, one H200, each request checked | requests/s | p99 ms | source |",
-            "| --- | ---: | ---: | --- |",
-            f"| **jobs, each client on its own resident graph** (64 RMAT 2^16 graphs; "
-            f"`POST .../mst?wait=30` + binary result) | **{_num(rate)}** ({_runs(rates)}) | {_num(p99)} | "
-            + ", ".join(f"`{run}`" for run in (*DISTINCT_RUNS, *DISTINCT_AB_RUNS))
-            + " |",
-            f"| the same jobs, each in **one request**: `POST .../mst?wait=30` with `Accept: "
-            f"application/octet-stream`, answered with the binary result (the bundled client's `forest()`) | "
-            f"{_num(one_rate)} ({_runs(one_rates)}) | {_num(one_p99)} | "
-            + ", ".join(f"`{run}`" for run in one_sources)
-            + " |",
-            f"| jobs, all clients on one graph: identical jobs **coalesced** into one computation | "
-            f"{_num(coalesced['per_s'])} (one run) | {_num(coalesced['p99_ms'])} | `{SAME_GRAPH_RUN}` |",
-            f"| one-shot `POST /v1/mst` of 10^4 edges, batched | {_num(oneshot['per_s'])} (one run) | "
-            f"{_num(oneshot['p99_ms'])} | `{SAME_GRAPH_RUN}` |",
-        ]
-    )
 
 
 #: an empty cell
@@ -247,6 +129,80 @@ ENGINE_LABELS = {
 }
 
 
+#: ``python -m bench.scaling``: 64 clients, each on its own resident graph, every forest checked;
+#: one row per shape of the service (API processes x workers), the median of its runs
+SCALING_RUNS = {
+    "one H200, RMAT 2^16": "scaling/one-gpu.json",
+    "CPU backend, RMAT 2^12": "scaling/cpu-backend.json",
+}
+
+
+def scaling_table() -> str:
+    """Jobs/s of 64 clients on distinct graphs for each shape of the service, from bench.scaling's records."""
+    lines = [
+        "| service on 16 cores | API processes x workers | jobs/s | p99 ms |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for label, run in SCALING_RUNS.items():
+        record = _load(run)
+        assert record["clients"] == 64 and "one per client" in record["graph"]
+        shapes = sorted(
+            record["shapes"],
+            key=lambda s: (s.get("workers_per_gpu", s.get("cpu_workers")), s["api_processes"]),
+        )
+        for i, shape in enumerate(shapes):
+            assert shape["errors"] == 0 and shape["mismatches"] == 0
+            workers = shape.get("workers_per_gpu", shape.get("cpu_workers"))
+            lines.append(
+                f"| {label if i == 0 else ''} | {shape['api_processes']} x {workers} | "
+                f"{_num(shape['median_per_s'])} | {_num(shape['median_p99_ms'])} |"
+            )
+    return "\n".join(lines)
+
+
+#: ``python -m bench.native``: the engine against the native ECL-MST v1.0 on the same GPU, each
+#: GPU's seven graphs in two records (the large graphs in a second call, for the time limit)
+NATIVE_RUNS = {
+    "H200": ("native/h200-5-graphs.json", "native/h200-kron-random.json"),
+    "H100": ("native/h100-5-graphs.json", "native/h100-kron-random.json"),
+}
+
+
+def _native(gpu: str) -> dict[str, dict[str, Any]]:
+    graphs: dict[str, dict[str, Any]] = {}
+    for run in NATIVE_RUNS[gpu]:
+        graphs.update(_load(run)["graphs"])
+    assert set(graphs) == set(ENGINE_GRAPHS) and all(g["checks_ok"] for g in graphs.values())
+    return graphs
+
+
+def native_table() -> str:
+    """Ours over the native ECL-MST per graph (first computation), H200 with its times, then H100."""
+    h200, h100 = _native("H200"), _native("H100")
+    lines = [
+        "| graph | ours, H200 ms | native, H200 ms | ours / native, H200 | ours / native, H100 |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for key in ENGINE_GRAPHS:
+        row = h200[key]
+        lines.append(
+            f"| {ENGINE_LABELS[key]} | {_ms(row['ours']['first_ms'])} | {_ms(row['native']['ms'])} | "
+            f"{row['first_ratio']:.2f} | {h100[key]['first_ratio']:.2f} |"
+        )
+    means = [
+        f"**{statistics.geometric_mean(g[k]['first_ratio'] for k in ENGINE_GRAPHS):.2f}x** "
+        f"(repeated {statistics.geometric_mean(g[k]['repeated_ratio'] for k in ENGINE_GRAPHS):.2f}x)"
+        for g in (h200, h100)
+    ]
+    lines.append(f"| geometric mean of the seven | | | {means[0]} | {means[1]} |")
+    return "\n".join(lines)
+
+
+def _ms(value: float) -> str:
+    """A time in ms with two decimals below 10 ms (4.00, not 4), one from 10."""
+    return f"{value:.{2 if value < 10 else 1}f}"
+
+
 def _median(entry: Any) -> float:
     return float(entry["median"]) if isinstance(entry, dict) else float(entry)
 
@@ -254,7 +210,7 @@ def _median(entry: Any) -> float:
 def engine_table() -> str:
     """GPU compute on a resident graph: H200 and H100 against the reference and SciPy."""
     h200 = _load("full/results.json")["benchmarks"]
-    h100 = _load("full-h100/results.json")["benchmarks"]
+    h100 = _load("full/h100/results.json")["benchmarks"]
     lines = [
         "| graph | vertices | directed edges | H200 ms | H100 ms | reference (H200) ms | SciPy ms "
         "(16-core host) | NumPy backend / SciPy |",
@@ -282,7 +238,11 @@ def engine_table() -> str:
 
 
 #: block name -> its generator
-BLOCKS: dict[str, Callable[[], str]] = {"jobs": jobs_table, "engine": engine_table}
+BLOCKS: dict[str, Callable[[], str]] = {
+    "scaling": scaling_table,
+    "native": native_table,
+    "engine": engine_table,
+}
 
 
 # --- write / check ------------------------------------------------------------------------------------

@@ -182,7 +182,7 @@ def test_retired_settings_still_start_with_one_warning_each(server_factory: Serv
     for name in ("MST_FAST_LANE", "MST_API_PROCESSES"):
         warnings = [line for line in log.splitlines() if f"WARNING service: {name} is set" in line]
         assert len(warnings) == 1, log
-        assert "no longer exists" in warnings[0] and "bench/results/lanes-h200" in warnings[0]
+        assert "no longer exists" in warnings[0] and "docs/performance.md" in warnings[0]
     assert len(server.client.get("/readyz").json()["workers"]) == 1
 
 
