@@ -225,12 +225,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ties", action="store_true", help="agreement with scikit-learn where weights tie (CPU)"
     )
+    parser.add_argument(
+        "--sets",
+        default=None,
+        help="only these peer sets, resized: METRIC=N,... (e.g. cosine=60000,precomputed=45000)",
+    )
+    parser.add_argument("--skip-targets", action="store_true", help="the peer sets only, no targets")
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args(argv)
     if args.ties:
         print(ties_table())
         return 0
     sets = SMOKE_PEER_SETS if args.smoke else PEER_SETS
+    if args.sets:
+        sets = chosen_sets(sets, args.sets)
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.no_peers:
         peers = start_peers(sets)
@@ -244,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "repeats": args.repeats,
     }
-    record["targets"] = targets(args.repeats, args.smoke)
+    if not args.skip_targets:
+        record["targets"] = targets(args.repeats, args.smoke)
     mine = []
     for metric, params, kind, n in sets:
         data = make(kind, n, seed=1, xp=_device_module())
@@ -265,6 +274,20 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     (args.out / "metrics.json").write_text(text + "\n")
     return 0
+
+
+def chosen_sets(
+    sets: list[tuple[str, dict[str, Any] | None, str, int]], text: str
+) -> list[tuple[str, dict[str, Any] | None, str, int]]:
+    """``sets`` reduced to the metrics ``text`` names (``METRIC=N,...``), each with its new size."""
+    sizes = {}
+    for part in text.split(","):
+        metric, _, n = part.strip().partition("=")
+        sizes[metric] = int(float(n))
+    unknown = set(sizes) - {m for m, *_ in sets}
+    if unknown:
+        raise SystemExit(f"--sets names no peer set: {sorted(unknown)}")
+    return [(m, p, k, sizes[m]) for m, p, k, _ in sets if m in sizes]
 
 
 def _device_module() -> Any:
