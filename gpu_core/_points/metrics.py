@@ -344,35 +344,46 @@ def unit_rows(coords: Array) -> Array:
     zero = norm2 == 0.0
     if bool(zero.any()):
         xp = _module_of(norm2)
-        row = int(xp.flatnonzero(zero)[0])
-        raise MetricError(
-            f"metric='cosine': point {row} is the zero vector, whose cosine distance to any point is "
-            "undefined; remove it or use another metric.",
-            field="points",
-            index=row,
-        )
+        raise zero_row_error(int(xp.flatnonzero(zero)[0]))
     return out
+
+
+def zero_row_error(row: int) -> MetricError:
+    return MetricError(
+        f"metric='cosine': point {row} is the zero vector, whose cosine distance to any point is "
+        "undefined; remove it or use another metric.",
+        field="points",
+        index=row,
+    )
 
 
 def check_haversine(coords: Array) -> None:
     """Two columns, latitude in [-pi/2, pi/2] and longitude in [-2 pi, 2 pi], radians."""
     d = int(coords.shape[1])
     if d != 2:
-        raise MetricError(
-            f"metric='haversine' takes points of 2 coordinates (latitude, longitude in radians); got d={d}.",
-            field="points",
-        )
+        raise haversine_dims_error(d)
     xp = _module_of(coords)
     bad = (xp.abs(coords[:, 0]) > HALF_PI) | (xp.abs(coords[:, 1]) > TWO_PI)
     if bool(bad.any()):
         row = int(xp.flatnonzero(bad)[0])
         lat, lon = (float(v) for v in coords[row].tolist())
-        raise MetricError(
-            f"metric='haversine': point {row} has latitude {lat!r} and longitude {lon!r}; latitudes lie "
-            "in [-pi/2, pi/2] and longitudes in [-2 pi, 2 pi], in radians (degrees: multiply by pi/180).",
-            field="points",
-            index=row,
-        )
+        raise haversine_row_error(row, lat, lon)
+
+
+def haversine_dims_error(d: int) -> MetricError:
+    return MetricError(
+        f"metric='haversine' takes points of 2 coordinates (latitude, longitude in radians); got d={d}.",
+        field="points",
+    )
+
+
+def haversine_row_error(row: int, lat: float, lon: float) -> MetricError:
+    return MetricError(
+        f"metric='haversine': point {row} has latitude {lat!r} and longitude {lon!r}; latitudes lie "
+        "in [-pi/2, pi/2] and longitudes in [-2 pi, 2 pi], in radians (degrees: multiply by pi/180).",
+        field="points",
+        index=row,
+    )
 
 
 def unit_vectors(coords: Array) -> Array:
@@ -388,16 +399,59 @@ def unit_vectors(coords: Array) -> Array:
 
 def check_minkowski_range(coords: Array, p: float) -> None:
     """Minkowski keys must stay finite: ``d * span^p`` below the largest double."""
-    xp = _module_of(coords)
     span = float((coords.max(axis=0) - coords.min(axis=0)).max())
-    d = int(coords.shape[1])
+    error = minkowski_span_error(span, int(coords.shape[1]), p)
+    if error is not None:
+        raise error
+
+
+def minkowski_span_error(span: float, d: int, p: float) -> MetricError | None:
+    """The refusal of coordinates spanning ``span`` in ``d`` dimensions under minkowski ``p``, if any."""
     if span > 0 and math.log(d) + p * math.log(span) >= 700:
-        raise MetricError(
+        return MetricError(
             f"metric='minkowski' with p={p}: the coordinates span {span:g}, so sums of |a - b|^p would "
             "overflow a double; scale the points down.",
             field="points",
         )
-    del xp
+    return None
+
+
+def point_facts(coords: np.ndarray[Any, Any]) -> dict[str, Any]:
+    """What the metrics' checks of a point set read, once (validated float64 host coordinates): its
+    first zero row (cosine), its first row outside haversine's range (two columns only) and its
+    widest column span (minkowski). :func:`refusal` answers from them what :meth:`Metric.prepare`
+    would raise, so a service can refuse a metric for stored points without reading them."""
+    norm2 = np.zeros(coords.shape[0])  # as unit_rows sums it: a row whose squares underflow is zero
+    for k in range(int(coords.shape[1])):
+        norm2 = norm2 + coords[:, k] * coords[:, k]
+    zero = norm2 == 0.0
+    facts: dict[str, Any] = {
+        "dims": int(coords.shape[1]),
+        "zero_row": int(np.flatnonzero(zero)[0]) if zero.any() else None,
+        "span": float((coords.max(axis=0) - coords.min(axis=0)).max()) if coords.size else 0.0,
+        "haversine_row": None,
+    }
+    if coords.shape[1] == 2:
+        bad = (np.abs(coords[:, 0]) > HALF_PI) | (np.abs(coords[:, 1]) > TWO_PI)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            facts["haversine_row"] = [row, float(coords[row, 0]), float(coords[row, 1])]
+    return facts
+
+
+def refusal(metric: Metric, facts: Mapping[str, Any]) -> MetricError | None:
+    """The error :meth:`Metric.prepare` raises for points of these :func:`point_facts`, or None."""
+    if metric.name == "cosine" and facts.get("zero_row") is not None:
+        return zero_row_error(int(facts["zero_row"]))
+    if metric.name == "haversine":
+        if int(facts["dims"]) != 2:
+            return haversine_dims_error(int(facts["dims"]))
+        if facts.get("haversine_row") is not None:
+            row, lat, lon = facts["haversine_row"]
+            return haversine_row_error(int(row), float(lat), float(lon))
+    if metric.space is not None and metric.space.kind == "lp":
+        return minkowski_span_error(float(facts.get("span", 0.0)), int(facts["dims"]), metric.space.p)
+    return None
 
 
 def pairwise_callable(func: Callable[..., float], coords: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

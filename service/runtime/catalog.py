@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections import Counter
@@ -404,4 +405,5 @@ def _new_record(
         device_bytes=int(summary["device_bytes"]),
         owner=owner,
         kind=kind,
+        facts=json.dumps(summary.get("facts") or {}, separators=(",", ":")),
     )

@@ -30,6 +30,7 @@ from .admission import Admission
 from .catalog import Catalog
 from .links.fleet import Fleet
 from .links.link import WorkerLink
+from .metric_checks import refuse_metric
 from .worker.protocol import DROP_MODEL, FIT, INLINE, PREDICT, SERVED
 
 
@@ -65,7 +66,7 @@ class Models:
 
     async def create(self, points_id: str, owner: str, params: dict[str, Any]) -> ModelRecord:
         """Fit a model of ``params`` on the point set and keep it; its record."""
-        self._catalog.get(points_id, owner, kind="points")
+        refuse_metric(self._catalog.get(points_id, owner, kind="points"), params)
         self._device_quota(owner, 1)(*self._store.graph_usage(owner))  # a key at its quota fits nothing
         model_id = new_id("m")
         summary = await self._request(owner, points_id, FIT, model_id, params)

@@ -45,6 +45,9 @@ class GraphRecord:
     kind: str = "graph"
     #: how many workers hold the graph's edges, a contiguous edge-id range each (1: not sharded)
     shards: int = 1
+    #: a point set's facts the metrics' checks read, as JSON (see service/runtime/metric_checks.py);
+    #: "{}" for a graph, and for a point set stored before records held them
+    facts: str = "{}"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS graphs (
     weights_version INTEGER NOT NULL DEFAULT 0,
     owner         TEXT NOT NULL DEFAULT '',
     kind          TEXT NOT NULL DEFAULT 'graph',
-    shards        INTEGER NOT NULL DEFAULT 1
+    shards        INTEGER NOT NULL DEFAULT 1,
+    facts         TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS jobs (
     id             TEXT PRIMARY KEY,
@@ -98,6 +99,7 @@ ADDED_COLUMNS = (
     ("jobs", "reused_index", "INTEGER"),
     ("jobs", "coordinator", "INTEGER"),
     ("jobs", "stamp", "REAL"),
+    ("graphs", "facts", "TEXT NOT NULL DEFAULT '{}'"),
 )
 _INDEXES = (
     "CREATE INDEX IF NOT EXISTS jobs_by_key ON jobs (graph_id, weights_version, task, params)",

@@ -5,6 +5,8 @@ server is ``gpu_core.HDBSCAN``'s answer, and scikit-learn's ``clone`` works on i
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from typing import Any
 
 import numpy as np
@@ -87,18 +89,48 @@ def test_bad_metrics_are_422_and_store_nothing(live: LiveServer, params: dict[st
 
 
 def test_input_a_metric_refuses_is_a_422_naming_the_row(live: LiveServer) -> None:
+    """The points' own refusal of a metric (an out-of-range latitude for haversine, a zero row for
+    cosine, three columns for haversine, a span minkowski cannot raise to p) is a 422 at the job's
+    or model's submission with the engine's message: no job is queued, nothing stored changes,
+    and the point set still answers every metric it can take."""
     points = lat_lon()
     points[17, 0] = 48.85  # degrees
     points_id = upload(live, points)["id"]
-    response = live.client.post(
-        f"/v1/points/{points_id}/jobs",
-        json={"task": "emst", "params": {"metric": "haversine"}},
-        params={"wait": 60},
-    )
-    job = response.json()
-    assert job["status"] == "failed" and "point 17 has latitude 48.85" in job["error"]["message"], job
-    response = live.client.post(f"/v1/points/{points_id}/models", json={"metric": "haversine"})
-    assert response.status_code == 422 and "point 17" in response.text, response.text
+    zeros = blobs(d=3)
+    zeros[[33, 40]] = 0.0
+    zeros_id = upload(live, zeros)["id"]
+    wide = blobs(d=3) * 1e120
+    wide_id = upload(live, wide)["id"]
+    datasets = (points_id, zeros_id, wide_id)
+
+    def jobs_stored() -> int:
+        with contextlib.closing(sqlite3.connect(live.data_dir / "mst.sqlite3")) as db:
+            marks = ",".join("?" * len(datasets))
+            return int(
+                db.execute(f"SELECT COUNT(*) FROM jobs WHERE graph_id IN ({marks})", datasets).fetchone()[0]
+            )
+
+    cases = [
+        (points_id, {"metric": "haversine"}, "point 17 has latitude 48.85"),
+        (zeros_id, {"metric": "cosine"}, "point 33 is the zero vector"),
+        (zeros_id, {"metric": "haversine"}, "got d=3"),
+        (wide_id, {"metric": "minkowski", "metric_params": {"p": 3}}, "would overflow a double"),
+    ]
+    for dataset, params, detail in cases:
+        for task in ("emst", "hdbscan", "single_linkage"):
+            response = live.client.post(
+                f"/v1/points/{dataset}/jobs", json={"task": task, "params": params}, params={"wait": 60}
+            )
+            assert response.status_code == 422 and detail in response.json()["detail"], response.text
+        response = live.client.post(f"/v1/points/{dataset}/models", json={"min_cluster_size": 5, **params})
+        assert response.status_code == 422 and detail in response.json()["detail"], response.text
+        assert live.client.get(f"/v1/points/{dataset}/models").json()["models"] == []
+    assert jobs_stored() == 0
+    for dataset, params in ((points_id, {}), (zeros_id, {"metric": "manhattan"}), (wide_id, {})):
+        job = live.client.post(
+            f"/v1/points/{dataset}/jobs", json={"task": "emst", "params": params}, params={"wait": 60}
+        ).json()
+        assert job["status"] == "succeeded", job
 
 
 def test_remote_hdbscan_is_gpu_cores_and_clones(live: LiveServer) -> None:

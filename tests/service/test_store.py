@@ -207,6 +207,7 @@ def test_a_database_of_the_first_schema_is_upgraded_in_place(tmp_path: Path) -> 
         s = Store(data)
         old = s.get_graph("g_old")
         assert old is not None and old.owner == "" and old.device_bytes == 80
+        assert old.facts == "{}"  # no facts: its worker checks a metric, as before
         assert s.get_job("j_old") == JobRecord(
             "j_old", "g_old", "succeeded", 2.0, num_edges=3, total_weight=7, num_components=1, compute_ms=0.5
         )

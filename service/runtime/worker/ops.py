@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpu_core import MAX_DIMENSIONS
+from gpu_core._points.metrics import point_facts
 from gpu_core.errors import DeviceMemoryError
 
 from ...errors import ModelOutdatedError, dataset_not_found
@@ -71,6 +72,7 @@ def load_points(worker: Worker, points_id: str, path: str, fmt: str, canonical: 
     if len(shape) == 2 and shape[0] >= 1 and 1 <= shape[1] <= MAX_DIMENSIONS:  # else validation says why
         worker.admit_points(int(shape[0]), int(shape[1]))
     resident = ResidentPoints(raw, worker.backend)
+    facts = point_facts(resident.coords)
     if canonical is not None:
         npzio.write_npz_file(canonical, {"points": np.ascontiguousarray(raw)}, sync=True)
     del raw
@@ -80,6 +82,7 @@ def load_points(worker: Worker, points_id: str, path: str, fmt: str, canonical: 
         "num_vertices": resident.num_points,
         "num_edges": resident.dims,
         "weight_dtype": str(resident.dtype),
+        "facts": facts,
         "device_bytes": resident.nbytes,
         "free_bytes": free,
         "total_bytes": total,
