@@ -110,7 +110,7 @@ def test_input_a_metric_refuses_is_a_422_naming_the_row(live: LiveServer) -> Non
                 db.execute(f"SELECT COUNT(*) FROM jobs WHERE graph_id IN ({marks})", datasets).fetchone()[0]
             )
 
-    cases = [
+    cases: list[tuple[str, dict[str, Any], str]] = [
         (points_id, {"metric": "haversine"}, "point 17 has latitude 48.85"),
         (zeros_id, {"metric": "cosine"}, "point 33 is the zero vector"),
         (zeros_id, {"metric": "haversine"}, "got d=3"),
