@@ -35,11 +35,11 @@ def warm_up(backend: Backend = "auto", *, host_passes: bool = True, points: bool
     every weight dtype, from host arrays as an upload hands them over (validation on the device
     included), and takes the validation's error paths (a vertex id out of range, a non-finite
     weight) and the empty and loop-only graphs once. On the GPU, CuPy compiles an elementwise or
-    reduction kernel for each dtype it first meets: without this, the first upload of int32 ids
-    took 3.6 s. Then every query of a resident graph runs once per weight dtype: minimum and
-    maximum forests, a what-if, cluster labels, and weight updates
+    reduction kernel for each dtype it first meets: without this, the first upload of each dtype
+    would wait for those compilations. Then every query of a resident graph runs once per weight
+    dtype: minimum and maximum forests, a what-if, cluster labels, and weight updates
     (:func:`gpu_core._graphs.warm_up.warm_up_graphs`). Where Numba is installed and
-    ``host_passes``, first compiles (or loads from its cache: about 1 s) the host passes of
+    ``host_passes``, first compiles (or loads from its cache) the host passes of
     ``hdbscan`` and ``single_linkage`` (:func:`gpu_core._clustering.hdbscan.warm_up_compiled`; the service's
     workers do that on a thread while they start). With ``points``, every kernel a point-set
     request can meet on the GPU, the hierarchy's and brute force's
@@ -80,12 +80,12 @@ def warm_start(
 
     On the GPU the full sweep (:func:`warm_up`'s: graphs of 2^0 to 2^22 + 1 edges, point sets of 3
     to 2^14 + 1 points, each of every dtype built, computed and queried, and the labels' device
-    path on trees of 5 to 2^20 + 1 points) loads every module CuPy specializes by size: 244 on an
-    H200 (2026-11-24), where with all of them in CuPy's kernel cache it still took 17.6 s, nearly
-    all of it execution (the loads: 0.6 s). It is made of named parts, each independent of the
-    others, and most load nothing new: there, 36 of its 475 (the graph dtypes', the queries', the
-    size classes CuPy's reductions tell apart, the point sets' that load something of their own)
-    loaded all 244 modules in 1.5 s. The full sweep notes the parts that loaded a module first and
+    path on trees of 5 to 2^20 + 1 points) loads every module CuPy specializes by size, and takes
+    seconds even with all of them in CuPy's kernel cache, nearly all of it execution. It is made of
+    named parts, each independent of the others, and most load nothing new: a few of them (the
+    graph dtypes', the queries', the size classes CuPy's reductions tell apart, the point sets' that
+    load something of their own) load every module, in a fraction of the time (figures:
+    docs/operations.md). The full sweep notes the parts that loaded a module first and
     every module loaded in a **manifest** in CuPy's kernel cache folder (:func:`manifest_path`, keyed
     by :func:`manifest_environment`: gpu_core's sources, CuPy's, NVRTC's and the driver's versions,
     the device's compute capability, the caller's tasks). So:

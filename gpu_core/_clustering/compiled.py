@@ -4,11 +4,9 @@ Imported only where Numba is installed (``passes.compiled_passes``); the NumPy p
 ``hdbscan`` (linkage matrix, vectorized condensed tree) is the reference it must equal bit
 for bit (``tests/gpu_core/clustering/test_hdbscan_compiled.py``).
 
-One file on purpose, past 500 lines: the passes call one another compiled (``select_and_label``
-calls ``cluster_tree`` and ``select_clusters``, which calls ``_eom`` and ``_epsilon_merge``;
-``condense_edges`` calls ``_find`` and ``_walk``), and Numba's on-disk cache of a function is
-invalidated only by a change of the function's own file: split over several files, an edited
-callee would leave stale compiled copies in its callers' cache entries.
+The passes call one another compiled and share this file: Numba's on-disk cache of a function
+is invalidated only by a change of the function's own file, so a callee in another file, once
+edited, would leave stale compiled copies in its callers' cache entries.
 
 :func:`condense_edges` runs the dendrogram's union-find over the edges in merge order and
 builds the condensed tree bottom-up on the way:

@@ -117,8 +117,8 @@ _kept: list[tuple[Array, Array]] = []  # the last call's parents and records (fl
 @contextlib.contextmanager
 def _reused_work_arrays(n: int) -> Iterator[tuple[Array, Array, Array]]:
     """:func:`_work_arrays`, reusing the last call's buffers where they are large enough: a new
-    20 bytes per point costs page faults (about 0.3 s per 10^7 points on a 2-core VM). Holds
-    them after the call (the largest so far); a second thread meanwhile gets its own."""
+    20 bytes per point costs page faults, a large part of a big call's time. Holds them after
+    the call (the largest so far); a second thread meanwhile gets its own."""
     if not _kept_lock.acquire(blocking=False):
         yield _work_arrays(n)
         return
@@ -160,8 +160,8 @@ def _select_and_label(
 
 class _PrefaultedOutputs(threading.Thread):
     """The labels and probabilities arrays, allocated and written once by a helper thread while
-    the (GIL-free) first pass runs: their page faults (16 bytes a point; about 0.3 s per 10^7
-    points on a 2-core VM, more where the memory was never touched) then cost no pass time."""
+    the (GIL-free) first pass runs: their page faults (16 bytes a point) then cost no pass
+    time."""
 
     def __init__(self, n: int) -> None:
         super().__init__(name="hdbscan-outputs", daemon=True)

@@ -25,8 +25,8 @@ BLOCK = 256
 #: rows with at least this many slots are cut into chunks of this many, one warp each
 CHUNK_SLOTS = 256
 #: graphs of at least this many edges hand the pool's cached blocks back between build steps:
-#: a freed sort buffer split to serve a smaller array can no longer serve the worklists (seen
-#: as an out-of-memory error with 2.7B edges on an H200 while 14 GB were cached in pieces)
+#: a freed sort buffer split to serve a smaller array can no longer serve the worklists (the
+#: largest graphs then ran out of memory with much of it cached in pieces)
 RELEASE_FROM_EDGES = 1 << 26
 
 
