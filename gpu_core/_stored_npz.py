@@ -1,12 +1,12 @@
 """The arrays of a stored (uncompressed) ``.npz`` archive, found in its bytes where they lie.
 
-``numpy.load`` reads an archive through :mod:`zipfile` and a Python file object per member: about
-1.5 ms for a forest of 65,535 edges (0.79 MB) on a 2-core development machine, 0.1 ms here. Each
-``.npy`` member is located from its zip entry, its CRC-32 checked (zlib-ng: SIMD, the same
-checksum as :func:`zlib.crc32`), its header parsed (each distinct header once) and its data taken
-where it lies. Anything that is not that simple (compressed or encrypted members, zip64 records,
-an archive comment, object arrays, Fortran-ordered matrices, format 3.0 headers) answers None, and
-the caller falls back to ``numpy.load``, whose errors then say what is wrong.
+``numpy.load`` reads an archive through :mod:`zipfile` and a Python file object per member, a
+cost a service's small requests feel (docs/performance.md). Here each ``.npy`` member is located
+from its zip entry, its CRC-32 checked (zlib-ng: SIMD, the same checksum as :func:`zlib.crc32`),
+its header parsed (each distinct header once) and its data taken where it lies. Anything that is
+not that simple (compressed or encrypted members, zip64 records, an archive comment, object arrays,
+Fortran-ordered matrices, format 3.0 headers) answers None, and the caller falls back to
+``numpy.load``, whose errors then say what is wrong.
 
 The service's spool reads its files with it (:mod:`service.storage.npzio`, which writes them with
 the same records), and the bundled client the forests it downloads (:mod:`service.client`).
@@ -47,8 +47,8 @@ UNSUPPORTED_FLAGS = 0x1 | 0x20 | 0x40
 def read_npy_header(head: bytes) -> tuple[tuple[int, ...], bool, np.dtype[Any], int] | None:
     """(shape, fortran order, dtype, offset of the data) of an ``.npy`` header, None if it is not one.
 
-    The header's dictionary is parsed by numpy (``ast.literal_eval``, ~0.1 ms); requests of one
-    kind repeat the same few headers, so the parse of each distinct header is kept.
+    The header's dictionary is parsed by numpy (``ast.literal_eval``, slow beside the rest);
+    requests of one kind repeat the same few headers, so the parse of each distinct header is kept.
     """
     if len(head) < 10 or head[:6] != b"\x93NUMPY" or head[6:8] not in (b"\x01\x00", b"\x02\x00"):
         return None

@@ -37,11 +37,11 @@ def warm_up(backend: Backend = "auto", *, host_passes: bool = True, points: bool
     every weight dtype, from host arrays as an upload hands them over (validation on the device
     included), and takes the validation's error paths (a vertex id out of range, a non-finite
     weight) and the empty and loop-only graphs once. On the GPU, CuPy compiles an elementwise or
-    reduction kernel for each dtype it first meets: without this, the first upload of int32 ids
-    took 3.6 s. Then every query of a resident graph runs once per weight dtype: minimum and
-    maximum forests, a what-if, cluster labels, and weight updates
+    reduction kernel for each dtype it first meets: without this, the first upload of each dtype
+    would wait for those compilations. Then every query of a resident graph runs once per weight
+    dtype: minimum and maximum forests, a what-if, cluster labels, and weight updates
     (:func:`gpu_core._graphs.warm_up.warm_up_graphs`). Where Numba is installed and
-    ``host_passes``, first compiles (or loads from its cache: about 1 s) the host passes of
+    ``host_passes``, first compiles (or loads from its cache) the host passes of
     ``hdbscan`` and ``single_linkage`` (:func:`gpu_core._clustering.hdbscan.warm_up_compiled`; the service's
     workers do that on a thread while they start). With ``points``, every kernel a point-set
     request can meet on the GPU, the hierarchy's and brute force's
@@ -74,32 +74,12 @@ def warm_start(
     """Warm up every kernel a request can need before a service's worker says it is ready: the
     caller's ``tasks`` (its own warm-up: its tasks end to end on small datasets), then the graphs',
     the point sets' and the device path from a tree to HDBSCAN* labels (on the GPU quick where a
-    manifest allows, below). Returns what it did: ``mode``, ``ms`` (milliseconds of ``warm_up``:
-    everything but the caller's tasks, ``warm_up_tasks`` and, where the quick sweep fell short,
-    ``warm_up_full``; ``lap(name)`` is called at the end of each, for the caller's own timing), and
-    on the GPU ``parts`` (how many ran of how many), ``modules`` (CuPy modules built or loaded),
-    ``compiled`` (NVRTC compilations: kernels not in CuPy's cache), ``load_ms`` and ``manifest``.
-
-    On the GPU the full sweep (:func:`warm_up`'s: graphs of 2^0 to 2^22 + 1 edges, point sets of 3
-    to 2^14 + 1 points, each of every dtype built, computed and queried, and the labels' device
-    path on trees of 5 to 2^20 + 1 points) loads every module CuPy specializes by size: 244 on an
-    H200 (2026-11-24), where with all of them in CuPy's kernel cache it still took 17.6 s, nearly
-    all of it execution (the loads: 0.6 s). It is made of named parts, each independent of the
-    others, and most load nothing new: there, 36 of its 475 (the graph dtypes', the queries', the
-    size classes CuPy's reductions tell apart, the point sets' that load something of their own)
-    loaded all 244 modules in 1.5 s. The full sweep notes the parts that loaded a module first and
-    every module loaded in a **manifest** in CuPy's kernel cache folder (:func:`manifest_path`, keyed
-    by :func:`manifest_environment`: gpu_core's sources, CuPy's, NVRTC's and the driver's versions,
-    the device's compute capability, the caller's tasks). So:
-
-    * no manifest for this key (the first start on a kernel cache, or after an upgrade): the full
-      sweep (``mode="full"``), which writes the manifest;
-    * a manifest: only the parts it names, in the same order (``mode="quick"``), then a check that
-      they loaded every module it lists. Each of those modules is loaded by a part that runs,
-      whatever else runs (CuPy loads a module at the first launch that needs it in a process), so
-      this holds unless a part's work changed (it is deterministic); if it does not, the full sweep
-      runs too, before ready as ever, and writes the manifest again (``mode="full after quick"``,
-      ``missing``; ``note`` says so for the log).
+    manifest allows: :class:`_GpuStart`). Returns what it did: ``mode``, ``ms`` (milliseconds of
+    ``warm_up``: everything but the caller's tasks, ``warm_up_tasks`` and, where the quick sweep
+    fell short, ``warm_up_full``; ``lap(name)`` is called at the end of each, for the caller's own
+    timing), and on the GPU ``parts`` (how many ran of how many), ``modules`` (CuPy modules built or
+    loaded), ``compiled`` (NVRTC compilations: kernels not in CuPy's cache), ``load_ms`` and
+    ``manifest``.
 
     With ``beside``, the quick sweep's parts run on a thread of their own while the caller's tasks
     run on this one (``warm_up_tasks`` is then the tasks' time, ``warm_up`` the wait for the parts
@@ -110,52 +90,131 @@ def warm_start(
 
     With ``beside`` and ``finish_later`` as well, a quick start returns as soon as the caller's
     tasks are done, the parts still running: its report's ``finish`` (a callable) waits for them,
-    makes the check above (the full sweep where it falls short) and returns the report complete.
-    Every module the parts load is then in CuPy's kernel cache (the manifest says so: nothing is
-    compiled), only not yet loaded into this process; a request meanwhile loads what it needs itself.
+    makes the manifest's check (the full sweep where it falls short) and returns the report
+    complete. Every module the parts load is then in CuPy's kernel cache (the manifest says so:
+    nothing is compiled), only not yet loaded into this process; a request meanwhile loads what it
+    needs itself.
 
     Either way, once it is done, no request builds or loads a module the full sweep would have. The
     CPU backend compiles nothing: its warm-up is the graphs' parts (``mode="cpu"``).
     """
-    ms: dict[str, float] = {}
-    started = time.perf_counter()
-
-    def step(name: str) -> None:
-        nonlocal started
-        now = time.perf_counter()
-        ms[name] = round(ms.get(name, 0.0) + (now - started) * 1e3, 3)
-        started = now
-        lap(name)
-
+    laps = _Laps(lap)
     if backend != "gpu":
         tasks()
-        step("warm_up_tasks")
+        laps("warm_up_tasks")
         warm_up_graphs(backend)
-        step("warm_up")
-        return {"mode": "cpu", "ms": ms}
+        laps("warm_up")
+        return {"mode": "cpu", "ms": laps.ms}
+    return _GpuStart(tasks, laps).run(beside, finish_later)
 
-    from ._backend.census import kernel_census
 
-    caller = f"{getattr(tasks, '__module__', '?')}.{getattr(tasks, '__qualname__', '?')}"
-    environment = manifest_environment(caller)
-    path = manifest_path(environment)
-    manifest = read_manifest(path)
-    sweep = _full_sweep()
-    report: dict[str, Any] = {"manifest": str(path)}
-    # the census stays on until the last part is done: with finish_later, after this returns
-    census_on = contextlib.ExitStack()
-    census = census_on.enter_context(kernel_census())
-    handed_over = False
+class _Laps:
+    """Milliseconds per named step of a start (``ms``), each from the end of the one before;
+    ``lap(name)`` is called at the end of each."""
 
-    def conclude(cover: list[str]) -> dict[str, Any]:
+    def __init__(self, lap: Callable[[str], object]) -> None:
+        self.ms: dict[str, float] = {}
+        self._started = time.perf_counter()
+        self._lap = lap
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.ms[name] = round(self.ms.get(name, 0.0) + (now - self._started) * 1e3, 3)
+        self._started = now
+        self._lap(name)
+
+
+class _GpuStart:
+    """A start on the GPU, quick where the warm-up **manifest** allows.
+
+    The full sweep (:func:`warm_up`'s: graphs of 2^0 to 2^22 + 1 edges, point sets of 3 to 2^14 + 1
+    points, each of every dtype built, computed and queried, and the labels' device path on trees
+    of 5 to 2^20 + 1 points) loads every module CuPy specializes by size, and takes seconds even with
+    all of them in CuPy's kernel cache, nearly all of it execution. It is made of named parts, each
+    independent of the others, and most load nothing new: a few of them (the graph dtypes', the
+    queries', the size classes CuPy's reductions tell apart, the point sets' that load something of
+    their own) load every module, in a fraction of the time (figures: docs/operations.md). The full
+    sweep notes the parts that loaded a module first and every module loaded in a manifest in
+    CuPy's kernel cache folder (:func:`manifest_path`, keyed by :func:`manifest_environment`:
+    gpu_core's sources, CuPy's, NVRTC's and the driver's versions, the device's compute capability,
+    the caller's tasks). So:
+
+    * no manifest for this key (the first start on a kernel cache, or after an upgrade): the full
+      sweep (``mode="full"``), which writes the manifest;
+    * a manifest: only the parts it names, in the same order (``mode="quick"``), then a check that
+      they loaded every module it lists. Each of those modules is loaded by a part that runs,
+      whatever else runs (CuPy loads a module at the first launch that needs it in a process), so
+      this holds unless a part's work changed (it is deterministic); if it does not, the full sweep
+      runs too, before ready as ever, and writes the manifest again (``mode="full after quick"``,
+      ``missing``; ``note`` says so for the log).
+    """
+
+    def __init__(self, tasks: Callable[[], object], laps: _Laps) -> None:
+        from ._backend.census import kernel_census
+
+        self.tasks = tasks
+        self.laps = laps
+        caller = f"{getattr(tasks, '__module__', '?')}.{getattr(tasks, '__qualname__', '?')}"
+        self.environment = manifest_environment(caller)
+        self.path = manifest_path(self.environment)
+        self.manifest = read_manifest(self.path)
+        self.sweep = _full_sweep()
+        self.report: dict[str, Any] = {"manifest": str(self.path)}
+        # the census stays on until the last part is done: with finish_later, after warm_start returns
+        self.census_on = contextlib.ExitStack()
+        self.census = self.census_on.enter_context(kernel_census())
+
+    def run(self, beside: bool, finish_later: bool) -> dict[str, Any]:
+        """The full sweep where there is no manifest, else the quick one: after the caller's tasks,
+        or beside them (and, with ``finish_later``, handed over unfinished)."""
+        handed_over = False
+        try:
+            if self.manifest is None:
+                self.tasks()  # first: what it loads, no part needs to
+                self.laps("warm_up_tasks")
+                cover = _run(self.sweep, self.census.modules)
+                self.laps("warm_up")
+                self.report.update(mode="full", parts=f"{len(self.sweep)} of {len(self.sweep)}")
+                return self.conclude(cover)
+            listed = set(self.manifest.parts)
+            quick = [(name, part) for name, part in self.sweep if name in listed]
+            self.report.update(mode="quick", parts=f"{len(quick)} of {len(self.sweep)}", beside=beside)
+            if not beside:
+                self.tasks()
+                self.laps("warm_up_tasks")
+                cover = _run(quick, self.census.modules)
+                self.laps("warm_up")
+                return self.conclude(cover)
+            parts = _Beside(quick, self.census.modules)
+            try:
+                self.tasks()
+            finally:
+                self.laps("warm_up_tasks")
+            if finish_later:
+                self.report.update(finish=partial(self.finish, parts), finish_later=True)
+                handed_over = True  # the census stays on until finish()
+                return self.report
+            return self.finish(parts)
+        finally:
+            if not handed_over:
+                self.census_on.close()  # a no-op where conclude() closed it
+
+    def finish(self, parts: _Beside) -> dict[str, Any]:
+        """Wait for the parts beside the caller's tasks, then :meth:`conclude`."""
+        cover = parts.join()
+        self.laps("warm_up")
+        return self.conclude(cover)
+
+    def conclude(self, cover: list[str]) -> dict[str, Any]:
         """The check of a quick sweep (a full one where it fell short), the manifest, the report."""
+        report, census, manifest = self.report, self.census, self.manifest
         try:
             if manifest is not None:
                 missing = manifest.modules - census.modules.keys()
                 if missing:  # the parts that loaded a module in either run: a cover again
-                    more = set(cover) | set(_run(sweep, census.modules))
-                    cover = [name for name, _ in sweep if name in more]
-                    step("warm_up_full")
+                    more = set(cover) | set(_run(self.sweep, census.modules))
+                    cover = [name for name, _ in self.sweep if name in more]
+                    self.laps("warm_up_full")
                     report.update(mode="full after quick", missing=len(missing))
                     report["note"] = (
                         f"the quick warm-up missed {len(missing)} of the {len(manifest.modules)} modules "
@@ -165,53 +224,16 @@ def warm_start(
                 modules=len(census.modules), compiled=census.compiled, load_ms=round(census.load_ms, 3)
             )
         finally:
-            census_on.close()
+            self.census_on.close()
         if report["mode"] != "quick":
-            written = write_manifest(path, Manifest(frozenset(census.modules), tuple(cover)), environment)
+            written = write_manifest(
+                self.path, Manifest(frozenset(census.modules), tuple(cover)), self.environment
+            )
             if written is not None:
                 notes = [report["note"]] if "note" in report else []
                 report["note"] = "; ".join([*notes, f"the manifest could not be written: {written}"])
-        report["ms"] = ms
+        report["ms"] = self.laps.ms
         return report
-
-    try:
-        if manifest is None:
-            tasks()  # first: what it loads, no part needs to
-            step("warm_up_tasks")
-            cover = _run(sweep, census.modules)
-            step("warm_up")
-            report.update(mode="full", parts=f"{len(sweep)} of {len(sweep)}")
-            return conclude(cover)
-        listed = set(manifest.parts)
-        quick = [(name, part) for name, part in sweep if name in listed]
-        report.update(mode="quick", parts=f"{len(quick)} of {len(sweep)}", beside=beside)
-        if not beside:
-            tasks()
-            step("warm_up_tasks")
-            cover = _run(quick, census.modules)
-            step("warm_up")
-            return conclude(cover)
-        parts = _Beside(quick, census.modules)
-        try:
-            tasks()
-        finally:
-            step("warm_up_tasks")
-        if finish_later:
-
-            def finish() -> dict[str, Any]:
-                cover = parts.join()
-                step("warm_up")
-                return conclude(cover)
-
-            report.update(finish=finish, finish_later=True)
-            handed_over = True  # the census stays on until finish()
-            return report
-        cover = parts.join()
-        step("warm_up")
-        return conclude(cover)
-    finally:
-        if not handed_over:
-            census_on.close()  # a no-op where conclude() closed it
 
 
 Part = tuple[str, Callable[[], object]]

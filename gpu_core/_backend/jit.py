@@ -23,18 +23,28 @@ def available() -> bool:
     return True
 
 
-def jit(fn: Callable[..., Any]) -> Any:
+def jit(fn: Callable[..., Any], *, inline: bool = False) -> Any:
     """``numba.njit(cache=True, nogil=True)(fn)``; without a writable cache folder, uncached.
 
     ``error_model="numpy"``: a division by zero gives IEEE's inf or nan instead of raising, so
-    no division carries a check; the passes guard their divisions themselves.
+    no division carries a check; the passes guard their divisions themselves. ``inline``: see
+    :func:`jit_inline`.
     """
     import numba
 
+    options: dict[str, Any] = {"nogil": True, "error_model": "numpy"}
+    if inline:
+        options["inline"] = "always"
     try:
-        return numba.njit(cache=True, nogil=True, error_model="numpy")(fn)
+        return numba.njit(cache=True, **options)(fn)
     except RuntimeError:  # "no locator available": no writable cache folder anywhere
-        return numba.njit(nogil=True, error_model="numpy")(fn)
+        return numba.njit(**options)(fn)
+
+
+def jit_inline(fn: Callable[..., Any]) -> Any:
+    """:func:`jit`, and Numba inlines it into its compiled callers: a part of a hot loop that
+    LLVM would otherwise leave a call."""
+    return jit(fn, inline=True)
 
 
 @functools.cache

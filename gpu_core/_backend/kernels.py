@@ -33,9 +33,9 @@ LOOPS_OPTIONS: tuple[str, ...] = ("-std=c++17", "-DMST_DEVICE_LOOPS=1")
 #: the point-set kernels (Euclidean and mutual-reachability trees)
 EMST_FILE = "emst.cu"
 #: points per leaf of the point hierarchy (kLeaf in emst.cu): one point per leaf, as ArborX has it,
-#: was the fastest on an H200 at 10^7 points, against 2, 4, 8 and 16 (bench/NOTES.md, point sets)
+#: was faster than 2, 4, 8 or 16 on many points
 EMST_LEAF = 1
-#: neighbours per point in the Euclidean tree's lists (EMST_LIST in emst.cu; bench/NOTES.md, point sets)
+#: neighbours per point in the Euclidean tree's lists (EMST_LIST in emst.cu)
 EMST_LIST = 8
 EMST_NAME_EXPRESSIONS: tuple[str, ...] = (
     *(

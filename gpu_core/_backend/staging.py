@@ -2,11 +2,10 @@
 and device arrays to NumPy arrays in pinned memory.
 
 ``cupy.asarray(np.load(path, mmap_mode="r"))`` copies the file's pages into one pinned buffer
-(faulting the mapping in page by page), then to the device: 24-26 ms for the 134 MB of weights of
-a 33.5M-edge graph on an H200 host. One reader copying 8 MiB pieces into two pinned buffers in
-turn, each sent to the device while the next is read, takes 17-19 ms: the copy out of the page
-cache is the limit, and one core's. Four readers, each with its own share of the pieces, its own
-two buffers and its own stream, take 4.8 ms (two: 9.3, eight: 4.5).
+(faulting the mapping in page by page), then to the device. Here the file is read in pieces into
+two pinned buffers in turn, each sent to the device while the next is read; the copy out of the
+page cache is then the limit, and one core's, so a few readers share the pieces, each with its
+own two buffers and its own stream (figures: docs/performance.md).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import numpy as np
 
 from ..errors import GraphValidationError
 
-#: bytes per piece (8 and 16 MiB measured the same)
+#: bytes per piece (larger pieces read no faster)
 PIECE = 8 << 20
 #: readers at most (threads: each read and copy call releases the GIL)
 READERS = 4
@@ -113,9 +112,9 @@ def _read_pieces(
 def to_pinned(device_array: Any) -> np.ndarray[Any, Any]:
     """A device array copied into a NumPy array in pinned memory from CuPy's pinned pool.
 
-    ``.get()`` copies into fresh pageable memory, faulted in page by page: the labels and
-    probabilities of 10^7 points (160 MB) took 49 ms that way on an H200 host. Here the copy runs
-    at the bus's speed into memory the pool hands back once the array is freed (a caller that
+    ``.get()`` copies into fresh pageable memory, faulted in page by page, far below the bus's
+    speed (the labels and probabilities of many points wait on it). Here the copy runs at the bus's
+    speed into memory the pool hands back once the array is freed (a caller that
     keeps every result gets new pinned memory each time, which costs an allocation).
     """
     import cupy

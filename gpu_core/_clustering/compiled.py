@@ -4,11 +4,9 @@ Imported only where Numba is installed (``passes.compiled_passes``); the NumPy p
 ``hdbscan`` (linkage matrix, vectorized condensed tree) is the reference it must equal bit
 for bit (``tests/gpu_core/clustering/test_hdbscan_compiled.py``).
 
-One file on purpose, past 500 lines: the passes call one another compiled (``select_and_label``
-calls ``cluster_tree`` and ``select_clusters``, which calls ``_eom`` and ``_epsilon_merge``;
-``condense_edges`` calls ``_find`` and ``_walk``), and Numba's on-disk cache of a function is
-invalidated only by a change of the function's own file: split over several files, an edited
-callee would leave stale compiled copies in its callers' cache entries.
+The passes call one another compiled and share this file: Numba's on-disk cache of a function
+is invalidated only by a change of the function's own file, so a callee in another file, once
+edited, would leave stale compiled copies in its callers' cache entries.
 
 :func:`condense_edges` runs the dendrogram's union-find over the edges in merge order and
 builds the condensed tree bottom-up on the way:
@@ -50,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backend.jit import jit, prefetch
+from .._backend.jit import jit, jit_inline, prefetch
 
 _prefetch = prefetch()
 
@@ -119,6 +117,95 @@ def _walk(  # pragma: no cover - runs compiled
 
 
 @jit
+def _segments(n: int, min_cluster_size: int) -> Any:  # pragma: no cover - runs compiled
+    """Room for the segments of ``n`` points (fresh segments hold disjoint >= mcs points each):
+    ``(seg_parent, seg_birth, seg_size, splits)``, ``splits`` the (left, right) child segments."""
+    cap = 2 * (n // min_cluster_size) + 4
+    seg_parent = np.zeros(cap, dtype=np.int64)
+    seg_birth = np.zeros(cap)
+    seg_size = np.zeros(cap, dtype=np.int64)
+    splits = np.empty((cap // 2 + 1, 2), dtype=np.int64)
+    return seg_parent, seg_birth, seg_size, splits
+
+
+@jit
+def _split(  # pragma: no cover - runs compiled
+    segments: Any, nsplit: int, g: int, first: int, first_size: int, second: int, second_size: int, lam: float
+) -> None:
+    """Segments ``first`` and ``second`` become the child clusters of the new segment ``g``, born
+    at ``lam``: split number ``nsplit``, in that order."""
+    seg_parent, seg_birth, seg_size, splits = segments
+    seg_parent[first] = g
+    seg_parent[second] = g
+    seg_birth[first] = lam
+    seg_birth[second] = lam
+    seg_size[first] = first_size
+    seg_size[second] = second_size
+    splits[nsplit, 0] = first
+    splits[nsplit, 1] = second
+
+
+@jit
+def _events(room: int) -> Any:  # pragma: no cover - runs compiled
+    """Room for ``room`` events: each list's ``(entry, stop, segment, lambda)``, for :func:`_walk`."""
+    entry = np.empty(room, dtype=np.int64)
+    stop = np.empty(room, dtype=np.int64)
+    ev_segment = np.empty(room, dtype=np.int64)
+    ev_lam = np.empty(room)
+    return entry, stop, ev_segment, ev_lam
+
+
+@jit
+def _event(  # pragma: no cover - runs compiled
+    events: Any, count: int, entry: int, stop: int, segment: int, lam: float
+) -> int:
+    """Event number ``count``: the list from ``entry`` to ``stop`` leaves ``segment`` at ``lam``.
+    Returns the new count."""
+    entries, stops, segments, lams = events
+    entries[count] = entry
+    stops[count] = stop
+    segments[count] = segment
+    lams[count] = lam
+    return count + 1
+
+
+@jit
+def _leave(  # pragma: no cover - runs compiled
+    aux: Any, p_lam: Any, F: int, L: int, events: Any, count: int, b: int, sb: int, g: int, lam: float
+) -> int:
+    """The points of small root ``b`` (``sb`` of them) leave segment ``g`` at ``lam``: a single
+    point at once (never a root again, its line in cache), a list as an event walked after the
+    loop (its circular list cut open before ``b``). Returns the new event count."""
+    if sb == 1:
+        aux[4 * b + 1] = g
+        p_lam[F * b + L] = lam
+        return count
+    return _event(events, count, aux[4 * b], b, g, lam)  # type: ignore[no-any-return]
+
+
+@jit_inline
+def _prefetch_finds(parent: Any, aux: Any, u: Any, v: Any, i: int, m: int) -> None:  # pragma: no cover
+    """Before merge ``i``: the endpoints' lines of the merge ``2 D`` ahead, and the parents' lines
+    and records of the one ``D`` ahead, whose endpoints' lines have arrived (most finds end there)."""
+    ahead = i + 2 * D
+    if ahead < m:
+        _prefetch(parent, u[ahead])
+        _prefetch(parent, v[ahead])
+    ahead = i + D
+    if ahead < m:
+        x = u[ahead]
+        p = parent[x]
+        r = p if p >= 0 else x
+        _prefetch(parent, r)
+        _prefetch(aux, 4 * r)
+        x = v[ahead]
+        p = parent[x]
+        r = p if p >= 0 else x
+        _prefetch(parent, r)
+        _prefetch(aux, 4 * r)
+
+
+@jit
 def condense_edges(  # pragma: no cover - runs compiled
     n: int, u: Any, v: Any, w: Any, min_cluster_size: int, parent: Any, aux: Any, p_lam: Any
 ) -> Any:
@@ -130,40 +217,16 @@ def condense_edges(  # pragma: no cover - runs compiled
     m = n - 1
     F = p_lam.shape[0] // n  # float64 slots per point record
     L = F // 2  # the lambda's slot
-    cap = 2 * (n // min_cluster_size) + 4  # fresh segments hold disjoint >= mcs points each
-    seg_parent = np.zeros(cap, dtype=np.int64)
-    seg_birth = np.zeros(cap)
-    seg_size = np.zeros(cap, dtype=np.int64)
-    splits = np.empty((cap // 2 + 1, 2), dtype=np.int64)  # (left, right) child segments
-    room = n // 2 + 2  # events of lists of 2 or more points
-    entry = np.empty(room, dtype=np.int64)
-    stop = np.empty(room, dtype=np.int64)
-    ev_segment = np.empty(room, dtype=np.int64)
-    ev_lam = np.empty(room)
-    events = 0
-    nseg = 0
-    nsplit = 0
+    segments = _segments(n, min_cluster_size)
+    seg_parent, seg_birth, seg_size, splits = segments
+    events = _events(n // 2 + 2)  # events of lists of 2 or more points
+    count = nseg = nsplit = 0
     for x in range(n):
         parent[x] = -1
         aux[4 * x] = x
     root = 0
     for i in range(m):
-        ahead = i + 2 * D
-        if ahead < m:
-            _prefetch(parent, u[ahead])
-            _prefetch(parent, v[ahead])
-        ahead = i + D
-        if ahead < m:  # those lines have arrived: fetch the parents' (most finds end there)
-            x = u[ahead]
-            p = parent[x]
-            r = p if p >= 0 else x
-            _prefetch(parent, r)
-            _prefetch(aux, 4 * r)
-            x = v[ahead]
-            p = parent[x]
-            r = p if p >= 0 else x
-            _prefetch(parent, r)
-            _prefetch(aux, 4 * r)
+        _prefetch_finds(parent, aux, u, v, i, m)
         a = _find(parent, u[i])
         b = _find(parent, v[i])
         if a == b:
@@ -178,62 +241,29 @@ def condense_edges(  # pragma: no cover - runs compiled
         if sb >= min_cluster_size:  # both big: a split, two child clusters of a new segment
             g1 = aux[4 * a + 1]
             g2 = aux[4 * b + 1]
-            g = nseg
-            nseg += 1
-            seg_parent[g1] = g
-            seg_parent[g2] = g
-            seg_birth[g1] = lam
-            seg_birth[g2] = lam
-            seg_size[g1] = sa
-            seg_size[g2] = sb
             if aux[4 * a] < aux[4 * b]:  # the lower dendrogram id (the earlier latest merge) first
-                splits[nsplit, 0] = g1
-                splits[nsplit, 1] = g2
+                _split(segments, nsplit, nseg, g1, sa, g2, sb, lam)
             else:
-                splits[nsplit, 0] = g2
-                splits[nsplit, 1] = g1
+                _split(segments, nsplit, nseg, g2, sb, g1, sa, lam)
             nsplit += 1
-            aux[4 * a + 1] = g
-        elif sa >= min_cluster_size:  # a big, b small: b's points leave a's cluster
-            g = aux[4 * a + 1]
-            if sb == 1:
-                aux[4 * b + 1] = g
-                p_lam[F * b + L] = lam
-            else:  # b's circular list, cut open before b
-                entry[events] = aux[4 * b]
-                stop[events] = b
-                ev_segment[events] = g
-                ev_lam[events] = lam
-                events += 1
-        elif sa + sb >= min_cluster_size or i == m - 1:  # two small make a big one (or the root)
-            g = nseg
+            aux[4 * a + 1] = nseg
             nseg += 1
-            entry[events] = aux[4 * a]  # a stays the root: its list is walked later
-            stop[events] = a
-            ev_segment[events] = g
-            ev_lam[events] = lam
-            events += 1
-            if sb == 1:  # never a root again: done now
-                aux[4 * b + 1] = g
-                p_lam[F * b + L] = lam
-            else:
-                entry[events] = aux[4 * b]
-                stop[events] = b
-                ev_segment[events] = g
-                ev_lam[events] = lam
-                events += 1
-            aux[4 * a + 1] = g
+        elif sa >= min_cluster_size:  # a big, b small: b's points leave a's cluster
+            count = _leave(aux, p_lam, F, L, events, count, b, sb, aux[4 * a + 1], lam)
+        elif sa + sb >= min_cluster_size or i == m - 1:  # two small make a big one (or the root)
+            count = _event(events, count, aux[4 * a], a, nseg, lam)  # a stays the root: walked later
+            count = _leave(aux, p_lam, F, L, events, count, b, sb, nseg, lam)
+            aux[4 * a + 1] = nseg
+            nseg += 1
         else:  # two small lists join
-            t = aux[4 * a]
-            aux[4 * a] = aux[4 * b]
-            aux[4 * b] = t
+            aux[4 * a], aux[4 * b] = aux[4 * b], aux[4 * a]
         if sa + sb >= min_cluster_size or i == m - 1:
             aux[4 * a] = i  # a big root's link field: its latest merge (its dendrogram id - n)
         parent[b] = a
         parent[a] = -(sa + sb)
         root = a
     root_segment = aux[4 * root + 1]
-    _walk(aux, p_lam, entry, stop, ev_segment, ev_lam, events)
+    _walk(aux, p_lam, *events, count)
     return -1, root_segment, seg_parent[:nseg], seg_birth[:nseg], seg_size[:nseg], splits[:nsplit]
 
 
@@ -243,18 +273,10 @@ def condense_linkage(linkage: Any, min_cluster_size: int, aux: Any, p_lam: Any) 
     child of a split comes first). Returns :func:`condense_edges`'s tuple less ``bad_edge``."""
     m = linkage.shape[0]
     n = m + 1
-    cap = 2 * (n // min_cluster_size) + 4
-    seg_parent = np.zeros(cap, dtype=np.int64)
-    seg_birth = np.zeros(cap)
-    seg_size = np.zeros(cap, dtype=np.int64)
-    splits = np.empty((cap // 2 + 1, 2), dtype=np.int64)
-    entry = np.empty(n, dtype=np.int64)
-    stop = np.empty(n, dtype=np.int64)
-    ev_segment = np.empty(n, dtype=np.int64)
-    ev_lam = np.empty(n)
-    events = 0
-    nseg = 0
-    nsplit = 0
+    segments = _segments(n, min_cluster_size)
+    seg_parent, seg_birth, seg_size, splits = segments
+    events = _events(n)
+    count = nseg = nsplit = 0
     # per merge: its segment if big, else one of its points (on its circular list)
     state = np.empty(m, dtype=np.int64)
     for x in range(n):
@@ -271,44 +293,24 @@ def condense_linkage(linkage: Any, min_cluster_size: int, aux: Any, p_lam: Any) 
         big_a = sa >= min_cluster_size
         big_b = sb >= min_cluster_size
         if big_a and big_b:
-            g = nseg
-            nseg += 1
-            seg_parent[ea] = g
-            seg_parent[eb] = g
-            seg_birth[ea] = lam
-            seg_birth[eb] = lam
-            seg_size[ea] = sa
-            seg_size[eb] = sb
-            splits[nsplit, 0] = ea
-            splits[nsplit, 1] = eb
+            _split(segments, nsplit, nseg, ea, sa, eb, sb, lam)
             nsplit += 1
-            state[i] = g
+            state[i] = nseg
+            nseg += 1
         elif big_a or big_b:
             g = ea if big_a else eb
             small = eb if big_a else ea
-            entry[events] = aux[4 * small]
-            stop[events] = small
-            ev_segment[events] = g
-            ev_lam[events] = lam
-            events += 1
+            count = _event(events, count, aux[4 * small], small, g, lam)
             state[i] = g
         elif int(linkage[i, 3]) >= min_cluster_size or i == m - 1:
-            g = nseg
+            count = _event(events, count, aux[4 * ea], ea, nseg, lam)
+            count = _event(events, count, aux[4 * eb], eb, nseg, lam)
+            state[i] = nseg
             nseg += 1
-            entry[events] = aux[4 * ea]
-            stop[events] = ea
-            entry[events + 1] = aux[4 * eb]
-            stop[events + 1] = eb
-            ev_segment[events] = ev_segment[events + 1] = g
-            ev_lam[events] = ev_lam[events + 1] = lam
-            events += 2
-            state[i] = g
-        else:
-            t = aux[4 * ea]
-            aux[4 * ea] = aux[4 * eb]
-            aux[4 * eb] = t
+        else:  # two small lists join
+            aux[4 * ea], aux[4 * eb] = aux[4 * eb], aux[4 * ea]
             state[i] = ea
-    _walk(aux, p_lam, entry, stop, ev_segment, ev_lam, events)
+    _walk(aux, p_lam, *events, count)
     return state[m - 1], seg_parent[:nseg], seg_birth[:nseg], seg_size[:nseg], splits[:nsplit]
 
 
@@ -402,19 +404,10 @@ def select_clusters(  # pragma: no cover - runs compiled
 
 
 @jit
-def cluster_tree(  # pragma: no cover - runs compiled
-    root_seg: int, seg_parent: Any, seg_birth: Any, seg_size: Any, splits: Any, aux: Any, p_lam: Any
-) -> Any:
-    """The condensed tree over cluster numbers (0: the root; children after parents):
-    ``(number, cl_parent, birth, cl_size, stability, deaths)``, ``number`` mapping segments to
-    clusters. Its cluster rows are ``(cl_parent[c], c, birth[c], cl_size[c])`` for ``c >= 1``,
-    its point rows ``(number[aux[4 p + 1]], p, lambda of p, 1)``; ``deaths``: each cluster's
-    largest row lambda."""
-    n = aux.shape[0] // 4
-    F = p_lam.shape[0] // n  # float64 slots per point record
-    L = F // 2  # the lambda's slot
-    size = seg_parent.shape[0]
-    number = np.empty(size, dtype=np.int64)  # segment -> cluster number, 0 the root
+def _cluster_numbers(root_seg: int, splits: Any, size: int) -> Any:  # pragma: no cover - runs compiled
+    """``(number, segment_of)``: segment -> cluster number and back, numbered as the NumPy path
+    does (the root 0, then the children of the splits from the last split down)."""
+    number = np.empty(size, dtype=np.int64)
     segment_of = np.empty(size, dtype=np.int64)
     number[root_seg] = 0
     segment_of[0] = root_seg
@@ -424,6 +417,20 @@ def cluster_tree(  # pragma: no cover - runs compiled
             number[splits[s, side]] = k
             segment_of[k] = splits[s, side]
             k += 1
+    return number, segment_of
+
+
+@jit
+def _segment_sums(  # pragma: no cover - runs compiled
+    segment_of: Any, seg_parent: Any, seg_birth: Any, seg_size: Any, aux: Any, p_lam: Any
+) -> Any:
+    """Per segment, ``(cluster part, point part, record)`` of its stability, summed in the order
+    ``condense`` defines: the child clusters in number order, then the points in index order in
+    chunks of ``CHUNK``; ``record[4 g + 2]`` is segment g's death (its largest row lambda)."""
+    n = aux.shape[0] // 4
+    F = p_lam.shape[0] // n  # float64 slots per point record
+    L = F // 2  # the lambda's slot
+    size = seg_parent.shape[0]
     # per segment, 32 bytes (a point's random access hits one line): birth, the running chunk's
     # sum, death, the running chunk's count; the cluster part and the point part of the stability
     # apart (a point touches the latter once a chunk)
@@ -456,6 +463,21 @@ def cluster_tree(  # pragma: no cover - runs compiled
     for g in range(size):  # the last (partial) chunks
         if record[4 * g + 3] > 0.0:
             pointpart[g] += record[4 * g + 1]
+    return clusterpart, pointpart, record
+
+
+@jit
+def cluster_tree(  # pragma: no cover - runs compiled
+    root_seg: int, seg_parent: Any, seg_birth: Any, seg_size: Any, splits: Any, aux: Any, p_lam: Any
+) -> Any:
+    """The condensed tree over cluster numbers (0: the root; children after parents):
+    ``(number, cl_parent, birth, cl_size, stability, deaths)``, ``number`` mapping segments to
+    clusters. Its cluster rows are ``(cl_parent[c], c, birth[c], cl_size[c])`` for ``c >= 1``,
+    its point rows ``(number[aux[4 p + 1]], p, lambda of p, 1)``; ``deaths``: each cluster's
+    largest row lambda."""
+    size = seg_parent.shape[0]
+    number, segment_of = _cluster_numbers(root_seg, splits, size)
+    clusterpart, pointpart, record = _segment_sums(segment_of, seg_parent, seg_birth, seg_size, aux, p_lam)
     cl_parent = np.zeros(size, dtype=np.int64)
     birth = np.zeros(size)
     cl_size = np.zeros(size, dtype=np.int64)

@@ -116,27 +116,11 @@ def condense_columns(
     up = parent[n:] - n  # each merge's parent merge (the root's: itself)
     big = msize >= min_cluster_size  # per merge; points are never big (min_cluster_size >= 2)
     big[root] = True  # the root is always processed
-    sibling = xp.empty(nodes, dtype=xp.int64)
-    sibling[left] = right
-    sibling[right] = left
-    sibling[nodes - 1] = nodes - 1
-    big_node = xp.zeros(nodes, dtype=xp.bool_)
-    big_node[n:] = big
-    # a big merge starts a new cluster when its sibling is big too (a true split)
-    starts_cluster = big & big_node[sibling[n:]]
-    starts_cluster[root] = True
+    starts_cluster = _starts_cluster(left, right, big, n, xp)
     # every merge belongs to the cluster started by its nearest ancestor-or-self that starts one
     owner = jump(xp.where(starts_cluster, merges, up), xp, launch, parents_after=True)
-    # cluster numbers: root 0, the others by descending parent merge, the left child first
-    starts_cluster[root] = False  # numbered apart
-    starters = xp.flatnonzero(starts_cluster)
-    merge_of = up[starters]
-    key = (root - merge_of) * 2 + (starters + n != left[merge_of]).astype(xp.int64)  # unique
-    split_children = starters[argsort(key, xp)]
+    split_children, number = _numbered(starts_cluster, up, left, n, xp)
     count = int(split_children.shape[0]) + 1
-    number = xp.full(m, -1, dtype=xp.int64)
-    number[root] = 0
-    number[split_children] = xp.arange(1, count, dtype=xp.int64)
     cl_parent = xp.zeros(count, dtype=xp.int64)
     birth = xp.zeros(count, dtype=xp.float64)
     cl_size = xp.full(count, n, dtype=xp.int64)
@@ -158,6 +142,39 @@ def condense_columns(
         point_lam=lam_of_merge[leave_at],
         node=cl_node,
     )
+
+
+def _starts_cluster(left: Array, right: Array, big: Array, n: int, xp: Any) -> Array:
+    """Per merge: whether it starts a cluster, a big merge whose sibling is big too (a true split),
+    and the root."""
+    nodes = 2 * n - 1
+    sibling = xp.empty(nodes, dtype=xp.int64)
+    sibling[left] = right
+    sibling[right] = left
+    sibling[nodes - 1] = nodes - 1
+    big_node = xp.zeros(nodes, dtype=xp.bool_)
+    big_node[n:] = big
+    starts_cluster = big & big_node[sibling[n:]]
+    starts_cluster[n - 2] = True  # the root (merge m - 1)
+    return starts_cluster
+
+
+def _numbered(starts_cluster: Array, up: Array, left: Array, n: int, xp: Any) -> tuple[Array, Array]:
+    """The merges that start a cluster below a split, in cluster number order, and each merge's
+    cluster number (-1: none): the root 0, the others by descending parent merge, the left child
+    first. Takes the root out of ``starts_cluster``."""
+    m = n - 1
+    root = m - 1
+    starts_cluster[root] = False  # numbered apart
+    starters = xp.flatnonzero(starts_cluster)
+    merge_of = up[starters]
+    key = (root - merge_of) * 2 + (starters + n != left[merge_of]).astype(xp.int64)  # unique
+    split_children = starters[argsort(key, xp)]
+    count = int(split_children.shape[0]) + 1
+    number = xp.full(m, -1, dtype=xp.int64)
+    number[root] = 0
+    number[split_children] = xp.arange(1, count, dtype=xp.int64)
+    return split_children, number
 
 
 def _launched(name: str, values: Array, starts: Array, ends: Array, xp: Any, launch: Launch) -> Array:

@@ -2,7 +2,7 @@
 
 The scikit-learn API (``get_params``/``set_params``, ``fit``/``fit_predict``/``predict``, tags,
 ``clone``) without a scikit-learn base class: importing ``gpu_core`` must not import scikit-learn
-(2 s), so the estimator protocol is written out here (scikit-learn's ``check_estimator`` passes,
+(seconds), so the estimator protocol is written out here (scikit-learn's ``check_estimator`` passes,
 tests/gpu_core/clustering/test_hdbscan_estimator.py). ``__init__`` stores the parameters unchanged;
 ``fit`` validates them with scikit-learn's ``_parameter_constraints`` (``sklearn_compat``) and the
 engine's checks. Every parameter of ``sklearn.cluster.HDBSCAN`` is taken with its meaning, and its

@@ -42,8 +42,8 @@ from .._points.index import (
 )
 from .._points.metrics import resolve_metric
 from .._points.validate import check_min_samples
-from ..errors import ClusteringParameterError
 from .dendrogram_labels import labels_from_dendrogram
+from .model import check_method, check_min_cluster_size, finite_epsilon
 from .passes import COMPILED_FROM, compiled_passes, passes_for, plain
 
 Array = np.ndarray[Any, Any]
@@ -117,8 +117,8 @@ _kept: list[tuple[Array, Array]] = []  # the last call's parents and records (fl
 @contextlib.contextmanager
 def _reused_work_arrays(n: int) -> Iterator[tuple[Array, Array, Array]]:
     """:func:`_work_arrays`, reusing the last call's buffers where they are large enough: a new
-    20 bytes per point costs page faults (about 0.3 s per 10^7 points on a 2-core VM). Holds
-    them after the call (the largest so far); a second thread meanwhile gets its own."""
+    20 bytes per point costs page faults, a large part of a big call's time. Holds them after
+    the call (the largest so far); a second thread meanwhile gets its own."""
     if not _kept_lock.acquire(blocking=False):
         yield _work_arrays(n)
         return
@@ -160,8 +160,8 @@ def _select_and_label(
 
 class _PrefaultedOutputs(threading.Thread):
     """The labels and probabilities arrays, allocated and written once by a helper thread while
-    the (GIL-free) first pass runs: their page faults (16 bytes a point; about 0.3 s per 10^7
-    points on a 2-core VM, more where the memory was never touched) then cost no pass time."""
+    the (GIL-free) first pass runs: their page faults (16 bytes a point) then cost no pass
+    time."""
 
     def __init__(self, n: int) -> None:
         super().__init__(name="hdbscan-outputs", daemon=True)
@@ -292,6 +292,22 @@ def _labels_on_device(
     return (*host, count)
 
 
+def _labels_of_tree(
+    tree: Any, n: int, min_cluster_size: int, method: str, epsilon: float, timings: dict[str, float]
+) -> tuple[Array, Array, int]:
+    """Labels, probabilities (NumPy) and the number of clusters of the mutual-reachability tree of
+    ``n`` points, computed where the tree is."""
+    if n == 1:
+        return np.full(1, -1, dtype=np.int64), np.zeros(1), 0
+    if is_cupy(tree.src):
+        return _labels_on_device(tree, min_cluster_size, method, epsilon, timings)
+    src, dst, weights = (to_host(a) for a in (tree.src, tree.dst, tree.weights))
+    labels, probabilities = labels_from_edges(
+        n, src, dst, weights, min_cluster_size, method, epsilon, timings=timings
+    )
+    return labels, probabilities, int(labels.max()) + 1
+
+
 def hdbscan(
     points: Any,
     *,
@@ -327,27 +343,10 @@ def hdbscan(
         resolved = resolve_metric(metric, metric_params)
         coords, chosen, from_cupy = validated(points, backend, resolved)
         n = int(coords.shape[0])
-    if (
-        isinstance(min_cluster_size, bool)
-        or not isinstance(min_cluster_size, int | np.integer)
-        or (min_cluster_size < 2)
-    ):
-        raise ClusteringParameterError(
-            f"min_cluster_size must be an integer of at least 2; got {min_cluster_size!r}.",
-            field="min_cluster_size",
-        )
+    check_min_cluster_size(min_cluster_size)
     k = check_min_samples(min_cluster_size if min_samples is None else min_samples, n)
-    if cluster_selection_method not in ("eom", "leaf"):
-        raise ClusteringParameterError(
-            f"cluster_selection_method must be 'eom' or 'leaf'; got {cluster_selection_method!r}.",
-            field="cluster_selection_method",
-        )
-    eps = float(cluster_selection_epsilon)
-    if not np.isfinite(eps) or eps < 0.0:
-        raise ClusteringParameterError(
-            f"cluster_selection_epsilon must be a finite number >= 0; got {cluster_selection_epsilon!r}.",
-            field="cluster_selection_epsilon",
-        )
+    check_method(cluster_selection_method)
+    eps = finite_epsilon(cluster_selection_epsilon)
     fresh = index is None
     if index is None:
         index = build_index(points, coords, chosen, from_cupy, metric=resolved)
@@ -355,18 +354,9 @@ def hdbscan(
     tree = tree_on_index(index, k, started, fresh=fresh, on_device=index.backend == "gpu", alpha=alpha)
     t0 = time.perf_counter()
     timings = dict(tree.timings_ms)
-    if n == 1:
-        labels, probabilities, count = np.full(1, -1, dtype=np.int64), np.zeros(1), 0
-    elif is_cupy(tree.src):
-        labels, probabilities, count = _labels_on_device(
-            tree, int(min_cluster_size), cluster_selection_method, eps, timings
-        )
-    else:
-        src, dst, weights = (to_host(a) for a in (tree.src, tree.dst, tree.weights))
-        labels, probabilities = labels_from_edges(
-            n, src, dst, weights, int(min_cluster_size), cluster_selection_method, eps, timings=timings
-        )
-        count = int(labels.max()) + 1
+    labels, probabilities, count = _labels_of_tree(
+        tree, n, int(min_cluster_size), cluster_selection_method, eps, timings
+    )
     return HDBSCANResult(
         labels=labels,
         probabilities=probabilities,

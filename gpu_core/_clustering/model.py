@@ -60,6 +60,38 @@ class Options:
     alpha: float = 1.0
 
 
+def check_min_cluster_size(value: Any) -> int:
+    """``min_cluster_size`` as an int, or a :class:`ClusteringParameterError`: at least 2."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or (value < 2):
+        raise ClusteringParameterError(
+            f"min_cluster_size must be an integer of at least 2; got {value!r}.",
+            field="min_cluster_size",
+        )
+    return int(value)
+
+
+def check_method(method: Any) -> str:
+    """``cluster_selection_method``, or a :class:`ClusteringParameterError`: "eom" or "leaf"."""
+    if method not in ("eom", "leaf"):
+        raise ClusteringParameterError(
+            f"cluster_selection_method must be 'eom' or 'leaf'; got {method!r}.",
+            field="cluster_selection_method",
+        )
+    return str(method)
+
+
+def finite_epsilon(epsilon: Any) -> float:
+    """``cluster_selection_epsilon`` as a float, or a :class:`ClusteringParameterError`: finite
+    and at least 0."""
+    eps = float(epsilon)
+    if not np.isfinite(eps) or eps < 0.0:
+        raise ClusteringParameterError(
+            f"cluster_selection_epsilon must be a finite number >= 0; got {epsilon!r}.",
+            field="cluster_selection_epsilon",
+        )
+    return eps
+
+
 def check_options(
     n: int,
     min_cluster_size: Any,
@@ -71,15 +103,7 @@ def check_options(
     alpha: Any = 1.0,
 ) -> Options:
     """The parameters as :class:`Options`, or a :class:`ClusteringParameterError` naming the bad one."""
-    if (
-        isinstance(min_cluster_size, bool)
-        or not isinstance(min_cluster_size, int | np.integer)
-        or (min_cluster_size < 2)
-    ):
-        raise ClusteringParameterError(
-            f"min_cluster_size must be an integer of at least 2; got {min_cluster_size!r}.",
-            field="min_cluster_size",
-        )
+    check_min_cluster_size(min_cluster_size)
     wanted = min_cluster_size if min_samples is None else min_samples
     if isinstance(wanted, int | np.integer) and not isinstance(wanted, bool) and wanted > n >= 1:
         raise ClusteringParameterError(
@@ -88,42 +112,39 @@ def check_options(
             field="min_samples",
         )
     k = check_min_samples(wanted, n)
-    if method not in ("eom", "leaf"):
-        raise ClusteringParameterError(
-            f"cluster_selection_method must be 'eom' or 'leaf'; got {method!r}.",
-            field="cluster_selection_method",
-        )
+    check_method(method)
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float | np.integer | np.floating):
         raise ClusteringParameterError(
             f"cluster_selection_epsilon must be a number; got {epsilon!r}.", field="cluster_selection_epsilon"
         )
-    eps = float(epsilon)
-    if not np.isfinite(eps) or eps < 0.0:
-        raise ClusteringParameterError(
-            f"cluster_selection_epsilon must be a finite number >= 0; got {epsilon!r}.",
-            field="cluster_selection_epsilon",
-        )
+    eps = finite_epsilon(epsilon)
     if not isinstance(allow_single_cluster, bool | np.bool_):
         raise ClusteringParameterError(
             f"allow_single_cluster must be True or False; got {allow_single_cluster!r}.",
             field="allow_single_cluster",
         )
-    limit: int | None = None
-    if max_cluster_size is not None:
-        if (
-            isinstance(max_cluster_size, bool)
-            or not isinstance(max_cluster_size, int | np.integer)
-            or (max_cluster_size < 0)
-        ):
-            raise ClusteringParameterError(
-                f"max_cluster_size must be None or an integer >= 0 (0: no limit, as in the hdbscan "
-                f"library); got {max_cluster_size!r}.",
-                field="max_cluster_size",
-            )
-        limit = int(max_cluster_size) or None
     return Options(
-        int(min_cluster_size), k, str(method), eps, bool(allow_single_cluster), limit, check_alpha(alpha)
-    )
+        int(min_cluster_size), k, str(method), eps, bool(allow_single_cluster),
+        _size_limit(max_cluster_size), check_alpha(alpha),
+    )  # fmt: skip
+
+
+def _size_limit(max_cluster_size: Any) -> int | None:
+    """``max_cluster_size`` as the largest cluster allowed (None: no limit, as 0 means in the
+    hdbscan library), or a :class:`ClusteringParameterError`."""
+    if max_cluster_size is None:
+        return None
+    if (
+        isinstance(max_cluster_size, bool)
+        or not isinstance(max_cluster_size, int | np.integer)
+        or (max_cluster_size < 0)
+    ):
+        raise ClusteringParameterError(
+            f"max_cluster_size must be None or an integer >= 0 (0: no limit, as in the hdbscan "
+            f"library); got {max_cluster_size!r}.",
+            field="max_cluster_size",
+        )
+    return int(max_cluster_size) or None
 
 
 @dataclass(eq=False)
@@ -207,28 +228,11 @@ def fit_model(
     timings = dict(tree.timings_ms)
     t0 = time.perf_counter()
     n = index.n
-    if _module_of(tree.src) is np:
-        from .._dendrogram.cpu import linkage_from_sorted_edges
-
-        linkage = linkage_from_sorted_edges(n, tree.src, tree.dst, tree.weights)
-    else:
-        from .._dendrogram.gpu import linkage_on_device
-
-        linkage = linkage_on_device(n, tree.src, tree.dst, tree.weights)
+    linkage = _linkage(tree, n)
     xp = _module_of(linkage)
     launch = None if xp is np else _cupy_launch
     t1 = time.perf_counter()
-    if n == 1:  # one point: one cluster (the root) without rows, the point noise
-        clusters = Clusters(
-            parent=xp.zeros(1, dtype=xp.int64), birth=xp.zeros(1), size=xp.ones(1, dtype=xp.int64),
-            point_cluster=xp.zeros(1, dtype=xp.int64), point_lam=xp.zeros(1),
-            node=xp.zeros(1, dtype=xp.int64),
-        )  # fmt: skip
-        stability, deaths = xp.zeros(1), xp.zeros(1)
-    else:
-        z = linkage
-        clusters = condense_columns(z[:, 0], z[:, 1], z[:, 2], z[:, 3], options.min_cluster_size, xp, launch)
-        stability, deaths = summaries(clusters, xp, launch)
+    clusters, stability, deaths = _condensed(linkage, n, options.min_cluster_size, xp, launch)
     selected, anchor, resolved = _select(clusters, stability, options, xp, launch)
     if n == 1:  # nothing to select
         selected = xp.zeros(1, dtype=xp.bool_)
@@ -249,6 +253,34 @@ def fit_model(
         labels=np.asarray(_to_host(labels), dtype=np.int64),
         probabilities=np.asarray(_to_host(probabilities), dtype=np.float64), timings_ms=timings,
     )  # fmt: skip
+
+
+def _linkage(tree: EuclideanTree, n: int) -> Array:
+    """The tree's dendrogram, where the tree is (a NumPy or a CuPy linkage matrix)."""
+    if _module_of(tree.src) is np:
+        from .._dendrogram.cpu import linkage_from_sorted_edges
+
+        return linkage_from_sorted_edges(n, tree.src, tree.dst, tree.weights)
+    from .._dendrogram.gpu import linkage_on_device
+
+    return linkage_on_device(n, tree.src, tree.dst, tree.weights)
+
+
+def _condensed(
+    linkage: Array, n: int, min_cluster_size: int, xp: Any, launch: Launch | None
+) -> tuple[Clusters, Array, Array]:
+    """The condensed tree of ``linkage``, its clusters' stabilities and deaths."""
+    if n == 1:  # one point: one cluster (the root) without rows, the point noise
+        clusters = Clusters(
+            parent=xp.zeros(1, dtype=xp.int64), birth=xp.zeros(1), size=xp.ones(1, dtype=xp.int64),
+            point_cluster=xp.zeros(1, dtype=xp.int64), point_lam=xp.zeros(1),
+            node=xp.zeros(1, dtype=xp.int64),
+        )  # fmt: skip
+        return clusters, xp.zeros(1), xp.zeros(1)
+    z = linkage
+    clusters = condense_columns(z[:, 0], z[:, 1], z[:, 2], z[:, 3], min_cluster_size, xp, launch)
+    stability, deaths = summaries(clusters, xp, launch)
+    return clusters, stability, deaths
 
 
 def _select(

@@ -226,8 +226,8 @@ def _exemplar_distances(data: PredictionData, points: Array) -> Array:
     Few points against few exemplars: every distance, in chunks (the library's way). Otherwise a
     nearest-neighbour search per cluster, in an index of its exemplars built once per model (kept
     beside the prediction data while it lives): the exemplars grow with the model (about 14 % of
-    the points of 2-D blobs), so computing every distance is quadratic in the model's size, 37 s
-    for all points of a 10^5-point model on a CPU, where the searches take well under a second.
+    the points of 2-D blobs), so computing every distance is quadratic in the model's size, where
+    the searches are not.
     """
     xp = _module_of(points)
     count, labels = int(points.shape[0]), data.num_labels

@@ -72,10 +72,7 @@ def select_clusters(
         too_big = None
         if max_cluster_size is not None:
             assert size is not None, "max_cluster_size needs the clusters' sizes"
-            sizes = np.asarray(size, dtype=np.int64).copy()
-            # the library sizes the root by its child clusters (0 without any)
-            sizes[0] = int(sizes[1:][parent[1:] == 0].sum())
-            too_big = sizes > max_cluster_size
+            too_big = _too_big(parent, size, max_cluster_size)
         keep = _eom(
             parent, stability, allow_single_cluster=allow_single_cluster, too_big=too_big, resolved=resolved
         )
@@ -89,7 +86,23 @@ def select_clusters(
         keep[0] = False
     if epsilon == 0.0 or count == 1 or not keep.any() or keep[0]:
         return keep
-    # the epsilon merge walks the cluster tree: dictionaries, built only when needed
+    return _epsilon_merge(keep, parent, birth, epsilon, allow_single_cluster)
+
+
+def _too_big(parent: Array, size: Array, max_cluster_size: int) -> Array:
+    """The clusters of more than ``max_cluster_size`` points (``size``), the root sized as the
+    library sizes it: by its child clusters (0 without any)."""
+    sizes = np.asarray(size, dtype=np.int64).copy()
+    sizes[0] = int(sizes[1:][parent[1:] == 0].sum())
+    return sizes > max_cluster_size
+
+
+def _epsilon_merge(
+    keep: Array, parent: Array, birth: Array, epsilon: float, allow_single_cluster: bool
+) -> Array:
+    """The epsilon merge of the selected clusters ``keep``: it walks the cluster tree, over
+    dictionaries built only when it runs."""
+    count = parent.shape[0]
     children: dict[int, list[int]] = {}
     parent_of: dict[int, int] = {}
     birth_lam: dict[int, float] = {}

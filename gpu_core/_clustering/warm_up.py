@@ -6,14 +6,13 @@ The hierarchy's and brute force's searches are the point sets' warm-up's; what a
 reductions, the neighbour lists of a prediction in every list width) does not depend on the number
 of coordinates but on the list width and, for CuPy's reductions, on the size class of the points
 and the clusters: so two-blob sets of 47 and 700 points in 2-D, every list width that fits, from
-CuPy and from NumPy, and each selection once (H200, 2026-11-25: the first model of 47 2-D points
-after the point sets' warm-up loaded 8 modules, one of min_samples=100 on 700 points another).
+CuPy and from NumPy, and each selection once (after the point sets' warm-up, a first model and a
+first one of wide lists on more points each still load modules of their own).
 
 A membership vector has one entry per cluster, and CuPy's CUB reductions over a row compile a
 kernel per block size, which follows the row's width: the two-blob models have few clusters, so the
-rows of every width class are reduced on their own (H200, 2026-11-27: membership vectors of
-models of 5,000 uniform 1-D and 2-D points, a few hundred clusters each, compiled nanmax's and
-argmax's kernels for 64 and 128 threads in a request).
+rows of every width class are reduced on their own (a model of a few hundred clusters reduces
+rows wider than the two-blob models' ever are).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the order given) *is* the single-linkage hierarchy: the i-th edge merges the two
 clusters that hold its endpoints into cluster ``n + i``. Only the labelling is
 sequential (a union-find over the edges); connectivity and order are checked with
 vectorized SciPy/NumPy first, so the loop never meets a bad edge. The loop runs compiled
-by Numba where it is installed (about 0.03 us per edge), else in Python (about 1.5 us).
+by Numba where it is installed, else in Python (far slower).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def _label_compiled(n: int, u: Any, v: Any, out: Any, parent: Any, lab: Any) -> 
 
 @functools.cache
 def _compiled() -> Any:
-    """The loop compiled by Numba (about 100x faster), or None where Numba is not installed."""
+    """The loop compiled by Numba (far faster), or None where Numba is not installed."""
     from .._backend.jit import available, jit
 
     return jit(_label_compiled) if available() else None

@@ -33,10 +33,8 @@ Launch = Callable[[str, tuple[int], tuple[int], tuple[Any, ...]], None]
 
 BLOCK = 256
 #: edges per block that one thread finishes sequentially (``finish_blocks``), a power of two: the
-#: last log2(TAIL) levels of the divide and conquer cost one launch instead of two per level.
-#: Measured on an H200 (``python -m bench.dendrogram``, 2-D/3-D uniform and blobs EMSTs): at 10^7
-#: points 32: 19.4-21.1 ms, 64: 19.0-20.7, 256: 16.8-18.3, 512: 16.7-18.0; at 10^6 all 1.7-2.4
-#: (256: 2.0-2.1)
+#: last log2(TAIL) levels of the divide and conquer cost one launch instead of two per level
+#: (256 was faster than 32 or 64 on many points, and 512 no faster)
 TAIL = 256
 #: about one tour token in SPACING starts a sublist of the list ranking (a power of two)
 SPACING = 32

@@ -22,8 +22,7 @@ def filter_threshold(num_vertices: int, num_edges: int) -> int:
     threshold is exact and costs nothing. Returns ``num_edges`` when no
     filtering happens (average degree below 4). The paper aims at 3·|V| edges;
     with the second phase's sets flattened first (see ``prepare_second_phase``)
-    1·|V| was fastest on an H200 (random 4-regular 2^20: 1.63 ms against 1.83 ms
-    at 2·|V| and 2.4 ms at 3·|V|; RMAT-22: 7.4 ms against 7.6 and 10.4 ms).
+    1·|V| is faster than 2·|V| or 3·|V|, and fewer is no faster (docs/performance.md).
     """
     if 2 * num_edges < FILTER_MIN_AVERAGE_DEGREE * num_vertices:
         return num_edges

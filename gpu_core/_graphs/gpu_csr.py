@@ -25,8 +25,8 @@ BLOCK = 256
 #: rows with at least this many slots are cut into chunks of this many, one warp each
 CHUNK_SLOTS = 256
 #: graphs of at least this many edges hand the pool's cached blocks back between build steps:
-#: a freed sort buffer split to serve a smaller array can no longer serve the worklists (seen
-#: as an out-of-memory error with 2.7B edges on an H200 while 14 GB were cached in pieces)
+#: a freed sort buffer split to serve a smaller array can no longer serve the worklists (the
+#: largest graphs then ran out of memory with much of it cached in pieces)
 RELEASE_FROM_EDGES = 1 << 26
 
 
@@ -72,6 +72,22 @@ def device_weight_bound(weight: Any) -> int | None:
     return max(abs(int(weight.min())), abs(int(weight.max())))
 
 
+def _check_gpu_limits(n: int, m: int) -> None:
+    """The GPU backend's 32-bit vertex index and edge ranks: a :class:`GraphTooLargeError` beyond."""
+    if n > INT32_MAX:
+        raise GraphTooLargeError(
+            f"the GPU backend indexes vertices with 32 bits: at most {INT32_MAX} vertices, got {n}.",
+            limit=INT32_MAX,
+            actual=n,
+        )
+    if m > MAX_GPU_EDGES:
+        raise GraphTooLargeError(
+            f"the GPU backend ranks edges with 32 bits: at most {MAX_GPU_EDGES} edges, got {m}.",
+            limit=MAX_GPU_EDGES,
+            actual=m,
+        )
+
+
 class GpuCsr:
     """A graph's CSR on the current CUDA device, in the order of ``_objective``.
 
@@ -106,18 +122,7 @@ class GpuCsr:
         edges = validate_edges(cp, src, dst, weight, num_vertices, widen=False)
         n = edges.num_vertices
         m = int(edges.weight.shape[0])
-        if n > INT32_MAX:
-            raise GraphTooLargeError(
-                f"the GPU backend indexes vertices with 32 bits: at most {INT32_MAX} vertices, got {n}.",
-                limit=INT32_MAX,
-                actual=n,
-            )
-        if m > MAX_GPU_EDGES:
-            raise GraphTooLargeError(
-                f"the GPU backend ranks edges with 32 bits: at most {MAX_GPU_EDGES} edges, got {m}.",
-                limit=MAX_GPU_EDGES,
-                actual=m,
-            )
+        _check_gpu_limits(n, m)
         self.num_vertices = n
         self.num_edges = m
         # Input order, for the forest's weights; a copy, so the caller may reuse its own array.
@@ -140,7 +145,22 @@ class GpuCsr:
         v = self._gather_ids(cp, dst_ids, k)
         del src_ids, dst_ids
 
-        # Rows: degrees and light-slot counts (rank < threshold) -> row_ptr and split.
+        self._build_rows(cp, u, v, k, slot_dtype)
+
+        # CSR of each edge once (the row of its smaller endpoint; ECL-MST takes every edge from that
+        # end only), rows in ascending rank order, one chunk of rows at a time.
+        self._release(cp)
+        self.adj = cp.empty((k, 2), dtype=cp.int32)
+        self._fill_rows(cp, u, v, k)
+        del u, v
+        self._release(cp)
+        self.heavy_chunks = self._heavy_chunks(cp, slot_dtype)
+        self._release(cp)
+
+    def _build_rows(self, cp: Any, u: Any, v: Any, k: int, slot_dtype: Any) -> None:
+        """The rows from the endpoints by rank: degrees and light-slot counts (rank < threshold)
+        -> ``row_ptr`` and ``split``."""
+        n = self.num_vertices
         degree = cp.zeros(max(n, 1), dtype=cp.uint32)
         light = cp.zeros(max(n, 1), dtype=cp.uint32)
         if k:
@@ -152,16 +172,6 @@ class GpuCsr:
         del degree
         self.split = self.row_ptr[:-1] + light[:n].astype(slot_dtype)
         del light
-
-        # CSR of each edge once (the row of its smaller endpoint; ECL-MST takes every edge from that
-        # end only), rows in ascending rank order, one chunk of rows at a time.
-        self._release(cp)
-        self.adj = cp.empty((k, 2), dtype=cp.int32)
-        self._fill_rows(cp, u, v, k)
-        del u, v
-        self._release(cp)
-        self.heavy_chunks = self._heavy_chunks(cp, slot_dtype)
-        self._release(cp)
 
     def _rank(self, cp: Any, src: Any, dst: Any) -> Any:
         """Edge ids of the loop-free edges in ``(weight, edge_id)`` order, as uint32.

@@ -122,8 +122,18 @@ def validate_edges(
         raise _weight_dtype_error(w.dtype)
     src_a = _check_ids(xp, src_a, "src", widen)
     dst_a = _check_ids(xp, dst_a, "dst", widen)
+    _check_finite(xp, w)
+    lo = min(int(src_a.min()), int(dst_a.min())) if m else 0
+    hi = max(int(src_a.max()), int(dst_a.max())) if m else -1
+    n = _vertex_count(num_vertices, hi)
+    if lo < 0 or hi >= n:
+        _check_in_range(xp, src_a, dst_a, n)
+    return EdgeList(src=src_a, dst=dst_a, weight=w, num_vertices=n)
 
-    if w.dtype.kind == "f" and m:
+
+def _check_finite(xp: ModuleType, w: Any) -> None:
+    """Float weights must be finite: a :class:`NonFiniteWeightError` names the first that is not."""
+    if w.dtype.kind == "f" and w.shape[0]:
         finite = xp.isfinite(w)
         if not bool(finite.all()):
             index = _first_index(xp, ~finite)
@@ -133,8 +143,10 @@ def validate_edges(
                 index=index,
             )
 
-    lo = min(int(src_a.min()), int(dst_a.min())) if m else 0
-    hi = max(int(src_a.max()), int(dst_a.max())) if m else -1
+
+def _vertex_count(num_vertices: Any, hi: int) -> int:
+    """The graph's vertex count: ``num_vertices`` checked, else the largest id ``hi`` + 1; at most
+    :data:`MAX_VERTICES` (checked before anything of that size is allocated)."""
     if num_vertices is None:
         n = hi + 1
     else:
@@ -145,20 +157,23 @@ def validate_edges(
         n = int(num_vertices)
         if n < 0:
             raise GraphValidationError(f"'num_vertices' must be non-negative, got {n}.", field="num_vertices")
-    if n > MAX_VERTICES:  # before anything of size n is allocated
+    if n > MAX_VERTICES:
         raise GraphTooLargeError(
             f"the graph has {n} vertices; gpu_core indexes vertices with 32 bits: at most {MAX_VERTICES}.",
             limit=MAX_VERTICES,
             actual=n,
         )
-    if lo < 0 or hi >= n:
-        for field, ids in (("src", src_a), ("dst", dst_a)):
-            bad = (ids < 0) | (ids >= n)
-            if bool(bad.any()):
-                index = _first_index(xp, bad)
-                raise VertexIdError(
-                    f"'{field}[{index}]' = {int(ids[index])} is outside [0, {n}) (num_vertices = {n}).",
-                    field=field,
-                    index=index,
-                )
-    return EdgeList(src=src_a, dst=dst_a, weight=w, num_vertices=n)
+    return n
+
+
+def _check_in_range(xp: ModuleType, src: Any, dst: Any, n: int) -> None:
+    """Vertex ids must lie in ``[0, n)``: a :class:`VertexIdError` names the first that does not."""
+    for field, ids in (("src", src), ("dst", dst)):
+        bad = (ids < 0) | (ids >= n)
+        if bool(bad.any()):
+            index = _first_index(xp, bad)
+            raise VertexIdError(
+                f"'{field}[{index}]' = {int(ids[index])} is outside [0, {n}) (num_vertices = {n}).",
+                field=field,
+                index=index,
+            )

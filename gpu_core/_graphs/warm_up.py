@@ -57,11 +57,11 @@ def graph_parts(backend: Literal["gpu", "cpu"], sizes: Sequence[int] = WARM_UP_S
     over (validation on the device included), and takes the validation's error paths (a vertex
     id out of range, a non-finite weight) and the empty and loop-only graphs once. On the GPU,
     CuPy compiles an elementwise or reduction kernel for each dtype it first meets: without
-    this, the first upload of int32 ids took 3.6 s. Then every query of a resident graph runs
-    once per weight dtype: minimum and maximum forests, a what-if, cluster labels, and weight
-    updates. On the GPU all of that (bar the vertex-id dtypes) again on a graph of each edge count
-    of ``sizes``: CuPy specializes some reductions and scans (validation's all() and any(),
-    boolean indexing, nonzero) by the size of their input.
+    this, the first upload of each dtype would wait for those compilations. Then every query of a
+    resident graph runs once per weight dtype: minimum and maximum forests, a what-if, cluster
+    labels, and weight updates. On the GPU all of that (bar the vertex-id dtypes) again on a graph
+    of each edge count of ``sizes``: CuPy specializes some reductions and scans (validation's all()
+    and any(), boolean indexing, nonzero) by the size of their input.
     """
     parts: list[Part] = []
     for id_dtype in ID_DTYPES:

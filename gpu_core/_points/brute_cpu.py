@@ -111,7 +111,7 @@ class HostEngine:
 
     def products_only(self) -> float:
         """Every tile's matrix product of every block, nothing selected: the filter's arithmetic
-        alone (``bench.highdim``'s figure under the floor). Returns a checksum."""
+        alone, the floor under any search's time. Returns a checksum."""
         total = 0.0
         for lo in range(0, self.n, self.block):
             block = self.centered[lo : lo + self.block]

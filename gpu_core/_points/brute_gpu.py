@@ -251,7 +251,7 @@ class DeviceEngine:
         self._replicas: dict[int, _Replica] = {
             self.device_ids[0]: _Replica(self.half, self.norm2f, self.coords)
         }
-        #: where the benchmarks want each launch timed: (what, start event, end event), appended
+        #: where a caller wants each launch timed: (what, start event, end event), appended
         self.events: list[tuple[str, Any, Any]] | None = None
 
     # what ties the engine to CuPy and its kernels (the tests' model of the kernels replaces these)
@@ -402,8 +402,8 @@ class DeviceEngine:
         return self._search(search_rows, cols, width, blocks)
 
     def products_only(self) -> float:
-        """Every block's products with every tile, nothing selected (``bench.highdim``'s figure of
-        the tensor cores' arithmetic alone); returns 0."""
+        """Every block's products with every tile, nothing selected: the tensor cores' arithmetic
+        alone, the floor under any search's time; returns 0."""
         rows = _Rows(self.half, None, self.coords, self.norm2, self.alpha, self.beta)
         rep = self._replicas[self.device_ids[0]]
         search = _LocalSearch(self, rows, _Cols(rep.half, rep.norm2f, rep.coords), 1, None, mode=1)

@@ -122,6 +122,32 @@ def _complement_search(search: Search, rows: Array, comp: Array, best_w: Array, 
             k *= 2
 
 
+def _lightest_edges(
+    search: Search, cached: Neighbours, live: Neighbours, comp: Array, num_comp: int
+) -> tuple[Array, Array, Neighbours]:
+    """One Borůvka round's search: each component's lightest outgoing edge (``best_w``, and
+    ``best_pair`` as ``lo * n + hi``), and the cached lists' rows that still list an outside point."""
+    n = search.n
+    best_w = np.full(num_comp, np.inf)
+    best_pair = np.full(num_comp, INT64_MAX, dtype=np.int64)
+    # cached lists: only rows that still list an outside point need scanning (components grow)
+    row_w, row_pair = _row_best(live, comp, n)
+    _offer(best_w, best_pair, comp[live.rows], row_w, row_pair)
+    keep = np.isfinite(row_w)
+    live = Neighbours(live.rows[keep], live.idx[keep], live.w2[keep], live.lower[keep])
+    rows = np.flatnonzero(cached.lower <= best_w[comp])
+    kk = 2 * cached.idx.shape[1]
+    # bounded k-d tree queries with more neighbours while few rows are unresolved ...
+    while rows.size and kk <= MAX_NEIGHBOURS and rows.size * DEEP_FRACTION <= n:
+        nb = search.query(rows, kk, best_w[comp[rows]])
+        rows = _resolve(search, nb, comp, best_w, best_pair)
+        kk *= 2
+    # ... else (interior points of large components) trees over each component's complement
+    if rows.size:
+        _complement_search(search, rows, comp, best_w, best_pair)
+    return best_w, best_pair, live
+
+
 def cpu_tree(
     index: CpuIndex, k: int, started: float, fresh: bool, *, keys: bool = False, core_scale: float = 1.0
 ) -> EuclideanTree:
@@ -157,23 +183,7 @@ def cpu_tree(
     rounds = 0
     while num_comp > 1:
         rounds += 1
-        best_w = np.full(num_comp, np.inf)
-        best_pair = np.full(num_comp, INT64_MAX, dtype=np.int64)
-        # cached lists: only rows that still list an outside point need scanning (components grow)
-        row_w, row_pair = _row_best(live, comp, n)
-        _offer(best_w, best_pair, comp[live.rows], row_w, row_pair)
-        keep = np.isfinite(row_w)
-        live = Neighbours(live.rows[keep], live.idx[keep], live.w2[keep], live.lower[keep])
-        rows = np.flatnonzero(cached.lower <= best_w[comp])
-        kk = 2 * cached.idx.shape[1]
-        # bounded k-d tree queries with more neighbours while few rows are unresolved ...
-        while rows.size and kk <= MAX_NEIGHBOURS and rows.size * DEEP_FRACTION <= n:
-            nb = search.query(rows, kk, best_w[comp[rows]])
-            rows = _resolve(search, nb, comp, best_w, best_pair)
-            kk *= 2
-        # ... else (interior points of large components) trees over each component's complement
-        if rows.size:
-            _complement_search(search, rows, comp, best_w, best_pair)
+        best_w, best_pair, live = _lightest_edges(search, cached, live, comp, num_comp)
         # every component now has its lightest outgoing edge; the strict order makes them a forest
         pairs, first = np.unique(best_pair, return_index=True)
         lo, hi = pairs // n, pairs % n

@@ -188,8 +188,8 @@ class _Device:
         if not count:
             return pos, w2
         # searched in Morton order, each starting from the bound of the points where its code falls
-        # among the index's: neighbouring threads walk the same boxes (on an H200, 10^6 queries of
-        # 3-D blobs against 10^7 points: 67 ms searched in the order given, without a first bound)
+        # among the index's: neighbouring threads walk the same boxes, and the bound prunes from the
+        # start
         codes = cp.empty(count, dtype=cp.uint64)
         self.k("morton_codes")(
             _grid(count), (BLOCK,),
@@ -370,8 +370,9 @@ def _compute(
     keys: bool = False,
     core_scale: float = 1.0,
 ) -> EuclideanTree:
-    n, d = dev.n, dev.d
-    _k = dev.k  # the kernels of the index's build
+    """The tree of ``min_samples = k`` on ``dev``: the searches' lists and core keys, Borůvka
+    rounds, then the canonical order."""
+    n = dev.n
     t0 = clock.start()
     min_core2 = dev.min_core2(None)
     packed_nodes = dev.packed()
@@ -389,23 +390,64 @@ def _compute(
     core2: Array | None = None
     reported: Array | None = None  # the core keys as computed (core2 may be scaled by alpha)
     if k > 1:
-        t0 = clock.start()
-        if lists is not None and k <= LIST:
-            core2 = cp.ascontiguousarray(lists[1][:, k - 1])  # the k-th smallest: the same value
-        elif k <= DEVICE_MAX_K:
-            core2 = dev.core_distances(k, packed_nodes)
-        else:  # beyond the registers of one thread: the exact host search, same values
-            from .kdtree import exact_core_distances
+        core2, reported, min_core2 = _core_keys(cp, dev, k, lists, packed_nodes, core_scale, clock)
+    edges, edge_w2, rounds = _rounds(cp, dev, core2, min_core2, packed_nodes, lists, resolved, clock)
+    del lists, resolved
+    timings["rounds"] = float(rounds)
 
-            core2 = cp.asarray(exact_core_distances(dev.host_coords(), k, dev.space))[dev.orig]
-        reported = core2
-        if core_scale != 1.0:  # alpha: the rounds compare max(alpha core, alpha core', d)
-            core2 = core2 * core_scale
-        min_core2 = dev.min_core2(core2)
-        dev.pack(min_core2, packed_nodes)  # the boxes again, with the node core minima
-        clock.stop("core_ms", t0)
+    # the canonical order (w², min, max): two stable radix sorts, by the packed pair then by w²
+    t0 = clock.start()
+    by_pair = cp.argsort(edges)
+    order = by_pair[cp.argsort(edge_w2[by_pair])]
+    del by_pair
+    packed = edges[order]
+    src = (packed >> 32).astype(cp.int32)
+    dst = (packed & 0xFFFFFFFF).astype(cp.int32)
+    del packed, edges
+    root = cp.copy if keys else cp.sqrt
+    weights = root(edge_w2[order])
+    core = None
+    if core2 is not None:
+        core = cp.empty(n, dtype=cp.float64)
+        core[dev.orig] = root(reported)
+    clock.stop("sort_ms", t0)
+    timings.update(clock.totals())
+    return _finish(cp, dev, k, (src, dst, weights, core), on_device, started, timings)
+
+
+def _core_keys(
+    cp: Any, dev: _Device, k: int, lists: tuple[Array, Array] | None, packed_nodes: Array | None,
+    core_scale: float, clock: _Clock,
+) -> tuple[Array, Array, Array]:  # fmt: skip
+    """The points' squared core distances (``k > 1``) as the rounds compare them (scaled by
+    ``core_scale``) and as computed, and the nodes' core minima; the packed boxes refilled."""
+    t0 = clock.start()
+    if lists is not None and k <= LIST:
+        core2 = cp.ascontiguousarray(lists[1][:, k - 1])  # the k-th smallest: the same value
+    elif k <= DEVICE_MAX_K:
+        core2 = dev.core_distances(k, packed_nodes)
+    else:  # beyond the registers of one thread: the exact host search, same values
+        from .kdtree import exact_core_distances
+
+        core2 = cp.asarray(exact_core_distances(dev.host_coords(), k, dev.space))[dev.orig]
+    reported = core2
+    if core_scale != 1.0:  # alpha: the rounds compare max(alpha core, alpha core', d)
+        core2 = core2 * core_scale
+    min_core2 = dev.min_core2(core2)
+    dev.pack(min_core2, packed_nodes)  # the boxes again, with the node core minima
+    clock.stop("core_ms", t0)
+    return core2, reported, min_core2
+
+
+def _rounds(
+    cp: Any, dev: _Device, core2: Array | None, min_core2: Array, packed_nodes: Array | None,
+    lists: tuple[Array, Array] | None, resolved: Array | None, clock: _Clock,
+) -> tuple[Array, Array, int]:  # fmt: skip
+    """Borůvka rounds until one component is left: the tree's edges (packed pairs of sorted
+    positions, in no order) and squared weights, and the number of rounds."""
+    n, d = dev.n, dev.d
+    _k = dev.k  # the kernels of the index's build
     node_comp = cp.empty(dev.nodes, dtype=cp.int32)
-
     grid = _grid(n)
     comp = cp.arange(n, dtype=cp.int32)
     parent = cp.arange(n, dtype=cp.int32)
@@ -453,29 +495,19 @@ def _compute(
         _k("compress")(grid, (BLOCK,), (np.int32(n), parent, comp, num_roots))
         clock.stop("rounds_ms", t0)
         roots = int(num_roots.get()[0])
-    del lists, resolved
     count = int(num_edges.get()[0])
     if count != n - 1:
         raise DeviceError(f"the device tree has {count} edges instead of {n - 1}.")
-    timings["rounds"] = float(rounds)
+    return edges, edge_w2, rounds
 
-    # the canonical order (w², min, max): two stable radix sorts, by the packed pair then by w²
-    t0 = clock.start()
-    by_pair = cp.argsort(edges)
-    order = by_pair[cp.argsort(edge_w2[by_pair])]
-    del by_pair
-    packed = edges[order]
-    src = (packed >> 32).astype(cp.int32)
-    dst = (packed & 0xFFFFFFFF).astype(cp.int32)
-    del packed, edges
-    root = cp.copy if keys else cp.sqrt
-    weights = root(edge_w2[order])
-    core = None
-    if core2 is not None:
-        core = cp.empty(n, dtype=cp.float64)
-        core[dev.orig] = root(reported)
-    clock.stop("sort_ms", t0)
-    timings.update(clock.totals())
+
+def _finish(
+    cp: Any, dev: _Device, k: int, arrays: tuple[Array, Array, Array, Array | None], on_device: bool,
+    started: float, timings: dict[str, float],
+) -> EuclideanTree:  # fmt: skip
+    """The tree of ``(src, dst, weights, core)``, in the canonical order on the device (int32 ids):
+    kept there with int64 ids, or copied to the host."""
+    src, dst, weights, core = arrays
     t0_host = time.perf_counter()
     result: tuple[Array, Array, Array, Array | None]
     if on_device:
@@ -486,7 +518,7 @@ def _compute(
     total = float(result[2].sum())
     timings["host_ms"] = (time.perf_counter() - t0_host) * 1e3
     return EuclideanTree(
-        src=result[0], dst=result[1], weights=result[2], total_weight=total, n=n, dimensions=d,
+        src=result[0], dst=result[1], weights=result[2], total_weight=total, n=dev.n, dimensions=dev.d,
         min_samples=k, backend="gpu", compute_ms=(time.perf_counter() - started) * 1e3,
         core_distances=result[3], timings_ms=timings,
     )  # fmt: skip

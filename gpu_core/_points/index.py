@@ -27,10 +27,9 @@ from .metrics import EUCLIDEAN, Metric, pairwise_callable
 from .tree import EuclideanTree
 from .validate import validate_points
 
-#: the most coordinates a backend's spatial index is used for; above, the brute-force path. CPU: the
-#: k-d tree and brute force meet there at 4 x 10^4 points on one core (bench/NOTES.md); GPU: the
-#: hierarchy's kernels hold at most 32 coordinates, the whole range it had before brute force
-#: existed; where it stops paying below that is for `python -m bench.highdim --crossover` on a GPU
+#: the most coordinates a backend's spatial index is used for; above, the brute-force path. CPU:
+#: where the k-d tree and brute force meet on one core; GPU: the hierarchy's kernels hold at most 32
+#: coordinates, the whole range it had before brute force existed
 SPATIAL_MAX_DIMENSIONS: dict[str, int] = {"cpu": 12, "gpu": 32}
 #: the most coordinates the GPU's hierarchy can hold (kMaxDims in kernels/emst.cu)
 GPU_SPATIAL_LIMIT = 32
@@ -171,8 +170,8 @@ def build_index(
 ) -> PointIndex:
     """The index of validated ``coords`` (``points``: what the caller passed, to know what is a copy)
     under ``metric`` (``coords``: :func:`validated`'s, of that metric). ``search``: the spatial index
-    or brute force (``"auto"``: by :data:`SPATIAL_MAX_DIMENSIONS`; the benchmarks and tests force
-    either); ``engine``: the brute-force searches' options (the filter's precision, tile sizes:
+    or brute force (``"auto"``: by :data:`SPATIAL_MAX_DIMENSIONS`; a caller may force either);
+    ``engine``: the brute-force searches' options (the filter's precision, tile sizes:
     ``brute_cpu.HostEngine``, ``brute_exact.ExactEngine``)."""
     if metric.precomputed:
         from .precomputed import PrecomputedIndex

@@ -158,8 +158,8 @@ def _list_width(move: Callable[[Any], Any], k: int) -> None:
 
 
 #: points, and (coordinates, min_samples) of the sets where wide lists meet many points: the size
-#: sweep's lists are narrow (min_samples 1 and 5), the widths' sets small (600 points); a request of
-#: 5,000 points of 64 coordinates and min_samples 30 met two kernels neither had (H200, 2026-11-24)
+#: sweep's lists are narrow (min_samples 1 and 5), the widths' sets small (600 points), and a
+#: medium set with wide lists loads kernels that neither does
 MEDIUM_POINTS = 5000
 MEDIUM_SETS: tuple[tuple[int, int], ...] = ((5, 7), (5, 30), (64, 7), (64, 30), (64, 60))
 

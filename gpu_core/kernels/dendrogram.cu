@@ -1,6 +1,6 @@
 // Single-linkage dendrograms (SciPy linkage matrices) of spanning trees whose n - 1 edges are
-// sorted in merge order, on the device (driver: gpu_core/_dendrogram_gpu.py; the same steps in
-// Python, run by the CPU tests: tests/utils/dendrogram.py, which also compiles this file for the host).
+// sorted in merge order, on the device (driver: gpu_core/_dendrogram/gpu.py; the same steps in
+// Python, run by the CPU tests: tests.utils.dendrogram, which also compiles this file for the host).
 //
 // A component is named by its smallest vertex, its "rep". Edge i joins the components of T_{<i}
 // (the forest of the edges before i) that hold its endpoints.

@@ -38,7 +38,7 @@
 #ifndef EMST_LEAF
 #define EMST_LEAF 1
 #endif
-constexpr int kLeaf = EMST_LEAF;  // points per leaf (LEAF in _points_gpu.py)
+constexpr int kLeaf = EMST_LEAF;  // points per leaf (EMST_LEAF in _backend/kernels.py)
 constexpr int kMaxDims = 32;
 constexpr int kStack = 64;  // > the tree's depth (at most 31 levels: 32-bit node numbers)
 constexpr int kEmpty = -2;  // component id of a node without points (matches every component)

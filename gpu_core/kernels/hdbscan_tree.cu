@@ -1,5 +1,5 @@
-// Segment reductions of HDBSCAN*'s condensed tree on the device (gpu_core/_condense.py, through
-// gpu_core/_hdbscan_gpu.py). One thread per segment walks its segment in order, so a sum has the
+// Segment reductions of HDBSCAN*'s condensed tree on the device (gpu_core/_clustering/condense.py,
+// through gpu_core/_clustering/dendrogram_labels.py). One thread per segment walks its segment in order, so a sum has the
 // bits of the host's sequential sum ("0.0 + v[start] + v[start + 1] + ..."): no atomics, no tree
 // reduction. Segments are short (at most a chunk of 1024 points, or a cluster's chunk sums).
 
@@ -26,14 +26,14 @@ extern "C" __global__ void segment_max(const double* __restrict__ values, const 
   out[s] = top;
 }
 
-// ---- Excess of mass over the cluster tree (gpu_core/_eom_paths.py) ---------------------------
+// ---- Excess of mass over the cluster tree (gpu_core/_clustering/eom_paths.py) ----------------
 // The tree is cut into heavy paths; a path's clusters lie in consecutive slots, its head (the top)
 // first and a leaf last. One thread walks one path; a launch runs the paths of one light depth,
 // whose light children (heads of deeper paths) were resolved by earlier launches.
 
 constexpr int kEomBatch = 32;  // slots loaded at once before the dependent chain runs over them
 
-// One cluster of the host's loop (``_hdbscan._eom``): sub = 0.0 + best[second child] + best[first
+// One cluster of the host's loop (``select._eom``): sub = 0.0 + best[second child] + best[first
 // child]; chose = !(sub > stability); best = chose ? stability : sub. Here sub = (0.0 + light) + x,
 // x the heavy child's best: the same bits whichever child is the second, as a + b == b + a and
 // 0.0 + y differs from y only for y = -0.0, which the next addition treats as 0.0 does.
@@ -113,7 +113,7 @@ extern "C" __global__ void eom_above(const long long* __restrict__ path_start, l
   above[first + t] = a;
 }
 
-// ---- Roots of a forest given by parent pointers (gpu_core/_condense.py, _eom_paths.py) ---------
+// ---- Roots of a forest given by parent pointers (_clustering/condense.py, eom_paths.py) ---------
 // One launch instead of a pointer-doubling round per level and a host check after each: every
 // thread walks from its node to the root, and stores each ancestor it reaches in its own slot.
 // Pointers only ever move up, so whatever a thread reads of another's slot, old or new, is an
@@ -122,7 +122,7 @@ extern "C" __global__ void eom_above(const long long* __restrict__ path_start, l
 // The result, each node's root (and its distance), is unique: the same for any order of threads.
 // The order matters for the time: threads start ancestors first (``parents_after``: parents have
 // larger ids, so the ids are taken from the last down), so a walk meets shortened ways instead of
-// walking a long chain whose threads have not started (10^7 merges: seconds, not a millisecond).
+// walking a long chain whose threads have not started (every node of it walking the rest: quadratic).
 
 __device__ __forceinline__ long long node_of(long long t, long long n, long long parents_after) {
   return parents_after ? n - 1 - t : t;
