@@ -11,6 +11,7 @@ metric); ``dbscan_clustering`` (a cut of the tree); the single-linkage tree as i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,15 @@ def parameter_constraints() -> dict[str, list[Any]]:
     }
 
 
+def load_validation() -> None:
+    """Import what the estimator's checks import from scikit-learn (its parameter validation, its
+    trees' metrics) now, where it is installed: a worker's warm-up calls this before it says it is
+    ready, so no fit imports it while requests run."""
+    with contextlib.suppress(ImportError):
+        parameter_constraints()
+    tree_metrics()
+
+
 class ConstraintsDescriptor:
     """``_parameter_constraints`` as a class attribute built on first read (scikit-learn imported then)."""
 
@@ -89,6 +99,7 @@ def validate_parameters(params: dict[str, Any], caller: str) -> bool:
     return True
 
 
+@functools.cache
 def tree_metrics() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(KDTree's, BallTree's valid metrics): the installed scikit-learn's, else 1.9's."""
     try:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from .estimator import HDBSCAN, all_points_membership_vectors, approximate_predict, membership_vector
+from .sklearn_compat import load_validation
 
 #: (points, min_samples) of the models' sets: each list width class that fits in each size
 MODEL_SETS: tuple[tuple[int, int], ...] = tuple(
@@ -49,7 +50,10 @@ Part = tuple[str, Callable[[], object]]
 def model_parts() -> list[Part]:
     """The models' warm-up in named parts (each independent of the others): a model of each
     :data:`MODEL_SETS` fitted from CuPy and from NumPy points, each of :data:`SELECTIONS` on the
-    first, and a one-blob set whose selection takes the root."""
+    first, and a one-blob set whose selection takes the root. Imports what the estimator's fits
+    import (scikit-learn's parameter validation) now, on the caller's thread: the parts may run
+    beside it after ready, while requests run."""
+    load_validation()
     parts: list[Part] = []
     for i, (n, k) in enumerate(MODEL_SETS):
         selections = SELECTIONS if i == 0 else SELECTIONS[:1]

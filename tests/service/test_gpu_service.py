@@ -97,13 +97,19 @@ def test_new_weights_reach_the_device_in_pinned_pieces(server_factory: ServerFac
 
 
 def _visible_gpus() -> int:
+    """The GPUs the service will see: nvidia-smi's, narrowed by CUDA_VISIBLE_DEVICES as CUDA narrows them."""
+    import os
     import subprocess
 
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    present = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return present
+    return min(present, len([d for d in visible.split(",") if d.strip()]))
 
 
 @pytest.mark.skipif(_visible_gpus() < 2, reason="needs two or more GPUs (one worker each)")
