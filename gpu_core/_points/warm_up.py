@@ -74,8 +74,12 @@ def point_parts(sizes: Sequence[int] = WARM_UP_POINTS) -> list[Part]:
     run, in this order: ``gpu_core._warm_up.warm_start`` runs those that loaded a kernel): many
     arrays concatenated, brute force's blocks and tiles, then trees of ``sizes`` points of each of
     :data:`WARM_UP_DIMENSIONS`, every list width, the coordinates' size classes (CuPy points, a
-    worker's, first; NumPy points, the library's, after) and :data:`MEDIUM_SETS`."""
+    worker's, first; NumPy points, the library's, after) and :data:`MEDIUM_SETS`. Imports the
+    modules the point paths import on first use now, on the caller's thread: the parts may run
+    beside it after ready, while requests run."""
     import cupy
+
+    from . import brute_exact, precomputed_gpu  # noqa: F401 (imported before ready, see above)
 
     moves: tuple[tuple[str, Callable[[Any], Any]], ...] = (("cupy", cupy.asarray), ("numpy", np.asarray))
     parts: list[Part] = [("points: many arrays concatenated", partial(_many_parts, cupy))]
