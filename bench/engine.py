@@ -402,7 +402,7 @@ def _checks(record: dict[str, Any], is_float: bool) -> dict[str, Any]:
         checks["components_agree"] = len(set(components.values())) <= 1
     else:
         checks["total_weight_agrees"] = None
-    # exact edge-id sets: the GPU and CPU backends must agree bit for bit (DESIGN.md)
+    # exact edge-id sets: the GPU and CPU backends must agree bit for bit (docs/design/exactness.md)
     digests = {k: v["edge_ids_sha256"] for k, v in done.items() if "edge_ids_sha256" in v}
     if "gpu" in digests and "cpu" in digests:
         checks["same_edges_gpu_cpu"] = digests["gpu"] == digests["cpu"]

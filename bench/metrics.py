@@ -165,7 +165,8 @@ def _agreement(ours: np.ndarray, theirs: np.ndarray) -> float:
 
 
 def ties_table() -> str:
-    """Agreement with scikit-learn's HDBSCAN where mutual-reachability distances tie (docs/hdbscan.md)."""
+    """Agreement with scikit-learn's HDBSCAN where mutual-reachability distances tie
+    (docs/design/exactness.md)."""
     import warnings
 
     from sklearn.cluster import HDBSCAN

@@ -1,7 +1,7 @@
 """Independent answers to check minimum spanning forests against.
 
 * :func:`kruskal_edge_ids`: plain Kruskal over the ``(weight, edge_id)`` order with a
-  union-find, in pure Python on exact Python numbers: *the* unique forest of DESIGN.md.
+  union-find, in pure Python on exact Python numbers: *the* unique forest of docs/design/exactness.md.
 * :func:`scipy_forest_total`: the forest's total weight and component count from
   ``scipy.sparse.csgraph`` (a different algorithm and code base).
 * :func:`assert_valid_forest`: the invariants every correct answer satisfies.

@@ -117,7 +117,7 @@ def relabeling(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
 
 def unique_argmax(model: gpu_core.HDBSCAN, new: np.ndarray) -> np.ndarray:
     """Rows whose largest merge height belongs to one cluster (where the library and we may pick
-    different first clusters otherwise: see docs/hdbscan.md)."""
+    different first clusters otherwise: see docs/design/exactness.md)."""
     from gpu_core._clustering.prediction import _heights, nearest_reachable
     from gpu_core._points.neighbours import query_points
 
