@@ -133,7 +133,7 @@ class _GpuStart:
     all of them in CuPy's kernel cache, nearly all of it execution. It is made of named parts, each
     independent of the others, and most load nothing new: a few of them (the graph dtypes', the
     queries', the size classes CuPy's reductions tell apart, the point sets' that load something of
-    their own) load every module, in a fraction of the time (figures: docs/operations.md). The full
+    their own) load every module, in a fraction of the time (figures: docs/design/warm-up.md). The full
     sweep notes the parts that loaded a module first and every module loaded in a manifest in
     CuPy's kernel cache folder (:func:`manifest_path`, keyed by :func:`manifest_environment`:
     gpu_core's sources, CuPy's, NVRTC's and the driver's versions, the device's compute capability,

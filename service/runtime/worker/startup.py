@@ -6,7 +6,7 @@ once on small datasets (:func:`warm_up_tasks`) and every kernel a request can ne
 names, or the full sweep where there is none), loads Numba's compiled passes on a thread
 meanwhile, and computes the probe graph; its ``ready`` info says what each step took
 (``startup_ms``) and how the kernels were warmed up (``warm_up``), so no request compiles, loads
-or imports anything afterwards. What each step costs: docs/operations.md.
+or imports anything afterwards. What each step costs: docs/design/warm-up.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def start(worker: Worker, beside: bool = True, background: bool = True) -> dict[
     graph; the ``ready`` info. ``beside``: on the GPU, a quick warm-up runs the kernels' parts on a
     thread of their own while the tasks run on this one (``gpu_core._warm_up.warm_start``); it
     ties with warming up after them for a worker alone and makes the service ready sooner
-    (docs/operations.md).
+    (docs/design/warm-up.md).
 
     ``background`` (with ``beside``, on a quick start): ``ready`` once the tasks are warm, every
     request kind run end to end, and the kernels' remaining parts (modules of other size classes,
