@@ -487,3 +487,42 @@ def test_predictions_waiting_together_are_one_batch_each_answered_as_alone(
     )
     check_equal(membership.json(), library(points, news[0], PARAMS, backend))
     assert server.client.get("/readyz").json()["workers"][0]["restarts"] == 0
+
+
+def test_predictions_in_a_killed_workers_pipe_are_answered_by_its_replacement(
+    server_factory: ServerFactory,
+) -> None:
+    """Predictions handed to a worker that is SIGKILLed before it read them had not started: each
+    is sent to the replacement (which fits the model again from its parameters), and every answer
+    is the library's for that request's points alone; none hangs, none is lost."""
+    import threading
+
+    server = server_factory(MST_API_WORKERS="2", MST_CPU_WORKERS="1")
+    points = blobs(d=2)
+    record = upload(server, points)
+    model = fit(server.client, record["id"], PARAMS)
+    url = f"/v1/points/{record['id']}/models/{model['id']}/predict"
+    news = [queries(40 + i, 25 + 3 * i) for i in range(6)]
+    answers: list[httpx.Response | None] = [None] * len(news)
+
+    def send(i: int) -> None:
+        with httpx.Client(base_url=server.url, headers=server.client.headers, timeout=120) as client:
+            answers[i] = client.post(url, json={"points": news[i].tolist()}, params={"membership": "false"})
+
+    pid = server.worker_pid(record["id"])
+    os.kill(pid, signal.SIGSTOP)  # the predictions below wait in its pipe, unread
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(news))]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)
+    assert answers == [None] * len(news)
+    os.kill(pid, signal.SIGKILL)
+    for t in threads:
+        t.join(120)
+    for new, response in zip(news, answers, strict=True):
+        assert response is not None and response.status_code == 200, response
+        _, labels, probabilities, _ = library(points, new, PARAMS)
+        assert np.array_equal(np.asarray(response.json()["labels"]), labels)
+        assert np.array_equal(np.asarray(response.json()["probabilities"]), probabilities)
+    worker = server.client.get("/readyz").json()["workers"][0]
+    assert worker["restarts"] == 1 and worker["requests_resent"] >= len(news), worker
