@@ -139,6 +139,9 @@ class LiveServer:
         with ``CRASH_HOOK_ENV``) until the block ends; ``weight``: one from :meth:`hold_weight`."""
         weight = next(_holds) if weight is None else weight
         gate = self.hold_dir / str(weight)
+        # a job that computed with this weight before the hold left its marker: wait_held must
+        # wait for one that runs during the hold
+        (self.hold_dir / f"{weight}.running").unlink(missing_ok=True)
         gate.touch()
         try:
             yield weight
