@@ -58,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from .app import create_app
+    from .one_write import OneWriteProtocol
 
     app = create_app(settings, supervisor)
     uvicorn.run(
         app,
+        http=OneWriteProtocol,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,

@@ -242,8 +242,11 @@ def serve_api(
     )
     workers = len(read_facts(run_dir).get("workers", []))
     app = create_app(settings, hosted=Hosted(slot, board, run_dir, workers))
+    from .one_write import OneWriteProtocol
+
     config = uvicorn.Config(
         app,
+        http=OneWriteProtocol,
         log_level=settings.log_level,
         access_log=settings.log_level == "debug",
         timeout_graceful_shutdown=10,
