@@ -67,7 +67,7 @@ def load_points(worker: Worker, points_id: str, path: str, fmt: str, canonical: 
     import numpy as np
 
     config = worker.config
-    raw = read_points(path, fmt, config.max_inflated_bytes or 2**63, config.max_compression_ratio or 1e18)
+    raw = read_points(path, fmt, *config.inflate_caps())
     shape: tuple[int, ...] = raw.shape
     if len(shape) == 2 and shape[0] >= 1 and 1 <= shape[1] <= MAX_DIMENSIONS:  # else validation says why
         worker.admit_points(int(shape[0]), int(shape[1]))
@@ -144,9 +144,7 @@ def predict(
         )
     if fmt is not None:
         config = worker.config
-        queries = parse_points(
-            queries, fmt, config.max_inflated_bytes or 2**63, config.max_compression_ratio or 1e18
-        )
+        queries = parse_points(queries, fmt, *config.inflate_caps())
         steps.lap("read")
     model = points.models.get(model_id)
     if model is None:

@@ -102,10 +102,7 @@ def _checked(worker: Worker, queries: Any, fmt: str | None, dims: int) -> np.nda
 
     try:
         if fmt is not None:
-            config = worker.config
-            queries = parse_points(
-                queries, fmt, config.max_inflated_bytes or 2**63, config.max_compression_ratio or 1e18
-            )
+            queries = parse_points(queries, fmt, *worker.config.inflate_caps())
         coords: np.ndarray[Any, Any] = validate_points(queries)
     except Exception:
         return None

@@ -139,6 +139,10 @@ class WorkerConfig:
     #: how many API processes may connect (the board's run stamps per process)
     api_slots: int = 1
 
+    def inflate_caps(self) -> tuple[int, float]:
+        """(most bytes, largest ratio) a compressed upload may inflate to: unlimited where unset."""
+        return self.max_inflated_bytes or 2**63, self.max_compression_ratio or 1e18
+
 
 @dataclass(frozen=True)
 class JobSpec:
