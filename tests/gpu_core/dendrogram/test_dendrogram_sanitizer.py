@@ -51,5 +51,5 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
 def test_dendrogram_kernels_under_compute_sanitizer(tool: str) -> None:
     # CuPy's own scan in flatnonzero (the tour's splitters) reports shared-memory warnings under
-    # racecheck (28 on an H200, CuPy 14); they are CuPy's code, every hazard elsewhere still fails
+    # racecheck; they are CuPy's code, every hazard elsewhere still fails
     assert_clean_under_sanitizer(tool, SCRIPT, ignore_kernels=("cupy_nonzero_kernel_incomplete_scan",))
