@@ -97,6 +97,13 @@ def check_one_shot(response: httpx.Response, graph: Edges) -> None:
         assert np.array_equal(npz["edge_ids"], forest(graph).edge_ids)
 
 
+def stop_when_idle(server: LiveServer, pid: int) -> None:
+    """SIGSTOP worker 0 once it has answered everything sent to it: an upload's COMMIT goes out
+    behind its 201, and one still unanswered would count among the requests a test then expects."""
+    until(lambda: worker0(server)["requests_waiting"] == 0, "worker 0 idle", timeout=30)
+    os.kill(pid, signal.SIGSTOP)
+
+
 def stopped_with_handed(server: LiveServer, count: int) -> None:
     """Wait until ``count`` requests wait for worker 0 (in its socket: it is SIGSTOPped)."""
     until(lambda: worker0(server)["requests_waiting"] == count, f"{count} requests waiting", timeout=30)
@@ -109,7 +116,7 @@ def test_a_job_that_kills_its_worker_fails_after_one_death_and_the_jobs_behind_i
     killer, innocent = random_graph(1, 300, 2000, kill=True), random_graph(2, 300, 2000)
     killer_id, innocent_id = server.upload_npz(*killer)["id"], server.upload_npz(*innocent)["id"]
     pid = server.worker_pid()
-    os.kill(pid, signal.SIGSTOP)  # everything below goes into its pipe, in this order
+    stop_when_idle(server, pid)  # everything below goes into its pipe, in this order
     job = server.submit(killer_id).json()["id"]
     behind = [server.submit(innocent_id).json()["id"] for _ in range(3)]
     stopped_with_handed(server, 4)
@@ -140,7 +147,7 @@ def test_a_killer_in_a_batch_of_one_shots_fails_after_two_deaths_the_others_run(
     innocent = random_graph(21, 300, 2000)
     innocent_id = server.upload_npz(*innocent)["id"]
     pid = server.worker_pid()
-    os.kill(pid, signal.SIGSTOP)
+    stop_when_idle(server, pid)
     batch = [members[0], members[1], killer, members[2]]
     answers: list[httpx.Response | None] = [None] * len(batch)
 
@@ -178,7 +185,7 @@ def test_identical_killer_jobs_coalesced_fail_one_per_death(server_factory: Serv
     killer, innocent = random_graph(30, 300, 2000, kill=True), random_graph(31, 300, 2000)
     killer_id, innocent_id = server.upload_npz(*killer)["id"], server.upload_npz(*innocent)["id"]
     pid = server.worker_pid()
-    os.kill(pid, signal.SIGSTOP)
+    stop_when_idle(server, pid)
     jobs = [server.submit(killer_id).json()["id"] for _ in range(3)]
     last = server.submit(innocent_id).json()["id"]
     stopped_with_handed(server, 4)
@@ -385,7 +392,7 @@ def test_sent_jobs_keep_their_order_and_weights_across_a_kill(server_factory: Se
     buffer = io.BytesIO()
     np.save(buffer, new_weight, allow_pickle=False)
     pid = server.worker_pid()
-    os.kill(pid, signal.SIGSTOP)
+    stop_when_idle(server, pid)
     before = server.submit(graph_id).json()["id"]
     stopped_with_handed(server, 1)
     put: list[httpx.Response] = []
