@@ -129,7 +129,11 @@ def start_peers(sets: list[tuple[str, Any, str, int]]) -> list[tuple[Any, Any, f
 def collect_peer(proc: Any, conn: Any, began: float, timeout: float) -> dict[str, Any]:
     left = max(0.0, timeout - (time.perf_counter() - began))
     if conn.poll(left):
-        return {"seconds": conn.recv(), "finished": True}
+        try:
+            return {"seconds": conn.recv(), "finished": True}
+        except EOFError:  # the peer died without an answer (killed: the host's memory, most often)
+            proc.join(10)
+            return {"seconds": None, "finished": False, "exitcode": proc.exitcode}
     proc.kill()
     return {"seconds": timeout, "finished": False}
 
@@ -267,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         theirs = [collect_peer(*peer, args.peer_timeout) for peer in peers]
     record["peers"] = [
         {"metric": m, "params": p, "points": k, "n": n, "ours": o, "sklearn": t,
-         "speed_up": None if t is None else t["seconds"] / o["seconds"]}
+         "speed_up": None if t is None or t["seconds"] is None else t["seconds"] / o["seconds"]}
         for (m, p, k, n), o, t in zip(sets, mine, theirs, strict=True)
     ]  # fmt: skip
     record["wall_s"] = time.perf_counter() - began

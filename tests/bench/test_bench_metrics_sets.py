@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from bench.metrics import PEER_SETS, chosen_sets
@@ -18,3 +20,23 @@ def test_chosen_sets_keep_the_named_metrics_resized_in_order() -> None:
 def test_an_unknown_metric_is_refused_by_name() -> None:
     with pytest.raises(SystemExit, match="bogus"):
         chosen_sets(PEER_SETS, "bogus=10")
+
+
+def test_a_peer_that_dies_is_recorded_with_its_exit_code_not_raised() -> None:
+    import multiprocessing
+
+    from bench.metrics import collect_peer
+
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_die, args=(theirs,))
+    proc.start()
+    theirs.close()
+    found = collect_peer(proc, mine, time.perf_counter(), 60.0)
+    assert found == {"seconds": None, "finished": False, "exitcode": 3}
+
+
+def _die(conn: object) -> None:
+    import os
+
+    os._exit(3)
