@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -323,7 +324,11 @@ def test_after_a_restart_every_acknowledged_thing_is_there(server_factory: Serve
         prediction = p1.post(f"/v1/points/{point_set['id']}/models/{model['id']}/predict",
                              json={"points": points[:5].tolist()}).json()  # fmt: skip
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        assert server.proc is not None
+        children = _children(server.proc.pid)
+        assert len(children) >= 2, children  # its API processes (and workers)
         server.stop(sig)
+        _until_gone(children)  # a SIGKILLed supervisor's API processes end too: none keeps the port
         server = server_factory(data_dir=server.data_dir, **TWO)
         with processes(server) as (p0, p1):
             for http in (p0, p1):
@@ -347,3 +352,34 @@ def test_a_wait_answer_says_where_its_time_went_in_every_process(two: LiveServer
             answer = http.post(f"/v1/graphs/{graph['id']}/mst", params={"wait": 30})
             steps = parse_header(answer.headers["server-timing"])
             assert list(steps) == ["submit", "queue", "compute", "reply", "response"], steps
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes (Linux's /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _until_gone(pids: list[int], timeout: float = 30.0) -> None:
+    """Wait until every one of ``pids`` has exited (a zombie nobody reaps counts as exited)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                alive.append(pid)
+        if not alive:
+            return
+        assert time.monotonic() < deadline, f"still running after their supervisor stopped: {alive}"
+        time.sleep(0.1)

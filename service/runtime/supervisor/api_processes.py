@@ -16,7 +16,10 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,15 +38,41 @@ ApiMain = Callable[[Settings, int, Board, Path, list[socket.socket]], None]
 
 
 def api_entry(
-    target: str, settings: Settings, slot: int, board: Board, run_dir: Path, sockets: list[socket.socket]
+    target: str,
+    settings: Settings,
+    slot: int,
+    board: Board,
+    run_dir: Path,
+    sockets: list[socket.socket],
+    supervisor: int,
 ) -> None:
     """An API process's entry point: import ``target`` (``module:function``, an :data:`ApiMain`) in
-    the child and run it, so the supervisor never imports the web framework itself."""
+    the child and run it, so the supervisor never imports the web framework itself. It ends with
+    its ``supervisor`` (pid), whatever ends that (:func:`end_with_supervisor`)."""
     import importlib
 
+    end_with_supervisor(supervisor)
     module, _, name = target.partition(":")
     main: ApiMain = getattr(importlib.import_module(module), name)
     main(settings, slot, board, run_dir, sockets)
+
+
+#: how often an API process looks whether its supervisor is still its parent
+PARENT_CHECK_S = 0.5
+
+
+def end_with_supervisor(supervisor: int) -> None:
+    """Stop this process (SIGTERM: uvicorn's graceful shutdown) once ``supervisor`` is no longer its
+    parent: a SIGKILLed supervisor runs no shutdown, and an API process left behind would keep
+    serving on the service's port (a restarted service could not bind it) with no worker to reach."""
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(PARENT_CHECK_S)
+        log.warning("API process %d: its supervisor (pid %d) is gone; stopping", os.getpid(), supervisor)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
 #: the pause before a dead API process is replaced (doubled while they die young)
@@ -88,7 +117,7 @@ class ApiProcesses:
     def _spawn(self, slot: int) -> None:
         process = MP.Process(
             target=api_entry,
-            args=(self._target, self._settings, slot, self._board, self._run_dir, [self._sock]),
+            args=(self._target, self._settings, slot, self._board, self._run_dir, [self._sock], os.getpid()),
             name=f"mst-api-{slot}",
             daemon=True,
         )
