@@ -14,7 +14,6 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response, status
 
 from ..models import JobOut, PointSetList, PointSetOut, PointsFormat, PointsJobRequest
-from ..runtime.metric_checks import refuse_metric
 from .auth import owner_of
 from .deps import OwnerDep, ServicesDep, checked_points_id, services_of
 from .descriptions import describe_points
@@ -120,8 +119,6 @@ async def submit_points_job(
     a tree of another ``min_samples`` reuses the spatial index an earlier job built (``reused_index``)."""
     services, owner = services_of(request), owner_of(request.scope)
     params = task_params(job.task, job.params)
-    # the points' own refusal of the metric (a zero row for cosine...): 422 now, not a failed job
-    refuse_metric(services.catalog.get(checked_points_id(points_id), owner, kind="points"), params)
     return await submit_response(
         services, points_id, wait, owner, job.task, params, cache, checked_points_id, accept=accept
     )

@@ -44,6 +44,7 @@ from ..timing import Steps
 from .admission import Admission
 from .links.fleet import Fleet
 from .links.link import WorkerLink
+from .metric_checks import refuse_metric
 from .results import Results
 from .sharding import Coordinator
 from .worker.protocol import JOB, MST, PUBLISHED, SERVED, JobSpec
@@ -131,6 +132,8 @@ class Jobs:
         record = self._store.get_graph(graph_id, owner)
         if record is None:
             raise dataset_not_found(graph_id)
+        if record.kind == "points":  # what its points refuse (a zero row for cosine...): 422 now
+            refuse_metric(record, params or {})
         key = canonical_params(params)
         now = time.time()
         if cache:
