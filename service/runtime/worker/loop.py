@@ -417,16 +417,11 @@ class WorkerLoop:
             self.holdings.ensure(group[0].args[0], self.busy_datasets())
             answers, alone = predict_together(self.worker, [(r.seq, r.args) for r in group])
         except BaseException as exc:
-            from gpu_core.errors import DeviceMemoryError
-
-            if isinstance(exc, DeviceMemoryError):
-                self.worker.release_cached()
-            log.debug(
-                "worker %d: a batch of %d predictions failed (%r); each runs alone",
-                self.index,
-                len(group),
-                exc,
-            )
+            if handle_error(self.worker, exc)[3]:  # (it frees the pool's cache after an OOM)
+                # the device failed: this worker ends, its stamp still up, so each request of the
+                # batch is sent again suspect and runs alone on the next worker
+                return False
+            log.debug("worker %d: a batch of %d predictions failed: %r", self.index, len(group), exc)
             answers, alone = [], [(r.seq, r.args) for r in group]
         for seq, payload in answers:
             messages.extend((conn, (req_id, True, payload)) for conn, req_id in by_seq[seq].requesters())
