@@ -3,6 +3,8 @@
     python -m bench.metrics [--repeats 5] [--peer-timeout 90] [--out bench/results/metrics]
     python -m bench.metrics --peers-only --out DIR &   # scikit-learn alone (beside other work) ...
     python -m bench.metrics --no-peers --out DIR       # ... then ours, with the speed-ups
+    python -m bench.metrics --peers-only --serial --sets cosine=52000 --out DIR
+                                           # one peer at a time, each with the host to itself
     python -m bench.metrics --smoke        # small sizes, any backend: the script's own check
 
 Targets (medians of ``--repeats`` runs after a warm-up, points already on the device, to labels in
@@ -235,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="only these peer sets, resized: METRIC=N,... (e.g. cosine=60000,precomputed=45000)",
     )
+    parser.add_argument(
+        "--serial",
+        action="store_true",
+        help="with --peers-only: one peer at a time (the big sets' n x n matrices do not fit together)",
+    )
     parser.add_argument("--skip-targets", action="store_true", help="the peer sets only, no targets")
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args(argv)
@@ -245,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.sets:
         sets = chosen_sets(sets, args.sets)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.peers_only and args.serial:
+        found = [collect_peer(*start_peers([one])[0], args.peer_timeout) for one in sets]
+        (args.out / "sklearn.json").write_text(json.dumps(found, indent=1) + "\n")
+        return 0
     if not args.no_peers:
         peers = start_peers(sets)
         if args.peers_only:  # beside other work: the GPU is left to it

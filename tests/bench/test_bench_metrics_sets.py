@@ -40,3 +40,15 @@ def _die(conn: object) -> None:
     import os
 
     os._exit(3)
+
+
+def test_serial_peers_answer_each_set_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from bench.metrics import main
+
+    assert main(["--peers-only", "--serial", "--smoke", "--sets", "manhattan=300,chebyshev=200",
+                 "--peer-timeout", "60", "--out", str(tmp_path)]) == 0  # fmt: skip
+    found = json.loads((tmp_path / "sklearn.json").read_text())
+    assert [f["finished"] for f in found] == [True, True]
+    assert all(f["seconds"] > 0 for f in found)
