@@ -235,6 +235,13 @@ def run_shape(
     return shape
 
 
+def clients_cpus(server_cpus: set[int] | None) -> set[int]:
+    """The CPUs the clients may use: those the service does not (empty: every CPU, shared)."""
+    if not server_cpus:
+        return set()
+    return set(os.sched_getaffinity(0)) - server_cpus
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="gpu", choices=("gpu", "cpu"))
@@ -255,6 +262,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    client_cpus = clients_cpus(args.server_cpus)
+    if client_cpus:  # the clients (this process's children) keep off the service's CPUs
+        os.sched_setaffinity(0, client_cpus)
     with ProcessPoolExecutor(max(1, min(args.graphs, os.cpu_count() or 1))) as pool:  # ~2 s a 2^16 graph
         graphs = list(pool.map(_rmat_graph, [args.scale] * args.graphs, range(args.graphs)))
     record: dict[str, Any] = {
@@ -262,6 +272,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "host": platform.node(),
         "cpus": len(os.sched_getaffinity(0)),
         "server_cpus": len(args.server_cpus) if args.server_cpus else "shared with the clients",
+        "client_cpus": len(client_cpus) if client_cpus else "every CPU",
         "backend": args.backend,
         "label": args.label,
         "graph": f"rmat-{args.scale} ({graphs[0][2]} edges), {args.graphs} graphs, one per client"

@@ -9,13 +9,24 @@ from pathlib import Path
 
 import pytest
 
-from bench.scaling import main, parse_cpus, parse_shapes
+from bench.scaling import clients_cpus, main, parse_cpus, parse_shapes
 
 
 def test_parse_shapes() -> None:
     assert parse_shapes("1x1, 4x2,8") == [(1, 1), (4, 2), (8, 1)]
     with pytest.raises(ValueError):
         parse_shapes("twox1")
+
+
+def test_clients_keep_off_the_service_cpus_or_share_them_all() -> None:
+    import os
+
+    mine = set(os.sched_getaffinity(0))
+    assert clients_cpus(None) == set()
+    assert clients_cpus(mine) == set()  # the service on every CPU: the clients share them
+    if len(mine) > 1:
+        first = min(mine)
+        assert clients_cpus({first}) == mine - {first}
 
 
 def test_parse_cpus() -> None:
