@@ -5,6 +5,10 @@ its rename into place and the hand-off to the disk cost a GPU worker about as mu
 computation). Each piece of work sends its own STORED notes; a request for a job's file from
 another API process (AWAIT_STORED) waits here until the file is written (:meth:`Writer.await_file`).
 At most :data:`WRITES_BEHIND` pieces wait at once (the loop waits beyond that).
+
+While a worker writes (:func:`writing`), its interpreter hands the GIL over sooner
+(:data:`SWITCH_INTERVAL_S`): the thread takes the GIL back after each system call of a file (about
+ten), and a loop that never lets go keeps it for Python's whole switch interval each time.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -20,6 +25,9 @@ from .server import Connection
 
 #: result files that may wait for the writer thread at once (the loop waits beyond that)
 WRITES_BEHIND = 64
+#: the GIL's switch interval in a writing worker, against Python's 5 ms: each time the writer thread
+#: waits for the GIL behind a busy loop it waits this long at most (docs/performance.md, "Choices")
+SWITCH_INTERVAL_S = 0.0002
 
 
 class Writer:
@@ -127,10 +135,14 @@ class Writer:
 
 @contextlib.contextmanager
 def writing() -> Iterator[Writer]:
-    """A :class:`Writer`; the files handed to it are written before the block ends."""
+    """A :class:`Writer`; the files handed to it are written before the block ends. Meanwhile the
+    interpreter's switch interval is :data:`SWITCH_INTERVAL_S` (see the module's docstring)."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     writer = Writer()
     try:
         yield writer
     finally:
         writer.drain(timeout=30.0)
         writer.close()
+        sys.setswitchinterval(previous)
