@@ -245,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-targets", action="store_true", help="the peer sets only, no targets")
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args(argv)
+    if args.serial and not args.peers_only:
+        parser.error("--serial runs the peers one at a time alone: it goes with --peers-only")
     if args.ties:
         print(ties_table())
         return 0

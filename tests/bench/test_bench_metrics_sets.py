@@ -52,3 +52,10 @@ def test_serial_peers_answer_each_set_in_order(tmp_path) -> None:  # type: ignor
     found = json.loads((tmp_path / "sklearn.json").read_text())
     assert [f["finished"] for f in found] == [True, True]
     assert all(f["seconds"] > 0 for f in found)
+
+
+def test_serial_without_peers_only_is_refused() -> None:
+    from bench.metrics import main
+
+    with pytest.raises(SystemExit):
+        main(["--serial", "--smoke"])
