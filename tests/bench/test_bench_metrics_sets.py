@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -42,7 +43,7 @@ def _die(conn: object) -> None:
     os._exit(3)
 
 
-def test_serial_peers_answer_each_set_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_serial_peers_answer_each_set_in_order(tmp_path: Path) -> None:
     import json
 
     from bench.metrics import main
