@@ -8,8 +8,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +148,38 @@ class LiveServer:
             yield weight
         finally:
             gate.unlink(missing_ok=True)
+
+    @contextmanager
+    def sent_while_stopped(
+        self,
+        pid: int,
+        sends: Sequence[Callable[[], httpx.Response]],
+        then: int = signal.SIGCONT,
+        settle_s: float = 2.0,
+        join_s: float = 120.0,
+    ) -> Iterator[list[httpx.Response | None]]:
+        """Worker ``pid`` stopped (SIGSTOP), each of ``sends`` called on a thread of its own, so that
+        their requests wait in the worker's pipes together; after ``settle_s`` the block runs (the
+        caller's checks while the worker is stopped), then the worker gets ``then`` (SIGCONT, or
+        SIGKILL: its replacement answers them). The list yielded holds each answer once the block
+        has ended (None: none came within ``join_s``)."""
+        answers: list[httpx.Response | None] = [None] * len(sends)
+
+        def call(i: int) -> None:
+            answers[i] = sends[i]()
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(sends))]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for t in threads:
+                t.start()
+            time.sleep(settle_s)
+            yield answers
+        finally:
+            os.kill(pid, then)
+            for t in threads:
+                if t.ident is not None:  # started
+                    t.join(join_s)
 
     def wait_held(self, weight: int, timeout: float = 30.0) -> None:
         """Wait until a job holding ``weight`` is running on its worker."""

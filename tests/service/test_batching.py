@@ -8,12 +8,14 @@ invalid (it gets its own 4xx; the others are unaffected).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
 import threading
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -69,9 +71,12 @@ def test_what_may_join_a_union() -> None:
     assert default_vertices(np.array([0.5]), np.array([1])) is None
 
 
+def _post_oneshot(server: LiveServer, body: bytes) -> httpx.Response:
+    return server.client.post("/v1/mst", content=body, headers={"content-type": OCTET, "accept": OCTET})
+
+
 def _oneshot(server: LiveServer, body: bytes, out: list[Any], index: int) -> None:
-    response = server.client.post("/v1/mst", content=body, headers={"content-type": OCTET, "accept": OCTET})
-    out[index] = response
+    out[index] = _post_oneshot(server, body)
 
 
 def _big_job(server: LiveServer) -> str:
@@ -220,26 +225,18 @@ def test_batched_forests_larger_than_the_pipe_come_back_exact(server_factory: Se
 def test_one_shots_in_a_killed_workers_pipe_run_on_the_next_worker(server_factory: ServerFactory) -> None:
     """One-shots handed to a worker (in its pipe behind a running job) when it is SIGKILLed had not
     started: each is sent to the new worker and answers its exact forest; none hangs."""
-    import os
     import signal
-    import time
 
     server = server_factory(MST_MAX_EDGES="10000000", MST_MAX_UPLOAD_BYTES="200000000")
     members = _members(np.int32, count=4)
     bodies = [npz_body(g.src, g.dst, g.weight, g.num_vertices) for g in members]
     pid = server.worker_pid()
     _big_job(server)
-    os.kill(pid, signal.SIGSTOP)  # mid-job: the one-shots below wait in its pipe
-    answers: list[Any] = [None] * len(bodies)
-    threads = [threading.Thread(target=_oneshot, args=(server, b, answers, i)) for i, b in enumerate(bodies)]
-    for t in threads:
-        t.start()
-    time.sleep(2.0)  # uploaded, queued and handed: one-shots go into the pipe behind a running job
-    assert server.client.get("/readyz").json()["workers"][0]["queue_depth"] == 0
-    assert answers == [None] * len(bodies)
-    os.kill(pid, signal.SIGKILL)
-    for t in threads:
-        t.join(60)
+    sends = [functools.partial(_post_oneshot, server, b) for b in bodies]
+    # stopped mid-job: the one-shots are uploaded, queued and handed, into the pipe behind it
+    with server.sent_while_stopped(pid, sends, then=signal.SIGKILL, join_s=60) as answers:
+        assert server.client.get("/readyz").json()["workers"][0]["queue_depth"] == 0
+        assert answers == [None] * len(bodies)
     for graph, response in zip(members, answers, strict=True):
         assert response is not None and response.status_code == 200, response
         with np.load(io.BytesIO(response.content), allow_pickle=False) as npz:

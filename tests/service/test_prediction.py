@@ -8,6 +8,7 @@ tests/gpu_core), so the service must answer those arrays exactly.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import signal
@@ -432,7 +433,6 @@ def test_predictions_waiting_together_are_one_batch_each_answered_as_alone(
     processes while the worker is stopped) are predicted as one batch, and each answer is the
     library's for that request's points alone; a request with a NaN coordinate among them gets
     its own 422, and a membership request runs alone with its own answer."""
-    import threading
 
     server = server_factory(MST_API_WORKERS="2", MST_CPU_WORKERS="1", MST_GPUS="0", MST_BACKEND=backend)
     points = blobs(d=3)
@@ -451,23 +451,14 @@ def test_predictions_waiting_together_are_one_batch_each_answered_as_alone(
     # JSON and npy bodies (read by the worker) alike; the NaN one can only come as npy
     bodies = [{"json": {"points": new.tolist()}} if i % 2 else npy(new) for i, new in enumerate(news)]
     bodies += [npy(bad), {"json": {"points": news[0].tolist()}, "params": {"membership": "true"}}]
-    answers: list[httpx.Response | None] = [None] * len(bodies)
 
-    def send(i: int) -> None:
+    def send(i: int) -> httpx.Response:
         with httpx.Client(base_url=server.url, headers=server.client.headers, timeout=60) as client:
-            answers[i] = client.post(url, **bodies[i])
+            return client.post(url, **bodies[i])
 
-    pid = server.worker_pid(record["id"])
-    os.kill(pid, signal.SIGSTOP)  # the requests below wait in the worker's pipes, together
-    try:
-        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
-        for t in threads:
-            t.start()
-        time.sleep(2.0)
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    for t in threads:
-        t.join(60)
+    sends = [functools.partial(send, i) for i in range(len(bodies))]
+    with server.sent_while_stopped(server.worker_pid(record["id"]), sends, join_s=60) as answers:
+        pass  # the requests wait in the worker's pipes, together
     batched = []
     for new, response in zip(news, answers, strict=False):
         assert response is not None and response.status_code == 200, response
@@ -495,7 +486,6 @@ def test_predictions_in_a_killed_workers_pipe_are_answered_by_its_replacement(
     """Predictions handed to a worker that is SIGKILLed before it read them had not started: each
     is sent to the replacement (which fits the model again from its parameters), and every answer
     is the library's for that request's points alone; none hangs, none is lost."""
-    import threading
 
     server = server_factory(MST_API_WORKERS="2", MST_CPU_WORKERS="1")
     points = blobs(d=2)
@@ -503,22 +493,15 @@ def test_predictions_in_a_killed_workers_pipe_are_answered_by_its_replacement(
     model = fit(server.client, record["id"], PARAMS)
     url = f"/v1/points/{record['id']}/models/{model['id']}/predict"
     news = [queries(40 + i, 25 + 3 * i) for i in range(6)]
-    answers: list[httpx.Response | None] = [None] * len(news)
 
-    def send(i: int) -> None:
+    def send(i: int) -> httpx.Response:
         with httpx.Client(base_url=server.url, headers=server.client.headers, timeout=120) as client:
-            answers[i] = client.post(url, json={"points": news[i].tolist()}, params={"membership": "false"})
+            return client.post(url, json={"points": news[i].tolist()}, params={"membership": "false"})
 
+    sends = [functools.partial(send, i) for i in range(len(news))]
     pid = server.worker_pid(record["id"])
-    os.kill(pid, signal.SIGSTOP)  # the predictions below wait in its pipe, unread
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(news))]
-    for t in threads:
-        t.start()
-    time.sleep(2.0)
-    assert answers == [None] * len(news)
-    os.kill(pid, signal.SIGKILL)
-    for t in threads:
-        t.join(120)
+    with server.sent_while_stopped(pid, sends, then=signal.SIGKILL) as answers:
+        assert answers == [None] * len(news)  # the predictions wait in its pipe, unread
     for new, response in zip(news, answers, strict=True):
         assert response is not None and response.status_code == 200, response
         _, labels, probabilities, _ = library(points, new, PARAMS)
