@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from service.storage import npzio
-from service.storage.write_out import hand_to_disk
 
 
 def one_interval(interval_s: float, seconds: float, folder: Path) -> dict[str, Any]:
@@ -36,9 +35,9 @@ def one_interval(interval_s: float, seconds: float, folder: Path) -> dict[str, A
         i = 0
         while not stop.is_set():
             t0 = time.perf_counter()
-            path = folder / f"{i % 32}.npz"
-            npzio.write_npz_file(path, {"edge_ids": ids, "weights": weights})
-            hand_to_disk(str(path))
+            npzio.write_npz_file(
+                folder / f"{i % 32}.npz", {"edge_ids": ids, "weights": weights}, write_out=True
+            )
             took.append(time.perf_counter() - t0)
             i += 1
 

@@ -39,6 +39,8 @@ from zlib_ng.zlib_ng import crc32
 from gpu_core._stored_npz import CENTRAL_ENTRY, END_RECORD, LOCAL_HEADER, UNSUPPORTED_FLAGS, member_layout
 from gpu_core.formats import EdgeArrays
 
+from .spool import start_write_out
+
 _LIMIT = 0xFFFFFFFF  # beyond this an archive needs zip64 records: left to numpy.savez
 _VERSION = 20  # 2.0: what zipfile writes for stored members without zip64
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux
@@ -119,15 +121,26 @@ def write_npz(fileobj: BinaryIO, arrays: Mapping[str, Any]) -> None:
     fileobj.write(directory + end)
 
 
-def write_npz_file(path: str | os.PathLike[str], arrays: Mapping[str, Any], *, sync: bool = False) -> None:
+def write_npz_file(
+    path: str | os.PathLike[str], arrays: Mapping[str, Any], *, sync: bool = False, write_out: bool = False
+) -> None:
     """:func:`write_npz` to a new file at ``path``; with ``sync``, fsynced before it is closed.
-    (A worker's result files are not fsynced; they are handed to the disk behind their answers:
-    :mod:`service.storage.write_out`.)"""
+
+    ``write_out``: hand the file to the disk now, without waiting (Linux's ``sync_file_range``).
+    Results are not fsynced, but a stream of large ones left to the kernel's write-back piles up
+    gigabytes of dirty pages, and every fsync of the file system (an upload's, SQLite's) then
+    waits for them: an upload's ``durable`` step stalls for seconds under load.
+    """
     with open(path, "wb") as f:
         write_npz(f, arrays)
-        if sync:
+        if sync or write_out:
             f.flush()
+        if sync:
             os.fsync(f.fileno())
+        elif write_out:
+            start = start_write_out()
+            if start is not None:
+                start(f.fileno(), 0, 0)  # 0 bytes: to the end of the file
 
 
 def map_file(fd: int, size: int) -> mmap.mmap:

@@ -89,6 +89,28 @@ def test_reader_steps_aside(tmp_path: Path) -> None:
     assert npzio.read_npz(path, ("src",)) is None
 
 
+def test_a_result_written_out_at_once_is_the_same_file(tmp_path: Path) -> None:
+    """``write_out``: the file handed to the disk at once (``sync_file_range`` on Linux, which must
+    accept the call) holds what one left to the kernel's write-back holds."""
+    import sys
+
+    from service.storage.spool import start_write_out
+
+    arrays = {"edge_ids": np.arange(100_000, dtype=np.int64), "weights": np.linspace(0, 1, 100_000)}
+    plain, written_out = tmp_path / "plain.npz", tmp_path / "out.npz"
+    npzio.write_npz_file(plain, arrays)
+    npzio.write_npz_file(written_out, arrays, write_out=True)
+    assert plain.stat().st_size == written_out.stat().st_size
+    for path in (plain, written_out):
+        with np.load(path) as npz:
+            assert all(np.array_equal(npz[k], v) and npz[k].dtype == v.dtype for k, v in arrays.items())
+    if sys.platform.startswith("linux"):
+        start = start_write_out()
+        assert start is not None
+        with open(written_out, "rb") as f:
+            assert start(f.fileno(), 0, 0) == 0
+
+
 @pytest.mark.parametrize("size", [50, 600_000])  # read into arrays of their own / mapped (> 4 MB file)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_graph_layout_gives_the_plain_graph_arrays(tmp_path: Path, dtype: str, size: int) -> None:

@@ -26,7 +26,6 @@ from ...errors import (
     storage_error,
 )
 from ...storage import npzio
-from ...storage.write_out import WriteOut
 from .points import ResidentPoints
 from .prediction import ResidentModel
 from .protocol import WorkerConfig
@@ -51,8 +50,6 @@ class Worker:
         #: leave them running after ready); ``warm_up`` is then its report
         self.warmed = threading.Event()
         self.warm_up: dict[str, Any] = {}
-        #: hands result files to the disk behind their answers (:mod:`service.storage.write_out`)
-        self.write_out = WriteOut()
 
     def memory(self) -> tuple[int, int]:
         """(free, total) bytes of the memory graphs live in: the device's, or the host's; with
@@ -188,18 +185,15 @@ class Worker:
         self.write_arrays({"edge_ids": forest.edge_ids, "weights": forest.weights}, result_path, write_out)
 
     def write_arrays(self, arrays: dict[str, Any], result_path: str, write_out: bool = True) -> None:
-        """A result file, written whole into place; with ``write_out`` then queued to be handed to
-        the disk behind its answer (:mod:`service.storage.write_out`); a one-shot's, read once and
-        removed, is not."""
+        """A result file, written out to the disk at once (``write_out``: see
+        :func:`npzio.write_npz_file`); a one-shot's, read once and removed, is not."""
         tmp = self.tmp_dir / f"{os.path.basename(result_path)}.{os.getpid()}.part"
         try:
-            npzio.write_npz_file(tmp, arrays)
+            npzio.write_npz_file(tmp, arrays, write_out=write_out)
             os.replace(tmp, result_path)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        if write_out:
-            self.write_out.offer(result_path, os.path.getsize(result_path))
 
 
 def portable(exc: BaseException, *, for_operator: bool = False) -> BaseException:

@@ -1,10 +1,9 @@
 """A worker's result files, written on a thread behind the replies, in their order.
 
-The loop goes on to the next request while the last one's file is written (the file's bytes
-and its rename into place cost a GPU worker about as much as the job's computation; the file is
-handed to the disk later still, on a thread of its own: :mod:`service.storage.write_out`). Each
-piece of work sends its own STORED notes; a request for a job's file from another API process
-(AWAIT_STORED) waits here until the file is written (:meth:`Writer.await_file`).
+The loop goes on to the next request while the last one's file is written (the file's bytes,
+its rename into place and the hand-off to the disk cost a GPU worker about as much as the job's
+computation). Each piece of work sends its own STORED notes; a request for a job's file from
+another API process (AWAIT_STORED) waits here until the file is written (:meth:`Writer.await_file`).
 At most :data:`WRITES_BEHIND` pieces wait at once (the loop waits beyond that).
 
 While a worker writes (:func:`writing`), its interpreter hands the GIL over sooner
