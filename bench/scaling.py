@@ -7,7 +7,10 @@ suite's distinct-graph headline runs ``--runs`` times: ``--clients`` keep-alive 
 processes, client ``c`` looping ``POST /v1/graphs/{id}/mst?wait=30`` then the binary result on
 its **own** graph, every forest checked against the CPU backend's (:func:`bench.jobs.run_level`).
 Reported per run: jobs/s, p50/p99, errors, wrong forests, the server's CPU milliseconds per job by
-process role, and the answers' ``Server-Timing`` means; per shape the median run.
+process role, and the answers' ``Server-Timing`` means, and on the GPU backend each GPU's kernel
+activity during the run (``gpu_activity``: ``nvidia-smi dmon``); per shape the median run. Once per
+record, the disk's write bandwidth where the services' data dirs live (``disk_write``,
+``--disk-probe-mb``): :mod:`bench.host_probes`.
 
 ``--predict``: also, per shape, ``--predict-clients`` clients looping ``predict`` of
 ``--predict-points`` new 2-D points (npz in, npz out) against one model fitted on
@@ -25,6 +28,7 @@ import io
 import json
 import os
 import platform
+import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -34,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .clients import run_client_processes
+from .host_probes import GpuActivity, disk_write
 from .jobs import _rmat_graph, run_level, server_cpu_s
 from .load import Conn
 from .server import started_server
@@ -206,8 +211,11 @@ def run_shape(
         runs = []
         for _ in range(args.runs if graphs else 0):
             before = server_cpu_s(proc.pid, worker_pids)
-            level = run_level(port, "jobs", args.clients, args.client_processes, args.duration, resident)
+            with GpuActivity(args.gpus, enabled=backend == "gpu") as gpus:
+                level = run_level(port, "jobs", args.clients, args.client_processes, args.duration, resident)
             after = server_cpu_s(proc.pid, worker_pids)
+            if backend == "gpu":
+                level["gpu_activity"] = gpus.summary()
             done = max(level["completed"], 1)
             # One API process: it is the process started (``runtime``). Several: the process
             # started is the supervisor and the API processes are among its other children.
@@ -259,6 +267,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--predict-points", type=int, default=1000)
     p.add_argument("--predict-clients", type=int, default=64)
     p.add_argument("--label", default="", help="a note kept in the record (e.g. 'MPS on')")
+    p.add_argument(
+        "--disk-probe-mb",
+        type=int,
+        default=1024,
+        help="MiB written (4 files at once, fdatasynced) where the services' data dirs live, before the "
+        "shapes: the disk's bandwidth in the record (0: no probe)",
+    )
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -280,6 +295,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else None,
         "clients": args.clients,
         "duration_s": args.duration,
+        "disk_write": disk_write(Path(tempfile.gettempdir()), args.disk_probe_mb)
+        if args.disk_probe_mb
+        else None,
         "shapes": [],
     }
     for api, per in parse_shapes(args.shapes):

@@ -77,3 +77,16 @@ def test_predictions_only(tmp_path: Path) -> None:
     assert "error" not in shape, shape["error"]
     assert shape["runs"] == [] and "median_per_s" not in shape
     assert shape["predict_median_per_s"] > 0
+
+
+def test_the_record_carries_the_disk_probe(tmp_path: Path) -> None:
+    record = main(
+        [
+            "--backend", "cpu", "--shapes", "1x1", "--scale", "8", "--graphs", "2", "--clients", "2",
+            "--client-processes", "1", "--duration", "0.3", "--runs", "1", "--disk-probe-mb", "8",
+            "--out", str(tmp_path / "s.json"),
+        ]
+    )  # fmt: skip
+    disk = record["disk_write"]
+    assert disk["bytes"] == 8 << 20 and disk["mb_per_s"] > 0 and disk["writers"] == 4
+    assert "gpu_activity" not in record["shapes"][0]["runs"][0]  # the CPU backend: no GPU sampled

@@ -1,0 +1,60 @@
+"""The host probes beside the throughput benchmarks (bench/host_probes.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.host_probes import GpuActivity, disk_write, parse_dmon
+
+DMON = """\
+# gpu     sm    mem    enc    dec    jpg    ofa
+# Idx      %      %      %      %      %      %
+    0     44     10      0      0      0      0
+    1      -      -      -      -      -      -
+    0    100     30      0      0      0      0
+    1     62     20      0      0      0      0
+"""
+
+
+def test_parse_dmon_keeps_each_gpus_sm_samples() -> None:
+    assert parse_dmon(DMON) == {"0": [44, 100], "1": [62]}
+    assert parse_dmon("") == {}
+
+
+def test_disk_write_writes_every_byte_and_leaves_nothing(tmp_path: Path) -> None:
+    result = disk_write(tmp_path, total_mb=6, writers=3)
+    assert result["bytes"] == 6 << 20 and result["writers"] == 3
+    assert result["mb_per_s"] > 0 and result["seconds"] > 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_disk_write_into_a_missing_folder_raises_and_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        disk_write(tmp_path / "missing", total_mb=2, writers=2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_gpu_activity_from_a_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block's samples come from ``nvidia-smi dmon``'s output, per GPU, with their median;
+    disabled, or without nvidia-smi, it samples nothing."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\ncat <<'END'\n{DMON}END\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with GpuActivity("0,1") as gpus:
+        time.sleep(0.5)  # the fake prints at once, then waits to be stopped (as dmon samples on)
+    assert gpus.summary() == {
+        "0": {"sm_percent": [44, 100], "median": 72.0},
+        "1": {"sm_percent": [62], "median": 62},
+    }
+    with GpuActivity(enabled=False) as off:
+        pass
+    assert off.summary() is None
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with GpuActivity() as absent:
+        pass
+    assert absent.summary() is None
