@@ -5,10 +5,14 @@
 // accumulation) of a block of query rows, kept in shared memory, with every tile of 128 targets,
 // streamed through a cp.async pipeline; and in the same kernel each row's selection, so the products
 // never reach device memory and the host waits on nothing per tile. A row keeps a target whose
-// filtered key is at most its threshold: the key (rounded up to float32) and the target's position
-// go to the row's buffer in device memory. A buffer that might not take the next tile is compacted
-// by one warp: its m-th smallest key gives the row a tighter bound on its true m-th key (theta) and
-// threshold, and the entries over the threshold go. A row whose buffer still cannot take a whole
+// filtered key is at most its threshold: b, the key less the row's squared norm (v below, exact in
+// float32, so keeping a target loads nothing), and the target's position go to the row's buffer in
+// device memory. A buffer that might not take the next tile is compacted by one warp: its m-th
+// smallest b (under mutual reachability first raised to the target's core less qn2, rounded up)
+// plus qn2, rounded up, gives the row a tighter bound on its true m-th key (theta) and threshold,
+// and the entries over the threshold (b > tq) go. The selection's slow path is one copy of code a
+// row, inlined: a call there spilled the warp's registers at every candidate, and every warp of the
+// block waits at the next barrier for the slowest. A row whose buffer still cannot take a whole
 // tile stops and says where (resume): the host flushes it and launches it again from there, so any
 // number of ties and near-ties is exact.
 // fused_flush: each row's surviving candidates rechecked exactly (float64, dimension order, no FMA:
@@ -22,7 +26,7 @@
 // accumulated product), under mutual reachability max(qcore, tcore, v + qn2); a target of the row's
 // own component is no candidate. A query row's data by its row (row_src[slot], or the slot): its
 // float16 and float64 coordinates, qn2, alpha and beta of the margin E(x) = alpha sqrt(x) + beta,
-// core and component; its state by slot: theta, the final threshold (tk_out), resume, its list
+// core and component; its state by slot: theta, the final threshold (tq_out), resume, its list
 // (at list_row[slot], or the slot); buffers and counts by the row's place p in the launch.
 //
 // Design: docs/design/brute-force.md.
@@ -110,12 +114,18 @@ __device__ __forceinline__ void fs_load_b(unsigned short* stage, const unsigned 
 // buffer could not take two more tiles stops (where tiles remain: may_stop): resume at the tile
 // whose selection comes next.
 __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, bool may_stop, int m, int cap,
-                           float* buf_key,
-                           int* buf_pos, const double* __restrict__ qn2, const double* __restrict__ alpha,
-                           const double* __restrict__ beta, double* theta, int* resume, int* stops, float* tq_s,
-                           float* tk_s, int* cnt_s) {
+                           float* buf_key, int* buf_pos, const double* __restrict__ qn2,
+                           const double* __restrict__ qcore, const double* __restrict__ tcore_d, const double* __restrict__ alpha,
+                           const double* __restrict__ beta, double* theta, float* tq_out, int* resume, int* stops,
+                           float* tq_s, float* tk_s, int* cnt_s) {
     const int c = cnt_s[r];
     const long long base = static_cast<long long>(p) * cap;
+    if (tcore_d) {  // under mutual reachability: b at least the target's core less qn2, rounded up
+        const double n2 = qn2[row];
+        for (int e = lane; e < c; e += 32)
+            buf_key[base + e] = fmaxf(buf_key[base + e], __double2float_ru(__dsub_ru(tcore_d[buf_pos[base + e]], n2)));
+        __syncwarp();
+    }
     unsigned lo = 0u, hi = 0xFFFFFFFFu;
     while (lo < hi) {
         const unsigned mid = lo + ((hi - lo) >> 1);
@@ -128,7 +138,9 @@ __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, 
             lo = mid + 1u;
     }
     const double a = alpha[row], b = beta[row];
-    const double th = fmin(theta[slot], fs_upper(static_cast<double>(fs_unord(lo)), a, b));
+    double key = __dadd_ru(static_cast<double>(fs_unord(lo)), qn2[row]);  // the m-th filtered key, rounded up
+    if (qcore) key = fmax(key, qcore[row]);
+    const double th = fmin(theta[slot], fs_upper(key, a, b));
     const double t = fs_threshold(th, a, b);
     const float tk = __double2float_ru(t);
     const float tq = __double2float_ru(__dsub_ru(t, qn2[row]));
@@ -141,7 +153,7 @@ __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, 
         if (e < c) {
             key = buf_key[base + e];
             pos = buf_pos[base + e];
-            keep = key <= tk;
+            keep = key <= tq;
         }
         const unsigned mask = __ballot_sync(0xFFFFFFFFu, keep);
         __syncwarp();
@@ -159,6 +171,7 @@ __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, 
         tk_s[r] = tk;
         tq_s[r] = tq;
         if (may_stop && w > cap - 2 * FS_BN) {
+            tq_out[slot] = tq;  // the flush's limit (tq_s now marks the row stopped)
             tq_s[r] = -fs_finf();
             resume[slot] = tile;
             atomicAdd(stops, 1);
@@ -166,35 +179,48 @@ __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, 
     }
 }
 
-// One row's candidates of a tile (the slow path: some product of the row passed the first test):
-// a column whose filtered key is at most the row's threshold (tq against v, and under mutual
-// reachability tk against the target's core, rounded down) and of another component (qcomp, tcomp)
-// goes to the row's buffer. Returns whether the buffer may no longer take two tiles.
-__device__ __noinline__ bool fs_append(const float* acc2, const float* tn2, int r, int col_base, int t4, int limit,
-                                       int p, const int* __restrict__ slots, int slot_base,
-                                       const int* __restrict__ row_src, const float* __restrict__ tcore_f,
-                                       const double* __restrict__ tcore_d, const int* __restrict__ tcomp,
-                                       const double* __restrict__ qn2, const double* __restrict__ qcore, float tq,
-                                       const float* tk_s, int* cnt_s, const int* qcomp_s, float* buf_key,
-                                       int* buf_pos, int cap) {
+// One row's candidates of a tile (the slow path: some product of the row passed the first test).
+// A column whose filtered key is at most the row's threshold (tq against v; under mutual
+// reachability also tk against the target's core, rounded down) and of another component (qcomp,
+// tcomp) goes to the row's buffer as b = v, its filtered key less the row's squared norm qn2 (under
+// mutual reachability the cores' part of the key is added at compaction, fs_compact). A true
+// candidate's b is at most tq. The Euclidean path loads nothing; the columns' loads are issued
+// together, so the path waits once, not once a column. Returns whether the buffer may no longer
+// take two tiles.
+__device__ __forceinline__ bool fs_append(const float (&acc2)[8], const float (&tn2)[8], int r, int col_base, int t4,
+                                          int limit, int p, const float* __restrict__ tcore_f,
+                                          const int* __restrict__ tcomp, float tq, float tk, int qc, int* cnt_s,
+                                          float* buf_key, int* buf_pos, int cap) {
+    auto col_of = [&](int j) { return col_base + (j >> 1) * 8 + 2 * t4 + (j & 1); };
+    auto v_of = [&](int j) { return __fmaf_rn(-2.0f, acc2[j], tn2[j]); };
+    unsigned ok = 0;  // bit j: column col_of(j) is still a candidate
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ok |= static_cast<unsigned>(col_of(j) < limit && v_of(j) <= tq) << j;
+    if (tcomp) {
+        int c[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) c[j] = (ok >> j & 1u) ? tcomp[col_of(j)] : qc;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ok &= ~(static_cast<unsigned>(c[j] == qc) << j);
+    }
+    if (tcore_f) {
+        float c[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) c[j] = (ok >> j & 1u) ? tcore_f[col_of(j)] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ok &= ~(static_cast<unsigned>(!(c[j] <= tk)) << j);
+    }
     bool over = false;
-    const int slot = slots ? slots[p] : slot_base + p;
-    const int row = row_src ? row_src[slot] : slot;
-    for (int nt = 0; nt < 4; ++nt)
-        for (int e = 0; e < 2; ++e) {
-            const int col = col_base + nt * 8 + 2 * t4 + e;
-            const float v = __fmaf_rn(-2.0f, acc2[2 * nt + e], tn2[2 * nt + e]);
-            if (col >= limit || !(v <= tq)) continue;
-            if (tcomp && tcomp[col] == qcomp_s[r]) continue;
-            if (tcore_f && !(tcore_f[col] <= tk_s[r])) continue;
-            double key = __dadd_ru(static_cast<double>(v), qn2[row]);
-            if (tcore_f) key = fmax(key, fmax(qcore[row], tcore_d[col]));
-            const int at = atomicAdd(&cnt_s[r], 1);
-            const long long o = static_cast<long long>(p) * cap + at;
-            buf_key[o] = __double2float_ru(key);
-            buf_pos[o] = col;
-            over |= at + 1 > cap - 2 * FS_BN;
-        }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        if (!(ok >> j & 1u)) continue;
+        const int col = col_of(j);
+        const int at = atomicAdd(&cnt_s[r], 1);
+        const long long o = static_cast<long long>(p) * cap + at;
+        buf_key[o] = v_of(j);
+        buf_pos[o] = col;
+        over |= at + 1 > cap - 2 * FS_BN;
+    }
     return over;
 }
 
@@ -216,7 +242,7 @@ __device__ __forceinline__ void fused_select_body(
     const unsigned short* __restrict__ tb, int n_t, const float* __restrict__ tn2f,
     const float* __restrict__ tcore_f, const double* __restrict__ tcore_d, const int* __restrict__ tcomp,
     const double* __restrict__ qn2, const double* __restrict__ qcore, const int* __restrict__ qcomp,
-    const double* __restrict__ alpha, const double* __restrict__ beta, double* theta, float* tk_out,
+    const double* __restrict__ alpha, const double* __restrict__ beta, double* theta, float* tq_out,
     int* count, const int* __restrict__ start_tile, int* resume, int* stops, float* buf_key, int* buf_pos,
     int cap, int m, int mode, float* dump) {
     constexpr int WARPS = BM / 64 * 4;
@@ -334,8 +360,8 @@ __device__ __forceinline__ void fused_select_body(
                         const int p = p_lo + r;
                         const int slot = slots ? slots[p] : slot_base + p;
                         const int row = row_src ? row_src[slot] : slot;
-                        fs_compact(lane, r, p, slot, row, tile, true, m, cap, buf_key, buf_pos, qn2, alpha, beta,
-                                   theta, resume, stops, tq_s, tk_s, cnt_s);
+                        fs_compact(lane, r, p, slot, row, tile, true, m, cap, buf_key, buf_pos, qn2, qcore, tcore_d,
+                                   alpha, beta, theta, tq_out, resume, stops, tq_s, tk_s, cnt_s);
                     }
                 }
                 __syncthreads();
@@ -406,6 +432,7 @@ __device__ __forceinline__ void fused_select_body(
             continue;
         }
         bool over = false;
+        unsigned pass = 0;  // bit 2 mt + h: row wm*64 + mt*16 + g + 8h has a product under its threshold
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -419,17 +446,27 @@ __device__ __forceinline__ void fused_select_body(
 #pragma unroll
                     for (int e = 0; e < 2; ++e)
                         least = fminf(least, __fmaf_rn(-2.0f, acc[mt][nt][2 * h + e], tn2[2 * nt + e]));
-                if (least <= tq) {
-                    float acc2[8];
+                if (least <= tq) pass |= 1u << (2 * mt + h);
+            }
+        // the slow path, one row at a time (one copy of its code: no call, nothing spilled), its
+        // products picked out of the accumulators by predicated moves
+        while (pass) {
+            const int i = __ffs(pass) - 1;
+            pass &= pass - 1;
+            float acc2[8];
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
 #pragma unroll
                     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-                        for (int e = 0; e < 2; ++e) acc2[2 * nt + e] = acc[mt][nt][2 * h + e];
-                    over |= fs_append(acc2, tn2, r, col_base, t4, limit, p_lo + r, slots, slot_base, row_src,
-                                      tcore_f, tcore_d, tcomp, qn2, qcore, tq, tk_s, cnt_s, qcomp_s, buf_key,
-                                      buf_pos, cap);
-                }
-            }
+                        for (int e = 0; e < 2; ++e)
+                            if (i == 2 * mt + h) acc2[2 * nt + e] = acc[mt][nt][2 * h + e];
+            const int r = wm * 64 + (i >> 1) * 16 + g + 8 * (i & 1);
+            over |= fs_append(acc2, tn2, r, col_base, t4, limit, p_lo + r, tcore_f, tcomp, tq_s[r], tk_s[r],
+                              qcomp_s[r], cnt_s, buf_key, buf_pos, cap);
+        }
         if (over) over_s[this_tile & 1] = 1;
     }
     fs_wait<0>();
@@ -442,8 +479,8 @@ __device__ __forceinline__ void fused_select_body(
             const int p = p_lo + r;
             const int slot = slots ? slots[p] : slot_base + p;
             const int row = row_src ? row_src[slot] : slot;
-            fs_compact(lane, r, p, slot, row, ntiles, false, m, cap, buf_key, buf_pos, qn2, alpha, beta, theta,
-                       resume, stops, tq_s, tk_s, cnt_s);
+            fs_compact(lane, r, p, slot, row, ntiles, false, m, cap, buf_key, buf_pos, qn2, qcore, tcore_d,
+                       alpha, beta, theta, tq_out, resume, stops, tq_s, tk_s, cnt_s);
         }
     }
     __syncthreads();
@@ -451,7 +488,7 @@ __device__ __forceinline__ void fused_select_body(
         const int p = p_lo + r;
         const int slot = slots ? slots[p] : slot_base + p;
         count[p] = cnt_s[r];
-        tk_out[slot] = tk_s[r];
+        if (tq_s[r] != -fs_finf()) tq_out[slot] = tq_s[r];  // a stopped row's was written as it stopped
     }
 }
 
@@ -460,11 +497,11 @@ __device__ __forceinline__ void fused_select_body(
         const int *blk_hi, const int *blk_skip_lo, const int *blk_skip_hi, int dpad, const unsigned short *tb,   \
         int n_t, const float *tn2f, const float *tcore_f, const double *tcore_d, const int *tcomp,               \
         const double *qn2, const double *qcore, const int *qcomp, const double *alpha, const double *beta,      \
-        double *theta, float *tk_out, int *count, const int *start_tile, int *resume, int *stops, float *buf_key, \
+        double *theta, float *tq_out, int *count, const int *start_tile, int *resume, int *stops, float *buf_key, \
         int *buf_pos, int cap, int m, int mode, float *dump
 #define FUSED_SELECT_ARGS                                                                                         \
     qa, row_src, slots, slot_base, num_p, blk_lo, blk_hi, blk_skip_lo, blk_skip_hi, dpad, tb, n_t, tn2f, tcore_f, \
-        tcore_d, tcomp, qn2, qcore, qcomp, alpha, beta, theta, tk_out, count, start_tile, resume, stops, buf_key,  \
+        tcore_d, tcomp, qn2, qcore, qcomp, alpha, beta, theta, tq_out, count, start_tile, resume, stops, buf_key,  \
         buf_pos, cap, m, mode, dump
 
 #ifndef FS_MIN_BLOCKS_128

@@ -4,10 +4,11 @@ device engine's host side (batches, blocks and their skips, stops and relaunches
 Each model takes the kernel's own argument tuple, in the kernel's order, and does what the kernel
 does, step for step: the block's rows against each tile of 128 targets, float16 products summed in
 float32, the filtered key ``v = fma(-2, s, tn2)`` rounded to float32, the row's thresholds rounded
-up to float32, candidates appended to the row's buffer, a buffer over ``cap - 256`` compacted before
-the next tile's selection (its m-th key, ``filter.upper``, ``filter.threshold``) or the row stopped
-with that tile to resume from, every buffer compacted once more at the end,
-and the flush's exact recheck and merge. :class:`ModelEngine` is ``DeviceEngine`` on NumPy with
+up to float32, candidates appended to the row's buffer (their key less the row's squared norm), a
+buffer over ``cap - 256`` compacted before the next tile's selection (under mutual reachability
+each entry raised to the target's core first; its m-th key, ``filter.upper``, ``filter.threshold``)
+or the row stopped with that tile to resume from, every buffer compacted once more at the end, and
+the flush's exact recheck and merge. :class:`ModelEngine` is ``DeviceEngine`` on NumPy with
 these models in place of the compiled kernels. What the model cannot check is the kernels' CUDA
 (fragment layouts, races): the GPU tests and compute-sanitizer do.
 """
@@ -63,7 +64,7 @@ def fused_select(rows_per_block: int) -> Any:
 
 def _select_block(
     bm, b, qa, row_src, slots, slot_base, num_p, blk_lo, blk_hi, blk_skip_lo, blk_skip_hi, dpad, tb, n_t,
-    tn2f, tcore_f, tcore_d, tcomp, qn2, qcore, qcomp, alpha, beta, theta, tk_out, count, start_tile, resume,
+    tn2f, tcore_f, tcore_d, tcomp, qn2, qcore, qcomp, alpha, beta, theta, tq_out, count, start_tile, resume,
     stops, buf_key, buf_pos, cap, m, mode, dump,
 ) -> None:  # fmt: skip
     slot_base, num_p, dpad, n_t, cap, m, mode = (int(x) for x in (slot_base, num_p, dpad, n_t, cap, m, mode))
@@ -96,7 +97,8 @@ def _select_block(
             for r in range(rows):
                 if cnt[r] > cap - 2 * BN and tq[r] != -np.inf:
                     _compact(r, int(p[r]), int(slot[r]), int(src[r]), tile, True, m, cap, buf_key, buf_pos,
-                             qn2, alpha, beta, theta, resume, stops, tq, tk, cnt)  # fmt: skip
+                             qn2, qcore, tcore_d, alpha, beta, theta, tq_out, resume, stops, tq, tk,
+                             cnt)  # fmt: skip
         col0 = tile * BN if tile < tiles_lo else skip_hi + (tile - tiles_lo) * BN
         limit = skip_lo if tile < tiles_lo else n_t
         cols = np.arange(col0, min(col0 + BN, limit))
@@ -114,42 +116,48 @@ def _select_block(
         if tcore_f is not None:
             passing &= tcore_f[cols][None, :] <= tk[:, None]
         for r, c in zip(*np.nonzero(passing), strict=True):
-            key = _add_ru(float(v[r, c]), float(qn2[src[r]]))
-            if tcore_f is not None:
-                key = max(key, max(float(qcore[src[r]]), float(tcore_d[cols[c]])))
-            o = int(p[r]) * cap + int(cnt[r])
-            buf_key[o], buf_pos[o] = _ru32(key), cols[c]
+            o = int(p[r]) * cap + int(cnt[r])  # the filtered key less the row's squared norm
+            buf_key[o], buf_pos[o] = np.float32(v[r, c]), cols[c]
             cnt[r] += 1
             over |= bool(cnt[r] > cap - 2 * BN)
     if mode == 0:
         for r in range(rows):  # every buffer compacted once more: the flush rechecks fewer
             if cnt[r] > m and tq[r] != -np.inf:
                 _compact(r, int(p[r]), int(slot[r]), int(src[r]), ntiles, False, m, cap, buf_key, buf_pos,
-                         qn2, alpha, beta, theta, resume, stops, tq, tk, cnt)  # fmt: skip
+                         qn2, qcore, tcore_d, alpha, beta, theta, tq_out, resume, stops, tq, tk,
+                         cnt)  # fmt: skip
         count[p_lo:p_hi] = cnt
-        tk_out[slot] = tk
+        going = tq != -np.inf  # a stopped row's limit was written as it stopped
+        tq_out[slot[going]] = tq[going]
 
 
 def _compact(
-    r, p, slot, row, tile, may_stop, m, cap, buf_key, buf_pos, qn2, alpha, beta, theta, resume, stops, tq,
-    tk, cnt,
+    r, p, slot, row, tile, may_stop, m, cap, buf_key, buf_pos, qn2, qcore, tcore_d, alpha, beta, theta,
+    tq_out, resume, stops, tq, tk, cnt,
 ):  # fmt: skip
     c = int(cnt[r])
     base = p * cap
+    if tcore_d is not None:  # under mutual reachability: at least the target's core less qn2, rounded up
+        for e in range(base, base + c):
+            cores = _ru32(_sub_ru(float(tcore_d[buf_pos[e]]), float(qn2[row])))
+            buf_key[e] = max(buf_key[e], cores)
     keys = buf_key[base : base + c].copy()
     pos = buf_pos[base : base + c].copy()
-    f = float(np.sort(keys)[m - 1])
+    f = _add_ru(float(np.sort(keys)[m - 1]), float(qn2[row]))  # the m-th filtered key, rounded up
+    if qcore is not None:
+        f = max(f, float(qcore[row]))
     a, b = float(alpha[row]), float(beta[row])
     th = min(float(theta[slot]), float(upper(np, np.float64(f), a, b)))
     t = _threshold(th, a, b)
     tk[r] = _ru32(t)
     tq[r] = _ru32(_sub_ru(t, float(qn2[row])))
-    keep = keys <= tk[r]
+    keep = keys <= tq[r]
     w = int(keep.sum())
     buf_key[base : base + w], buf_pos[base : base + w] = keys[keep], pos[keep]
     theta[slot] = th
     cnt[r] = w
     if may_stop and w > cap - 2 * BN:
+        tq_out[slot] = tq[r]
         tq[r] = -np.inf
         resume[slot] = tile
         stops[0] += 1
@@ -158,7 +166,7 @@ def _compact(
 def fused_flush(grid: tuple[int], block: tuple[int], args: tuple[Any, ...], shared_mem: int = 0) -> None:
     """The model of ``fused_flush``."""
     (num_p, slots, slot_base, row_src, list_row, qx, x, order, d, qcore, core2, cap, buf_key, buf_pos, count,
-     tk, m, list_ids, list_keys, theta, scale2) = args  # fmt: skip
+     tq, m, list_ids, list_keys, theta, scale2) = args  # fmt: skip
     del grid, block, shared_mem, d
     for p in range(int(num_p)):
         c = int(count[p])
@@ -169,7 +177,7 @@ def fused_flush(grid: tuple[int], block: tuple[int], args: tuple[Any, ...], shar
         at = int(list_row[slot]) if list_row is not None else slot
         base = p * int(cap)
         keys = buf_key[base : base + c]
-        pos = buf_pos[base : base + c][keys <= tk[slot]]
+        pos = buf_pos[base : base + c][keys <= tq[slot]]
         ids = np.asarray(order[pos]) if order is not None else pos.astype(np.int64)
         exact = np.zeros(ids.size)
         for k in range(x.shape[1]):  # the contract's formula, dimension by dimension
