@@ -434,16 +434,21 @@ class DeviceEngine:
             )
             if run[1] > run[0]
         ]
+        # every device's inputs first (copies from the first device, which may wait on its queue),
+        # then every device's launches (asynchronous: all queued before any waits)
         searches: list[_LocalSearch] = []
         for device, (first, last) in parts:
             lo, hi = int(blocks.lo[first]), int(blocks.hi[last - 1])
             part = rows if len(parts) == 1 else rows.part(lo, hi)
             with self._on(device):
-                local = _LocalSearch(
-                    self, _on_device(cp, part), cols(self._replica(device)), m, blocks.part(first, last)
+                searches.append(
+                    _LocalSearch(
+                        self, _on_device(cp, part), cols(self._replica(device)), m, blocks.part(first, last)
+                    )
                 )
-                local.launch()  # asynchronous: every device's work is queued before any waits
-            searches.append(local)
+        for local in searches:
+            with self._on(local.device):
+                local.launch()
         for local in searches:
             with self._on(local.device):
                 local.finish()
