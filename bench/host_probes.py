@@ -3,8 +3,10 @@
 * :func:`disk_write` writes a few files at once into a folder, each ended by ``fdatasync``, and
   reports the aggregate MB/s: the bandwidth a service's result files (handed to the disk as they
   are written) compete for. A benchmark runs it once, in the folder its services' data dirs live in.
-* :class:`GpuActivity` samples ``nvidia-smi dmon -s u`` (one sample a second per GPU: the share of
-  the second in which a kernel ran) for as long as its block runs; without ``nvidia-smi`` it
+* :class:`GpuActivity` samples ``nvidia-smi dmon -s u -o DT`` (one sample a second per GPU: the
+  share of the second in which a kernel ran, stamped with dmon's own clock) for as long as its block
+  runs; :meth:`GpuActivity.summary` keeps the samples of a window (the load's seconds: a block that
+  also starts and stops clients would otherwise count their idle seconds); without ``nvidia-smi`` it
   samples nothing.
 
 Both were hand-run beside ``bench.scaling`` on the device (issue 44: a disk of 1.3-1.6 GB/s capped
@@ -13,6 +15,7 @@ two H200s; GPUs 44 % busy); kept here so every record carries them.
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import statistics
@@ -71,16 +74,26 @@ def disk_write(folder: Path, total_mb: int = 1024, writers: int = 4) -> dict[str
     }
 
 
-def parse_dmon(text: str) -> dict[str, list[int]]:
-    """``nvidia-smi dmon -s u`` output: the ``sm`` % samples per GPU index (comment lines and
-    samples without a number, ``-``, skipped)."""
-    series: dict[str, list[int]] = {}
+def parse_dmon(text: str) -> dict[str, list[tuple[float | None, int]]]:
+    """``nvidia-smi dmon -s u`` output: per GPU index its ``sm`` % samples, each with its time (the
+    epoch seconds of ``-o DT``'s date and time columns, on this host's clock; None without them).
+    Comment lines and samples without a number (``-``) are skipped."""
+    series: dict[str, list[tuple[float | None, int]]] = {}
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) < 2 or line.lstrip().startswith("#") or not fields[0].isdigit():
+        if line.lstrip().startswith("#"):
             continue
-        if fields[1].isdigit():
-            series.setdefault(fields[0], []).append(int(fields[1]))
+        stamp: float | None = None
+        if len(fields) >= 2 and len(fields[0]) == 8 and fields[0].isdigit() and ":" in fields[1]:
+            try:
+                when = datetime.datetime.strptime(f"{fields[0]} {fields[1]}", "%Y%m%d %H:%M:%S")
+            except ValueError:
+                continue
+            stamp = when.timestamp()  # dmon prints local time, as naive datetimes are read
+            fields = fields[2:]
+        if len(fields) < 2 or not fields[0].isdigit() or not fields[1].isdigit():
+            continue
+        series.setdefault(fields[0], []).append((stamp, int(fields[1])))
     return series
 
 
@@ -91,13 +104,13 @@ class GpuActivity:
         #: the GPUs sampled (``nvidia-smi -i``'s list: ``"0,1"``), None for every one
         self.gpus = gpus
         self.enabled = enabled
-        self.samples: dict[str, list[int]] = {}
+        self.samples: dict[str, list[tuple[float | None, int]]] = {}
         self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> GpuActivity:
         smi = shutil.which("nvidia-smi") if self.enabled else None
         if smi is not None:
-            cmd = [smi, "dmon", "-s", "u", "-d", "1"] + (["-i", self.gpus] if self.gpus else [])
+            cmd = [smi, "dmon", "-s", "u", "-d", "1", "-o", "DT"] + (["-i", self.gpus] if self.gpus else [])
             self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         return self
 
@@ -114,11 +127,23 @@ class GpuActivity:
             out, _ = self._proc.communicate()
         self.samples = parse_dmon(out)
 
-    def summary(self) -> dict[str, Any] | None:
-        """Per GPU: its samples and their median (None where nothing was sampled)."""
+    def summary(self, window: tuple[float, float] | None = None) -> dict[str, Any] | None:
+        """Per GPU: its samples and their median (None where nothing was sampled). ``window``: epoch
+        seconds ``(start, end)``; only samples stamped from a whole second after ``start`` to
+        ``end`` count (dmon stamps a sample at the end of its second, truncated to the second), and
+        ``window_s`` says how many did (samples without a time all count)."""
         if not self.samples:
             return None
-        return {
-            gpu: {"sm_percent": values, "median": statistics.median(values)}
-            for gpu, values in sorted(self.samples.items())
-        }
+        out: dict[str, Any] = {}
+        for gpu, samples in sorted(self.samples.items()):
+            kept = [
+                value
+                for stamp, value in samples
+                if window is None or stamp is None or window[0] + 1.0 <= stamp <= window[1]
+            ]
+            out[gpu] = {
+                "sm_percent": [value for _, value in samples],
+                "median": statistics.median(kept) if kept else None,
+                "window_s": len(kept),
+            }
+        return out

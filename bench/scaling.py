@@ -213,9 +213,10 @@ def run_shape(
             before = server_cpu_s(proc.pid, worker_pids)
             with GpuActivity(args.gpus, enabled=backend == "gpu") as gpus:
                 level = run_level(port, "jobs", args.clients, args.client_processes, args.duration, resident)
+                ended = time.time()  # the load ran for its duration_s up to here (then clients exit)
             after = server_cpu_s(proc.pid, worker_pids)
             if backend == "gpu":
-                level["gpu_activity"] = gpus.summary()
+                level["gpu_activity"] = gpus.summary((ended - level["duration_s"], ended))
             done = max(level["completed"], 1)
             # One API process: it is the process started (``runtime``). Several: the process
             # started is the supervisor and the API processes are among its other children.

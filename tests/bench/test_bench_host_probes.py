@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 from pathlib import Path
@@ -20,9 +21,42 @@ DMON = """\
 """
 
 
+#: ``-o DT``: each sample stamped with dmon's date and local time (as on an H200 host)
+DMON_DT = """\
+#Date       Time        gpu     sm    mem    enc    dec    jpg    ofa
+#YYYYMMDD   HH:MM:SS    Idx      %      %      %      %      %      %
+ 20261128   22:50:01      0      4      1      0      0      0      0
+ 20261128   22:50:02      0      0      0      0      0      0      0
+ 20261128   22:50:03      0     71     20      0      0      0      0
+ 20261128   22:50:04      0     78     22      0      0      0      0
+ 20261128   22:50:05      0     74     21      0      0      0      0
+ 20261128   22:50:06      0      0      0      0      0      0      0
+"""
+
+
+def at(clock: str) -> float:
+    return datetime.datetime.strptime(f"20261128 {clock}", "%Y%m%d %H:%M:%S").timestamp()
+
+
 def test_parse_dmon_keeps_each_gpus_sm_samples() -> None:
-    assert parse_dmon(DMON) == {"0": [44, 100], "1": [62]}
+    assert parse_dmon(DMON) == {"0": [(None, 44), (None, 100)], "1": [(None, 62)]}
     assert parse_dmon("") == {}
+    stamped = parse_dmon(DMON_DT)["0"]
+    assert [v for _, v in stamped] == [4, 0, 71, 78, 74, 0]
+    assert [t for t, _ in stamped] == [at(f"22:50:0{i}") for i in range(1, 7)]
+
+
+def test_gpu_activity_counts_the_loads_seconds_only() -> None:
+    """A block that also starts and stops its clients: only the samples of the load's window count
+    (the whole block's median would be 37.5 %, the load's 76 %)."""
+    gpus = GpuActivity()
+    gpus.samples = parse_dmon(DMON_DT)
+    whole = gpus.summary()
+    assert whole is not None and whole["0"]["median"] == 37.5 and whole["0"]["window_s"] == 6
+    load = gpus.summary((at("22:50:02") + 0.4, at("22:50:05") + 0.6))
+    assert load is not None
+    assert load["0"] == {"sm_percent": [4, 0, 71, 78, 74, 0], "median": 76.0, "window_s": 2}
+    assert gpus.summary((at("22:50:10"), at("22:50:12")))["0"]["median"] is None  # type: ignore[index]
 
 
 def test_disk_write_writes_every_byte_and_leaves_nothing(tmp_path: Path) -> None:
@@ -48,8 +82,8 @@ def test_gpu_activity_from_a_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest
     with GpuActivity("0,1") as gpus:
         time.sleep(0.5)  # the fake prints at once, then waits to be stopped (as dmon samples on)
     assert gpus.summary() == {
-        "0": {"sm_percent": [44, 100], "median": 72.0},
-        "1": {"sm_percent": [62], "median": 62},
+        "0": {"sm_percent": [44, 100], "median": 72.0, "window_s": 2},
+        "1": {"sm_percent": [62], "median": 62, "window_s": 1},
     }
     with GpuActivity(enabled=False) as off:
         pass
