@@ -501,7 +501,7 @@ class _LocalSearch:
         self.ids = cp.full((count, m), -1, dtype=cp.int64)  # by rows.out when given
         self.keys = cp.full((count, m), cp.inf)
         self.theta = cp.full(count, cp.inf)
-        self.tk = cp.empty(count, dtype=cp.float32)
+        self.tq = cp.empty(count, dtype=cp.float32)  # each row's final limit on its buffer's entries
         self.resume = cp.full(count, -1, dtype=cp.int32)
         self.stops = cp.zeros(1, dtype=cp.int32)
         self.dump: Array | None = None
@@ -573,7 +573,7 @@ class _LocalSearch:
         args = (
             rows.half, rows.src, slots, np.int32(slot_base), np.int32(num_p), *desc, np.int32(engine.dpad),
             cols.half, np.int32(cols.n), cols.norm2f, cols.core_f, cols.core_d, cols.comp, rows.norm2,
-            rows.core, rows.comp, rows.alpha, rows.beta, self.theta, self.tk, self.count, start, self.resume,
+            rows.core, rows.comp, rows.alpha, rows.beta, self.theta, self.tq, self.count, start, self.resume,
             self.stops,
             self.buf_key, self.buf_pos, np.int32(self.cap), np.int32(self.m), np.int32(self.mode),
             None if self.dump is None else self.dump[slot_base:],
@@ -590,7 +590,7 @@ class _LocalSearch:
             grid, (32 * FLUSH_WARPS,),
             (np.int32(num_p), slots, np.int32(slot_base), rows.src, rows.out, rows.exact, cols.exact,
              cols.order, np.int32(engine.d), rows.core_raw, cols.core_raw, np.int32(self.cap), self.buf_key,
-             self.buf_pos, self.count, self.tk, np.int32(self.m), self.ids, self.keys, self.theta,
+             self.buf_pos, self.count, self.tq, np.int32(self.m), self.ids, self.keys, self.theta,
              np.float64(engine.scale2)),
         )  # fmt: skip
         self._mark(timed, "flush", marks)

@@ -115,15 +115,16 @@ __device__ __forceinline__ void fs_load_b(unsigned short* stage, const unsigned 
 // whose selection comes next.
 __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, bool may_stop, int m, int cap,
                            float* buf_key, int* buf_pos, const double* __restrict__ qn2,
-                           const double* __restrict__ qcore, const double* __restrict__ tcore_d, const double* __restrict__ alpha,
-                           const double* __restrict__ beta, double* theta, float* tq_out, int* resume, int* stops,
-                           float* tq_s, float* tk_s, int* cnt_s) {
+                           const double* __restrict__ qcore, const double* __restrict__ tcore_d,
+                           const double* __restrict__ alpha, const double* __restrict__ beta, double* theta,
+                           float* tq_out, int* resume, int* stops, float* tq_s, float* tk_s, int* cnt_s) {
     const int c = cnt_s[r];
     const long long base = static_cast<long long>(p) * cap;
     if (tcore_d) {  // under mutual reachability: b at least the target's core less qn2, rounded up
         const double n2 = qn2[row];
         for (int e = lane; e < c; e += 32)
-            buf_key[base + e] = fmaxf(buf_key[base + e], __double2float_ru(__dsub_ru(tcore_d[buf_pos[base + e]], n2)));
+            buf_key[base + e] =
+                fmaxf(buf_key[base + e], __double2float_ru(__dsub_ru(tcore_d[buf_pos[base + e]], n2)));
         __syncwarp();
     }
     unsigned lo = 0u, hi = 0xFFFFFFFFu;
@@ -560,7 +561,7 @@ __device__ void fl_sort(int lane, int fill, double* keys, long long* ids) {
     }
 }
 
-// Each row's buffered candidates at most its final threshold, rechecked exactly and merged into its
+// Each row's buffered candidates at most its final threshold (b <= tq), rechecked exactly and merged into its
 // list of the m least (exact key, point id); theta becomes the list's m-th key (scaled) when lower,
 // the buffer empties. qx: the rows' float64 coordinates; x: the targets' (by point id); order:
 // target position -> point id (null: the identity); cores unscaled, qcore by row and core2 by point
@@ -570,7 +571,7 @@ extern "C" __global__ void __launch_bounds__(FL_WARPS * 32) fused_flush(
     const int* __restrict__ list_row,
     const double* __restrict__ qx, const double* __restrict__ x, const long long* __restrict__ order, int d,
     const double* __restrict__ qcore, const double* __restrict__ core2, int cap, const float* __restrict__ buf_key,
-    const int* __restrict__ buf_pos, int* count, const float* __restrict__ tk, int m, long long* list_ids,
+    const int* __restrict__ buf_pos, int* count, const float* __restrict__ tq, int m, long long* list_ids,
     double* list_keys, double* theta, double scale2) {
     __shared__ double keys_s[FL_WARPS][FL_SORT];
     __shared__ long long ids_s[FL_WARPS][FL_SORT];
@@ -587,7 +588,7 @@ extern "C" __global__ void __launch_bounds__(FL_WARPS * 32) fused_flush(
         const long long row = row_src ? row_src[slot] : slot;
         const double* q = qx + row * d;
         const double qc = qcore ? qcore[row] : 0.0;
-        const float limit = tk[slot];
+        const float limit = tq[slot];
         const long long list_at = static_cast<long long>(list_row ? list_row[slot] : slot) * m;
         for (int e = lane; e < m; e += 32) {
             keys[e] = list_keys[list_at + e];
