@@ -36,6 +36,7 @@
 #define FS_ROW_BYTES 20            // shared bytes per query row besides its float16 coordinates
 #define FS_SLACK 0x1p-20           // filter.SLACK
 #define FS_ROUNDING 0x1p-40        // filter.ROUNDING
+#define FS_SELECT_STEPS 12         // halvings of a compaction's search for a bound on the m-th entry
 #define FL_SORT 512                // the flush's sort size (a list of <= 256 and a chunk of candidates)
 #define FL_WARPS 4
 
@@ -109,8 +110,10 @@ __device__ __forceinline__ void fs_load_b(unsigned short* stage, const unsigned 
     }
 }
 
-// A row's buffer, compacted by one warp: its m-th smallest key (a binary search over the keys'
-// order) bounds the row's true m-th key; entries over the new threshold go (order kept). A row whose
+// A row's buffer, compacted by one warp: a value with at least m entries at or below it bounds the
+// row's true m-th key as well as the m-th entry itself does, so FS_SELECT_STEPS halvings between
+// the buffer's least and greatest b stand for the exact m-th (32 steps over the keys' bits cost the
+// whole block a wait at its next barrier); entries over the new threshold go (order kept). A row whose
 // buffer could not take two more tiles stops (where tiles remain: may_stop): resume at the tile
 // whose selection comes next.
 __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, bool may_stop, int m, int cap,
@@ -127,19 +130,28 @@ __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, 
                 fmaxf(buf_key[base + e], __double2float_ru(__dsub_ru(tcore_d[buf_pos[base + e]], n2)));
         __syncwarp();
     }
-    unsigned lo = 0u, hi = 0xFFFFFFFFu;
-    while (lo < hi) {
-        const unsigned mid = lo + ((hi - lo) >> 1);
+    unsigned omin = 0xFFFFFFFFu, omax = 0u;
+    for (int e = lane; e < c; e += 32) {
+        const unsigned o = fs_ord(buf_key[base + e]);
+        omin = min(omin, o);
+        omax = max(omax, o);
+    }
+    float lo_v = fs_unord(__reduce_min_sync(0xFFFFFFFFu, omin));
+    float hi_v = fs_unord(__reduce_max_sync(0xFFFFFFFFu, omax));  // at least m entries at or below it
+    for (int it = 0; it < FS_SELECT_STEPS; ++it) {
+        const float mid = 0.5f * lo_v + 0.5f * hi_v;
+        if (!(mid < hi_v)) break;
         int k = 0;
-        for (int e = lane; e < c; e += 32) k += fs_ord(buf_key[base + e]) <= mid;
+        for (int e = lane; e < c; e += 32) k += buf_key[base + e] <= mid;
         k = __reduce_add_sync(0xFFFFFFFFu, k);
         if (k >= m)
-            hi = mid;
+            hi_v = mid;
         else
-            lo = mid + 1u;
+            lo_v = mid;
     }
+    const float mth = hi_v;
     const double a = alpha[row], b = beta[row];
-    double key = __dadd_ru(static_cast<double>(fs_unord(lo)), qn2[row]);  // the m-th filtered key, rounded up
+    double key = __dadd_ru(static_cast<double>(mth), qn2[row]);  // the m-th filtered key, rounded up
     if (qcore) key = fmax(key, qcore[row]);
     const double th = fmin(theta[slot], fs_upper(key, a, b));
     const double t = fs_threshold(th, a, b);

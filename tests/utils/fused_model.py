@@ -131,6 +131,26 @@ def _select_block(
         tq_out[slot[going]] = tq[going]
 
 
+#: the kernel's FS_SELECT_STEPS
+SELECT_STEPS = 12
+
+
+def _bound_mth(keys: np.ndarray, m: int) -> np.float32:
+    """The kernel's bound on a buffer's m-th smallest entry: halvings, in float32, between the least
+    and the greatest entry, each kept as the bound where at least m entries are at or below it."""
+    lo, hi = np.float32(keys.min()), np.float32(keys.max())
+    half = np.float32(0.5)
+    for _ in range(SELECT_STEPS):
+        mid = np.float32(half * lo + half * hi)
+        if not mid < hi:
+            break
+        if int((keys <= mid).sum()) >= m:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def _compact(
     r, p, slot, row, tile, may_stop, m, cap, buf_key, buf_pos, qn2, qcore, tcore_d, alpha, beta, theta,
     tq_out, resume, stops, tq, tk, cnt,
@@ -143,7 +163,7 @@ def _compact(
             buf_key[e] = max(buf_key[e], cores)
     keys = buf_key[base : base + c].copy()
     pos = buf_pos[base : base + c].copy()
-    f = _add_ru(float(np.sort(keys)[m - 1]), float(qn2[row]))  # the m-th filtered key, rounded up
+    f = _add_ru(float(_bound_mth(keys, m)), float(qn2[row]))  # a bound on the m-th key, rounded up
     if qcore is not None:
         f = max(f, float(qcore[row]))
     a, b = float(alpha[row]), float(beta[row])
