@@ -46,6 +46,8 @@
 #define FS_SELECT_STEPS 12         // halvings of a compaction's search for a bound on the m-th entry
 #define FL_SORT 512                // the flush's sort size (a list of <= 256 and a chunk of candidates)
 #define FL_WARPS 4
+#define FL_KC 8                    // coordinates of a flush chunk: a warp loads 4 candidates' at once
+#define FL_PITCH (FL_KC + 1)       // doubles a candidate's row of the chunk takes in shared memory
 
 __device__ __forceinline__ double fs_inf() { return __longlong_as_double(0x7FF0000000000000LL); }
 __device__ __forceinline__ float fs_finf() { return __int_as_float(0x7F800000); }
@@ -634,6 +636,11 @@ __device__ void fl_sort(int lane, int fill, double* keys, long long* ids) {
 // the buffer empties. qx: the rows' float64 coordinates; x: the targets' (by point id); order:
 // target position -> point id (null: the identity); cores unscaled, qcore by row and core2 by point
 // id (null: Euclidean).
+//
+// The recheck takes up to 32 candidates at a time, lane r summing the r-th one's squared differences
+// in dimension order (the host's bits). Their coordinates come through shared memory in chunks of
+// FL_KC: eight lanes load one candidate's chunk, so each load of the warp reads four 64-byte runs
+// instead of 32 scattered doubles, and the next chunk's loads are in flight while a chunk is summed.
 extern "C" __global__ void __launch_bounds__(FL_WARPS * 32) fused_flush(
     int num_p, const int* __restrict__ slots, int slot_base, const int* __restrict__ row_src,
     const int* __restrict__ list_row,
@@ -643,12 +650,18 @@ extern "C" __global__ void __launch_bounds__(FL_WARPS * 32) fused_flush(
     double* list_keys, double* theta, double scale2) {
     __shared__ double keys_s[FL_WARPS][FL_SORT];
     __shared__ long long ids_s[FL_WARPS][FL_SORT];
+    __shared__ double chunk_s[FL_WARPS][32 * FL_PITCH];
+    __shared__ long long cand_s[FL_WARPS][32];
     const int lane = threadIdx.x & 31;
     const int w = threadIdx.x >> 5;
     double* keys = keys_s[w];
     long long* ids = ids_s[w];
+    double* chunk = chunk_s[w];
+    long long* cand = cand_s[w];
     const long long none = 0x7FFFFFFFFFFFFFFFLL;
     const int warps = (gridDim.x * blockDim.x) >> 5;
+    const int kk = lane & 7;  // the coordinate of a chunk this lane loads
+    const int sub = lane >> 3;  // and the candidate among each four
     for (int p = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; p < num_p; p += warps) {
         const int c = count[p];
         if (c == 0) continue;
@@ -670,25 +683,54 @@ extern "C" __global__ void __launch_bounds__(FL_WARPS * 32) fused_flush(
             const int e = e0 + lane;
             const bool keep = e < c && buf_key[base + e] <= limit;
             const unsigned mask = __ballot_sync(0xFFFFFFFFu, keep);
+            if (mask == 0u) continue;
             if (fill + __popc(mask) > FL_SORT) {
                 fl_sort(lane, fill, keys, ids);
                 fill = m;
             }
+            const int kept = __popc(mask);
             if (keep) {
                 const int pos = buf_pos[base + e];
-                const long long id = order ? order[pos] : static_cast<long long>(pos);
-                const double* t = x + id * d;
-                double acc = 0.0;
-                for (int k = 0; k < d; ++k) {
-                    const double diff = __dsub_rn(q[k], t[k]);
-                    acc = __dadd_rn(acc, __dmul_rn(diff, diff));
-                }
-                if (core2) acc = fmax(fmax(qc, core2[id]), acc);
-                const int dst = fill + __popc(mask & ((1u << lane) - 1u));
-                keys[dst] = acc;
-                ids[dst] = id;
+                cand[__popc(mask & ((1u << lane) - 1u))] = order ? order[pos] : static_cast<long long>(pos);
             }
-            fill += __popc(mask);
+            __syncwarp();
+            const int fours = (kept + 3) >> 2;
+            const double* rows[8];  // this lane's candidates' rows, at its coordinate of a chunk
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int r = 4 * j + sub;
+                rows[j] = j < fours && r < kept ? x + cand[r] * d + kk : nullptr;
+            }
+            double next[8];
+            auto load = [&](int k0) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    if (rows[j] && k0 + kk < d) next[j] = rows[j][k0];
+            };
+            load(0);
+            double acc = 0.0;
+            for (int k0 = 0; k0 < d; k0 += FL_KC) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    if (rows[j] && k0 + kk < d) chunk[(4 * j + sub) * FL_PITCH + kk] = next[j];
+                __syncwarp();
+                if (k0 + FL_KC < d) load(k0 + FL_KC);  // in flight while this chunk is summed
+                if (lane < kept) {
+                    const int kn = min(FL_KC, d - k0);
+                    for (int k = 0; k < kn; ++k) {
+                        const double diff = __dsub_rn(q[k0 + k], chunk[lane * FL_PITCH + k]);
+                        acc = __dadd_rn(acc, __dmul_rn(diff, diff));
+                    }
+                }
+                __syncwarp();
+            }
+            if (lane < kept) {
+                const long long id = cand[lane];
+                if (core2) acc = fmax(fmax(qc, core2[id]), acc);
+                keys[fill + lane] = acc;
+                ids[fill + lane] = id;
+            }
+            fill += kept;
             __syncwarp();
         }
         if (fill > m) fl_sort(lane, fill, keys, ids);
