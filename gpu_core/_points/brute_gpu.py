@@ -64,10 +64,12 @@ _SPARE = 64
 #: shared memory the driver keeps per block besides the block's own (sm_80 on): a multiprocessor
 #: holds ``limit + _RESERVED`` bytes, ``limit`` the most one block may take
 _RESERVED = 1024
-#: the default build where the caller names none (``stream=None``, ``MST_BRUTE_STREAM`` unset): False,
-#: the first resident build that fits; True, a streamed build where the resident one leaves fewer
-#: than two blocks a multiprocessor (a GPU measurement decides; :func:`variant_for`)
-STREAM_WHEN_ONE_BLOCK = False
+#: the default build where the caller names none (``stream=None``, ``MST_BRUTE_STREAM`` unset): a
+#: streamed build where the resident one leaves fewer than two blocks a multiprocessor (False: the
+#: first resident build that fits). One H200, nearest(26), the same lists: 10^5 x 768 167 -> 118 ms
+#: (resident 128 x 32 against streamed 128 x 64), 10^5 x 384 70 -> 58; at 10^6 x 128, where two
+#: resident blocks fit, streaming costs 1,301 -> 1,401 ms (:func:`variant_for`)
+STREAM_WHEN_ONE_BLOCK = True
 #: the environment variable that forces (``1``) or forbids (``0``) the streamed builds
 STREAM_ENV = "MST_BRUTE_STREAM"
 FLUSH_WARPS = 4

@@ -6,8 +6,8 @@ the filter's error, duplicates, norms 10^6 apart, huge and tiny coordinates, blo
 do not divide n, buffers so small that rows stop and are launched again, 64-row blocks, a search
 split over two devices (the same GPU twice), lists wider than the device merges (the host's
 searches), CuPy points, prediction; and the kernel's products against the float16 rows' own. The
-streamed builds (the block's rows loaded stage by stage, forced): their products bit for bit the
-resident builds', their lists and trees the default build's.
+streamed builds (the block's rows loaded stage by stage; the default where the resident rows leave
+one block a multiprocessor), forced: their products, lists and trees the resident builds', bit for bit.
 """
 
 from __future__ import annotations
@@ -248,11 +248,11 @@ def same_trees(a: gpu_core.EuclideanTree, b: gpu_core.EuclideanTree, name: str) 
 
 
 @pytest.mark.parametrize("d", [100, 384, 768, 1024])
-def test_the_streamed_builds_lists_and_trees_are_the_default_builds(
+def test_the_streamed_builds_lists_and_trees_are_the_resident_builds(
     d: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The streamed builds' nearest lists and Euclidean and mutual-reachability trees equal the
-    default build's: blobs of n not a multiple of 128, and far clusters whose rows stop (buffers of
+    resident build's: blobs of n not a multiple of 128, and far clusters whose rows stop (buffers of
     384) and are launched again."""
     import cupy
 
@@ -264,17 +264,17 @@ def test_the_streamed_builds_lists_and_trees_are_the_default_builds(
         return original(self, blocks, slots, start)
 
     monkeypatch.setattr(brute_gpu._LocalSearch, "_launch_all", counting)
-    monkeypatch.delenv(brute_gpu.STREAM_ENV, raising=False)  # the default build: resident
+    monkeypatch.delenv(brute_gpu.STREAM_ENV, raising=False)
     cases = [
         (blobs(d, 1001, d, centers=5, spread=0.3), {}),
         (far_clusters(d, 700, d), {"cap": 384, "batch": 100}),
     ]
     for ps, knobs in cases:
         points = np.ascontiguousarray(ps.points, dtype=np.float64)
-        default = BruteGpuIndex(points, **knobs)
-        assert not default.engine.variant.stream
-        lists = {k: [cupy.asnumpy(x) for x in default.nearest(k)] for k in (1, 26)}
-        trees = {k: default.tree(k, time.perf_counter(), True, False) for k in (1, 5)}
+        resident = BruteGpuIndex(points, stream=False, **knobs)
+        assert not resident.engine.variant.stream
+        lists = {k: [cupy.asnumpy(x) for x in resident.nearest(k)] for k in (1, 26)}
+        trees = {k: resident.tree(k, time.perf_counter(), True, False) for k in (1, 5)}
         for chunk in (64, 32):
             relaunches.clear()
             streamed = BruteGpuIndex(points, chunk=chunk, stream=True, **knobs)

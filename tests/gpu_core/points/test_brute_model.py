@@ -171,26 +171,28 @@ def test_the_builds_shared_memory_and_kernels() -> None:
     assert brute_gpu.Variant(128, 32).blocks(768, H200) == 1
 
 
-def test_the_default_build_is_still_the_resident_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No knob, no environment: today's builds; ``stream``: the streamed ones; and the hook for a
-    streamed default (:data:`STREAM_WHEN_ONE_BLOCK`) where the resident rows leave one block."""
+def test_the_default_streams_where_resident_rows_leave_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No knob, no environment: the resident build while two of its blocks fit a multiprocessor,
+    else a streamed one that fits two; ``stream`` forces or forbids; without the default
+    (:data:`STREAM_WHEN_ONE_BLOCK` off) the first resident build that fits."""
     V = brute_gpu.Variant
-    want = {100: V(128, 64), 384: V(128, 64), 768: V(128, 32), 1024: V(64, 32)}
-    for d, v in want.items():
-        assert brute_gpu.variant_for(d, H200) == v
+    assert brute_gpu.STREAM_WHEN_ONE_BLOCK
+    assert brute_gpu.variant_for(128, H200) == V(128, 64)  # two resident blocks already
+    assert brute_gpu.variant_for(384, H200) == V(128, 64, stream=True)
+    assert brute_gpu.variant_for(768, H200) == V(128, 64, stream=True)
+    assert brute_gpu.variant_for(1024, H200) == V(128, 64, stream=True)
+    assert brute_gpu.variant_for(768, A100) == V(128, 32, stream=True)  # 64: one block there
+    resident = {100: V(128, 64), 384: V(128, 64), 768: V(128, 32), 1024: V(64, 32)}
+    for d, v in resident.items():
         assert brute_gpu.variant_for(d, H200, stream=False) == v
         assert brute_gpu.variant_for(d, H200, stream=True) == V(128, 64, stream=True)
         assert brute_gpu.variant_for(d, H200, chunk=32, stream=True) == V(128, 32, stream=True)
         assert brute_gpu.variant_for(d, A100, stream=True) == V(128, 64, stream=True)
     with pytest.raises(ValueError, match="no fused_select build"):
         brute_gpu.variant_for(100, H200, rows=64, stream=True)
-    assert not brute_gpu.STREAM_WHEN_ONE_BLOCK
-    monkeypatch.setattr(brute_gpu, "STREAM_WHEN_ONE_BLOCK", True)
-    assert brute_gpu.variant_for(128, H200) == V(128, 64)  # two resident blocks already
-    assert brute_gpu.variant_for(384, H200) == V(128, 64, stream=True)
-    assert brute_gpu.variant_for(768, H200) == V(128, 64, stream=True)
-    assert brute_gpu.variant_for(768, A100) == V(128, 32, stream=True)  # 64: one block there
-    assert brute_gpu.variant_for(384, H200, stream=False) == V(128, 64)
+    monkeypatch.setattr(brute_gpu, "STREAM_WHEN_ONE_BLOCK", False)
+    for d, v in resident.items():
+        assert brute_gpu.variant_for(d, H200) == v
 
 
 def test_the_environment_forces_or_forbids_the_streamed_builds(monkeypatch: pytest.MonkeyPatch) -> None:
