@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -53,10 +54,24 @@ WIDE = CAP - 2 * BN
 BATCH = 1 << 16
 #: the longest list the flush merges (FL_SORT in kernels/brute.cu is twice it)
 MAX_WIDTH = 256
-#: shared memory of a fused_select block besides its rows: three stages of 128 targets x (BK + 8)
-#: halves, 20 bytes per query row (FS_ROW_BYTES), 64 bytes of static and spare
+#: shared memory of a fused_select block besides its rows: STAGES stages of 128 targets x (BK + 8)
+#: halves (FS_STAGES), 20 bytes per query row (FS_ROW_BYTES; a streamed build 4 more, the row's
+#: source), 64 bytes of static and spare
+STAGES = 3
 _ROW_BYTES = 20
+_SOURCE_BYTES = 4
 _SPARE = 64
+#: shared memory the driver keeps per block besides the block's own (sm_80 on): a multiprocessor
+#: holds ``limit + _RESERVED`` bytes, ``limit`` the most one block may take
+_RESERVED = 1024
+#: the default build where the caller names none (``stream=None``, ``MST_BRUTE_STREAM`` unset): a
+#: streamed build where the resident one leaves fewer than two blocks a multiprocessor (False: the
+#: first resident build that fits). One H200, nearest(26), the same lists: 10^5 x 768 167 -> 118 ms
+#: (resident 128 x 32 against streamed 128 x 64), 10^5 x 384 70 -> 58; at 10^6 x 128, where two
+#: resident blocks fit, streaming costs 1,301 -> 1,401 ms (:func:`variant_for`)
+STREAM_WHEN_ONE_BLOCK = True
+#: the environment variable that forces (``1``) or forbids (``0``) the streamed builds
+STREAM_ENV = "MST_BRUTE_STREAM"
 FLUSH_WARPS = 4
 #: the largest float16 magnitude a query may reach after scaling (beyond: the host's search)
 _QUERY_LIMIT = 60000.0
@@ -86,16 +101,20 @@ def _k(name: str) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """A build of ``fused_select``: query rows a block and coordinates a pipeline stage."""
+    """A build of ``fused_select``: query rows a block, coordinates a pipeline stage, and whether
+    the block's rows stream through the stages beside the targets (``stream``: shared memory
+    independent of ``d``) or stay resident in shared memory (the same products, bit for bit)."""
 
     rows: int
     chunk: int
+    stream: bool = False
 
     @property
     def kernel(self) -> str:
         if self.rows == 64:
             return "fused_select_64"
-        return "fused_select_128" if self.chunk == 64 else "fused_select_128_32"
+        name = "fused_select_128s" if self.stream else "fused_select_128"
+        return name if self.chunk == 64 else f"{name}_32"
 
     @property
     def threads(self) -> int:
@@ -106,23 +125,61 @@ class Variant:
         return -(-d // self.chunk) * self.chunk
 
     def smem(self, d: int) -> int:
-        """Dynamic shared memory of a block: its float16 rows, three stages, the rows' state."""
-        return self.rows * (self.padded(d) + 8) * 2 + 3 * BN * (self.chunk + 8) * 2 + self.rows * _ROW_BYTES
+        """Dynamic shared memory of a block (kernels/brute.cu's layout): resident, its float16 rows
+        then STAGES stages of targets; streamed, STAGES stages of rows and targets; then the rows'
+        state."""
+        row = (self.chunk + 8) * 2  # bytes of a row of a stage
+        if self.stream:
+            return STAGES * (self.rows + BN) * row + self.rows * (_ROW_BYTES + _SOURCE_BYTES)
+        return self.rows * (self.padded(d) + 8) * 2 + STAGES * BN * row + self.rows * _ROW_BYTES
+
+    def blocks(self, d: int, limit: int) -> int:
+        """Blocks a multiprocessor holds by shared memory (``limit``: the most one block may take)."""
+        return (limit + _RESERVED) // (self.smem(d) + _SPARE + _RESERVED)
 
 
-#: the builds, fastest first: 128 rows and stages of 64 coordinates while the rows fit
-VARIANTS = (Variant(128, 64), Variant(128, 32), Variant(64, 32))
+#: the builds: resident, fastest first (128 rows and stages of 64 coordinates while the rows fit),
+#: then streamed (128 rows, stages of 64 or 32 coordinates)
+VARIANTS = (
+    Variant(128, 64),
+    Variant(128, 32),
+    Variant(64, 32),
+    Variant(128, 64, stream=True),
+    Variant(128, 32, stream=True),
+)
 
 
-def variant_for(d: int, limit: int, rows: int | None = None, chunk: int | None = None) -> Variant:
-    """The first build whose block fits ``limit`` bytes of shared memory (``rows``, ``chunk``: only
-    builds of those)."""
-    for v in VARIANTS:
-        if rows not in (None, v.rows) or chunk not in (None, v.chunk):
-            continue
-        if v.smem(d) + _SPARE <= limit:
-            return v
-    raise ValueError(f"no fused_select build holds {d} coordinates in {limit} bytes of shared memory")
+def variant_for(
+    d: int, limit: int, rows: int | None = None, chunk: int | None = None, stream: bool | None = None
+) -> Variant:
+    """The first build of :data:`VARIANTS` whose block fits ``limit`` bytes of shared memory
+    (``rows``, ``chunk``, ``stream``: only builds of those). Where ``stream`` is None the resident
+    build comes first, unless :data:`STREAM_WHEN_ONE_BLOCK` and it leaves fewer than two blocks a
+    multiprocessor where a streamed build gets two."""
+    fits = [
+        v
+        for v in VARIANTS
+        if rows in (None, v.rows)
+        and chunk in (None, v.chunk)
+        and stream in (None, v.stream)
+        and v.smem(d) + _SPARE <= limit
+    ]
+    if not fits:
+        raise ValueError(f"no fused_select build holds {d} coordinates in {limit} bytes of shared memory")
+    if stream is None and STREAM_WHEN_ONE_BLOCK and fits[0].blocks(d, limit) < 2:
+        two = [v for v in fits if v.stream and v.blocks(d, limit) >= 2]
+        return two[0] if two else fits[0]
+    return fits[0]
+
+
+def stream_setting(value: str | None) -> bool | None:
+    """``MST_BRUTE_STREAM``'s value: ``1`` forces the streamed builds, ``0`` forbids them, unset
+    or empty leaves the choice to :func:`variant_for`."""
+    if value is None or value.strip() == "":
+        return None
+    if value.strip() in ("0", "1"):
+        return value.strip() == "1"
+    raise ValueError(f"{STREAM_ENV} must be 0 or 1 (or unset); got {value!r}")
 
 
 @dataclasses.dataclass
@@ -208,11 +265,13 @@ class DeviceEngine:
     """The brute-force searches over validated float64 coordinates on the device (CuPy).
 
     ``precision``: the filter's products (``float16``, the tensor cores'); ``cap``, ``batch``:
-    a row's buffer (at least 384) and query rows per launch; ``rows_per_block`` (128 or 64) and
-    ``chunk`` (coordinates a pipeline stage, 64 or 32): the kernel's build (None: the fastest the
-    shared memory takes, :data:`VARIANTS`); ``devices``: the device ids the searches are split over
-    (None: the current device). The tests make ``cap`` and ``batch`` small so that stops,
-    relaunches and several batches meet small sets.
+    a row's buffer (at least 384) and query rows per launch; ``rows_per_block`` (128 or 64),
+    ``chunk`` (coordinates a pipeline stage, 64 or 32) and ``stream`` (the block's rows streamed
+    through the stages, True, or resident, False): the kernel's build (None: the fastest the
+    shared memory takes, :data:`VARIANTS`; ``stream`` None: the environment's ``MST_BRUTE_STREAM``,
+    ``1`` or ``0``, where it names a build the other two allow, else :func:`variant_for`'s choice);
+    ``devices``: the device ids the searches are split over (None: the current device). The tests
+    make ``cap`` and ``batch`` small so that stops, relaunches and several batches meet small sets.
     """
 
     def __init__(
@@ -224,6 +283,7 @@ class DeviceEngine:
         batch: int = BATCH,
         rows_per_block: int | None = None,
         chunk: int | None = None,
+        stream: bool | None = None,
         devices: Sequence[int] | None = None,
     ) -> None:
         cp = self.xp = self._array_module()
@@ -243,7 +303,13 @@ class DeviceEngine:
         self.n, self.d = (int(x) for x in self.coords.shape)
 
         self.device_ids = [self._current()] if not devices else [int(i) for i in devices]
-        self.variant = variant_for(self.d, self._shared_limit(), rows_per_block, chunk)
+        if stream is None:  # the environment's, where the other knobs allow a build of it
+            stream = stream_setting(os.environ.get(STREAM_ENV))
+            if stream and rows_per_block == 64:
+                stream = None
+        if stream and rows_per_block == 64:
+            raise ValueError("the streamed builds have 128 rows a block; got rows_per_block=64")
+        self.variant = variant_for(self.d, self._shared_limit(), rows_per_block, chunk, stream)
         self.block_rows, self.dpad = self.variant.rows, self.variant.padded(self.d)
         self.shift = self.coords.mean(axis=0)
         self._float16_copy()

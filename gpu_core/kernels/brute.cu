@@ -15,6 +15,12 @@
 // block waits at the next barrier for the slowest. A row whose buffer still cannot take a whole
 // tile stops and says where (resume): the host flushes it and launches it again from there, so any
 // number of ties and near-ties is exact.
+// fused_select_128s / fused_select_128s_32, the streamed builds: the same products (the same
+// fragments into the same mma instructions in the same order, so the same bits) with the block's
+// rows not resident: each pipeline stage holds the rows' chunk of BK coordinates beside the
+// targets', so shared memory does not grow with d and two blocks of 128 rows fit a multiprocessor
+// at any width (on an H200 resident rows leave one past 192 coordinates with stages of 64, and
+// at 768 with stages of 32), for the rows read again (from L2) at every tile.
 // fused_flush: each row's surviving candidates rechecked exactly (float64, dimension order, no FMA:
 // the host's squared_distances) and merged into its list of the m least (exact key, point id).
 //
@@ -34,11 +40,14 @@
 #define FS_BN 128                  // targets per tile (BN in brute_gpu.py)
 #define FS_STAGES 3                // pipeline stages of BK coordinates (64, or 32 for the widest rows)
 #define FS_ROW_BYTES 20            // shared bytes per query row besides its float16 coordinates
+                                   // (the streamed builds: 4 more, the row's source row)
 #define FS_SLACK 0x1p-20           // filter.SLACK
 #define FS_ROUNDING 0x1p-40        // filter.ROUNDING
 #define FS_SELECT_STEPS 12         // halvings of a compaction's search for a bound on the m-th entry
 #define FL_SORT 512                // the flush's sort size (a list of <= 256 and a chunk of candidates)
 #define FL_WARPS 4
+#define FL_KC 8                    // coordinates of a flush chunk: a warp loads 4 candidates' at once
+#define FL_PITCH (FL_KC + 1)       // doubles a candidate's row of the chunk takes in shared memory
 
 __device__ __forceinline__ double fs_inf() { return __longlong_as_double(0x7FF0000000000000LL); }
 __device__ __forceinline__ float fs_finf() { return __int_as_float(0x7F800000); }
@@ -107,6 +116,27 @@ __device__ __forceinline__ void fs_load_b(unsigned short* stage, const unsigned 
         const bool valid = col < n_t;
         const unsigned short* src = tb + static_cast<long long>(valid ? col : 0) * dpad + k0 + chunk * 8;
         fs_cp16(stage + row * (BK + 8) + chunk * 8, src, valid);
+    }
+}
+
+// The streamed build's loads: ROWS rows' coordinates [k0, k0 + BK) into a stage (BK + 8 halves a
+// row); row r of the stage is row row_of(r) of src (negative: zeros). Each thread copies the same
+// 16-byte piece of ROWS / STEP rows, a count known at compile time: fs_load_b's loop over the
+// pieces, its count known only at run time, spilled the pipeline's counters at 128 registers.
+template <int THREADS, int ROWS, int BK, typename RowOf>
+__device__ __forceinline__ void fs_load_rows(unsigned short* stage, const unsigned short* __restrict__ src, int dpad,
+                                             int k0, int tid, RowOf row_of) {
+    constexpr int CHUNKS = BK / 8;          // 16-byte pieces of a row
+    constexpr int STEP = THREADS / CHUNKS;  // rows a pass
+    static_assert(ROWS % STEP == 0, "whole passes");
+    const int chunk = tid % CHUNKS;
+#pragma unroll
+    for (int i = 0; i < ROWS / STEP; ++i) {
+        const int r = tid / CHUNKS + i * STEP;
+        const int row = row_of(r);
+        const bool valid = row >= 0;
+        const unsigned short* from = src + static_cast<long long>(valid ? row : 0) * dpad + k0 + chunk * 8;
+        fs_cp16(stage + r * (BK + 8) + chunk * 8, from, valid);
     }
 }
 
@@ -247,7 +277,7 @@ __device__ __forceinline__ bool fs_append(const float (&acc2)[8], const float (&
 // row's threshold; a row that passes takes the slow path (fs_append). A buffer that may not take
 // two more tiles raises over_s, and the compaction runs at the next tile's first chunk, after the
 // loop's barrier: no barrier of its own unless a row needs one.
-template <int BM, int BK>
+template <int BM, int BK, bool STREAM_A>
 __device__ __forceinline__ void fused_select_body(
     const unsigned short* __restrict__ qa, const int* __restrict__ row_src, const int* __restrict__ slots,
     int slot_base, int num_p, const int* __restrict__ blk_lo, const int* __restrict__ blk_hi,
@@ -260,16 +290,19 @@ __device__ __forceinline__ void fused_select_body(
     int cap, int m, int mode, float* dump) {
     constexpr int WARPS = BM / 64 * 4;
     constexpr int THREADS = WARPS * 32;
-    constexpr int BROW = BK + 8;  // halves per row of a B stage: conflict-free ldmatrix
+    constexpr int BROW = BK + 8;  // halves per row of a stage: conflict-free ldmatrix
     extern __shared__ __align__(16) unsigned char fs_smem[];
-    const int astride = dpad + 8;
+    // resident: the block's rows whole (BM x (dpad + 8)); streamed: FS_STAGES stages of their
+    // coordinates [k0, k0 + BK) (BM x BROW each), loaded with the targets' chunk
+    const int astride = STREAM_A ? BROW : dpad + 8;
     unsigned short* As = reinterpret_cast<unsigned short*>(fs_smem);
-    unsigned short* Bs = As + BM * astride;
+    unsigned short* Bs = As + (STREAM_A ? FS_STAGES * BM * BROW : BM * astride);
     float* tq_s = reinterpret_cast<float*>(Bs + FS_STAGES * FS_BN * BROW);
     float* tk_s = tq_s + BM;
     int* cnt_s = reinterpret_cast<int*>(tk_s + BM);
     int* start_s = cnt_s + BM;
     int* qcomp_s = start_s + BM;
+    int* src_s = qcomp_s + BM;  // streamed only: each row's row of qa, -1 past the block's rows
     __shared__ int first_tile, last_start;
     // per tile parity: a tile's selection raises its own flag while the next tile's first chunk reads
     // the last one's, so no barrier interval both reads and writes one flag (d <= BK: one chunk a tile)
@@ -295,11 +328,12 @@ __device__ __forceinline__ void fused_select_body(
     __syncthreads();
     for (int r = tid; r < BM; r += THREADS) {
         float tq = -fs_finf(), tk = -fs_finf();
-        int cnt = 0, start = 0, qc = -1;
+        int cnt = 0, start = 0, qc = -1, src = -1;
         if (r < rows) {
             const int p = p_lo + r;
             const int slot = slots ? slots[p] : slot_base + p;
             const int row = row_src ? row_src[slot] : slot;
+            src = row;
             start = start_tile ? start_tile[slot] : 0;
             atomicMin(&first_tile, start);
             atomicMax(&last_start, start);
@@ -317,21 +351,23 @@ __device__ __forceinline__ void fused_select_body(
         cnt_s[r] = cnt;
         start_s[r] = start;
         qcomp_s[r] = qc;
+        if (STREAM_A) src_s[r] = src;
     }
-    // the block's rows, once: zeros past its rows and past d
-    const int row_chunks = dpad >> 3;
-    for (int c = tid; c < BM * row_chunks; c += THREADS) {
-        const int r = c / row_chunks, chunk = c - r * row_chunks;
-        const bool valid = r < rows;
-        long long src_row = 0;
-        if (valid) {
-            const int slot = slots ? slots[p_lo + r] : slot_base + p_lo + r;
-            src_row = row_src ? row_src[slot] : slot;
+    if (!STREAM_A) {  // the block's rows, once: zeros past its rows and past d
+        const int row_chunks = dpad >> 3;
+        for (int c = tid; c < BM * row_chunks; c += THREADS) {
+            const int r = c / row_chunks, chunk = c - r * row_chunks;
+            const bool valid = r < rows;
+            long long src_row = 0;
+            if (valid) {
+                const int slot = slots ? slots[p_lo + r] : slot_base + p_lo + r;
+                src_row = row_src ? row_src[slot] : slot;
+            }
+            fs_cp16(As + r * astride + chunk * 8, qa + src_row * dpad + chunk * 8, valid);
         }
-        fs_cp16(As + r * astride + chunk * 8, qa + src_row * dpad + chunk * 8, valid);
+        fs_commit();
     }
-    fs_commit();
-    __syncthreads();  // first_tile, last_start
+    __syncthreads();  // first_tile, last_start (and src_s)
 
     const int kc_count = dpad / BK;
     const int t_begin = first_tile;
@@ -341,8 +377,18 @@ __device__ __forceinline__ void fused_select_body(
     int load_tile = t_begin, load_kc = 0, load_stage = 0;
     auto col_of = [&](int tile) { return tile < tiles_lo ? tile * FS_BN : skip_hi + (tile - tiles_lo) * FS_BN; };
     auto load_next = [&]() {
-        if (load_tile < ntiles)
-            fs_load_b<THREADS, BK>(Bs + load_stage * FS_BN * BROW, tb, n_t, dpad, col_of(load_tile), load_kc * BK, tid);
+        if (load_tile < ntiles) {
+            if (STREAM_A) {  // the rows' chunk and the targets', one stage
+                const int col0 = col_of(load_tile);
+                fs_load_rows<THREADS, BM, BK>(As + load_stage * BM * BROW, qa, dpad, load_kc * BK, tid,
+                                              [&](int r) { return src_s[r]; });
+                fs_load_rows<THREADS, FS_BN, BK>(Bs + load_stage * FS_BN * BROW, tb, dpad, load_kc * BK, tid,
+                                                 [&](int r) { return col0 + r < n_t ? col0 + r : -1; });
+            } else {
+                fs_load_b<THREADS, BK>(Bs + load_stage * FS_BN * BROW, tb, n_t, dpad, col_of(load_tile),
+                                       load_kc * BK, tid);
+            }
+        }
         fs_commit();
         load_stage = load_stage + 1 == FS_STAGES ? 0 : load_stage + 1;
         if (++load_kc == kc_count) {
@@ -398,12 +444,14 @@ __device__ __forceinline__ void fused_select_body(
             }
         }
         const unsigned short* b_base = Bs + stage * FS_BN * BROW + (wn * 32 + b_row) * BROW + b_k;
+        // the rows' chunk: streamed, this stage's (from its coordinate 0); resident, at kc * BK
+        const unsigned short* a_at = STREAM_A ? a_base + stage * BM * BROW : a_base;
 #pragma unroll
         for (int ks = 0; ks < BK / 16; ++ks) {
             unsigned af[4][4], bf[4][2];
-            const int k = kc * BK + ks * 16;
+            const int k = (STREAM_A ? 0 : kc * BK) + ks * 16;
 #pragma unroll
-            for (int mt = 0; mt < 4; ++mt) fs_ldmatrix4(af[mt], a_base + mt * 16 * astride + k);
+            for (int mt = 0; mt < 4; ++mt) fs_ldmatrix4(af[mt], a_at + mt * 16 * astride + k);
 #pragma unroll
             for (int np = 0; np < 2; ++np) {
                 unsigned r4[4];
@@ -523,17 +571,27 @@ __device__ __forceinline__ void fused_select_body(
 
 // 128 query rows a block (8 warps), stages of 64 coordinates: rows of up to 448 coordinates
 extern "C" __global__ void __launch_bounds__(256, FS_MIN_BLOCKS_128) fused_select_128(FUSED_SELECT_PARAMS) {
-    fused_select_body<128, 64>(FUSED_SELECT_ARGS);
+    fused_select_body<128, 64, false>(FUSED_SELECT_ARGS);
 }
 
 // 128 query rows a block, stages of 32 coordinates: up to what 227 KB of shared memory holds (768)
 extern "C" __global__ void __launch_bounds__(256, 1) fused_select_128_32(FUSED_SELECT_PARAMS) {
-    fused_select_body<128, 32>(FUSED_SELECT_ARGS);
+    fused_select_body<128, 32, false>(FUSED_SELECT_ARGS);
 }
 
 // 64 query rows a block (4 warps), stages of 32 coordinates: up to 1,024 coordinates
 extern "C" __global__ void __launch_bounds__(128, 4) fused_select_64(FUSED_SELECT_PARAMS) {
-    fused_select_body<64, 32>(FUSED_SELECT_ARGS);
+    fused_select_body<64, 32, false>(FUSED_SELECT_ARGS);
+}
+
+// The streamed builds: 128 rows a block, each stage holding the rows' chunk beside the targets'
+// (shared memory independent of d: two blocks a multiprocessor at any width), stages of 64 or 32
+// coordinates
+extern "C" __global__ void __launch_bounds__(256, 2) fused_select_128s(FUSED_SELECT_PARAMS) {
+    fused_select_body<128, 64, true>(FUSED_SELECT_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) fused_select_128s_32(FUSED_SELECT_PARAMS) {
+    fused_select_body<128, 32, true>(FUSED_SELECT_ARGS);
 }
 
 __device__ __forceinline__ bool fl_less(double ka, long long ia, double kb, long long ib) {
@@ -578,6 +636,11 @@ __device__ void fl_sort(int lane, int fill, double* keys, long long* ids) {
 // the buffer empties. qx: the rows' float64 coordinates; x: the targets' (by point id); order:
 // target position -> point id (null: the identity); cores unscaled, qcore by row and core2 by point
 // id (null: Euclidean).
+//
+// The recheck takes up to 32 candidates at a time, lane r summing the r-th one's squared differences
+// in dimension order (the host's bits). Their coordinates come through shared memory in chunks of
+// FL_KC: eight lanes load one candidate's chunk, so each load of the warp reads four 64-byte runs
+// instead of 32 scattered doubles, and the next chunk's loads are in flight while a chunk is summed.
 extern "C" __global__ void __launch_bounds__(FL_WARPS * 32) fused_flush(
     int num_p, const int* __restrict__ slots, int slot_base, const int* __restrict__ row_src,
     const int* __restrict__ list_row,
@@ -587,12 +650,18 @@ extern "C" __global__ void __launch_bounds__(FL_WARPS * 32) fused_flush(
     double* list_keys, double* theta, double scale2) {
     __shared__ double keys_s[FL_WARPS][FL_SORT];
     __shared__ long long ids_s[FL_WARPS][FL_SORT];
+    __shared__ double chunk_s[FL_WARPS][32 * FL_PITCH];
+    __shared__ long long cand_s[FL_WARPS][32];
     const int lane = threadIdx.x & 31;
     const int w = threadIdx.x >> 5;
     double* keys = keys_s[w];
     long long* ids = ids_s[w];
+    double* chunk = chunk_s[w];
+    long long* cand = cand_s[w];
     const long long none = 0x7FFFFFFFFFFFFFFFLL;
     const int warps = (gridDim.x * blockDim.x) >> 5;
+    const int kk = lane & 7;  // the coordinate of a chunk this lane loads
+    const int sub = lane >> 3;  // and the candidate among each four
     for (int p = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; p < num_p; p += warps) {
         const int c = count[p];
         if (c == 0) continue;
@@ -614,25 +683,54 @@ extern "C" __global__ void __launch_bounds__(FL_WARPS * 32) fused_flush(
             const int e = e0 + lane;
             const bool keep = e < c && buf_key[base + e] <= limit;
             const unsigned mask = __ballot_sync(0xFFFFFFFFu, keep);
+            if (mask == 0u) continue;
             if (fill + __popc(mask) > FL_SORT) {
                 fl_sort(lane, fill, keys, ids);
                 fill = m;
             }
+            const int kept = __popc(mask);
             if (keep) {
                 const int pos = buf_pos[base + e];
-                const long long id = order ? order[pos] : static_cast<long long>(pos);
-                const double* t = x + id * d;
-                double acc = 0.0;
-                for (int k = 0; k < d; ++k) {
-                    const double diff = __dsub_rn(q[k], t[k]);
-                    acc = __dadd_rn(acc, __dmul_rn(diff, diff));
-                }
-                if (core2) acc = fmax(fmax(qc, core2[id]), acc);
-                const int dst = fill + __popc(mask & ((1u << lane) - 1u));
-                keys[dst] = acc;
-                ids[dst] = id;
+                cand[__popc(mask & ((1u << lane) - 1u))] = order ? order[pos] : static_cast<long long>(pos);
             }
-            fill += __popc(mask);
+            __syncwarp();
+            const int fours = (kept + 3) >> 2;
+            const double* rows[8];  // this lane's candidates' rows, at its coordinate of a chunk
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int r = 4 * j + sub;
+                rows[j] = j < fours && r < kept ? x + cand[r] * d + kk : nullptr;
+            }
+            double next[8];
+            auto load = [&](int k0) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    if (rows[j] && k0 + kk < d) next[j] = rows[j][k0];
+            };
+            load(0);
+            double acc = 0.0;
+            for (int k0 = 0; k0 < d; k0 += FL_KC) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    if (rows[j] && k0 + kk < d) chunk[(4 * j + sub) * FL_PITCH + kk] = next[j];
+                __syncwarp();
+                if (k0 + FL_KC < d) load(k0 + FL_KC);  // in flight while this chunk is summed
+                if (lane < kept) {
+                    const int kn = min(FL_KC, d - k0);
+                    for (int k = 0; k < kn; ++k) {
+                        const double diff = __dsub_rn(q[k0 + k], chunk[lane * FL_PITCH + k]);
+                        acc = __dadd_rn(acc, __dmul_rn(diff, diff));
+                    }
+                }
+                __syncwarp();
+            }
+            if (lane < kept) {
+                const long long id = cand[lane];
+                if (core2) acc = fmax(fmax(qc, core2[id]), acc);
+                keys[fill + lane] = acc;
+                ids[fill + lane] = id;
+            }
+            fill += kept;
             __syncwarp();
         }
         if (fill > m) fl_sort(lane, fill, keys, ids);

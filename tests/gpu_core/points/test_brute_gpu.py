@@ -5,7 +5,9 @@ the device's float16 tensor-core filter: 33 to 1,024 coordinates, exact ties, ne
 the filter's error, duplicates, norms 10^6 apart, huge and tiny coordinates, blocks and batches that
 do not divide n, buffers so small that rows stop and are launched again, 64-row blocks, a search
 split over two devices (the same GPU twice), lists wider than the device merges (the host's
-searches), CuPy points, prediction; and the kernel's products against the float16 rows' own.
+searches), CuPy points, prediction; and the kernel's products against the float16 rows' own. The
+streamed builds (the block's rows loaded stage by stage; the default where the resident rows leave
+one block a multiprocessor), forced: their products, lists and trees the resident builds', bit for bit.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import numpy as np
 import pytest
 
 import gpu_core
-from gpu_core._points.brute_gpu import BruteGpuIndex
+from gpu_core._points import brute_gpu
+from gpu_core._points.brute_gpu import BruteGpuIndex, Variant, variant_for
 from gpu_core._points.index import build_index
 from gpu_core._points.neighbours import kth_distances, query_neighbours
 from tests.gpu_core.points.test_brute import assert_oracle, boundary_sets, far_clusters
@@ -201,3 +204,86 @@ def test_query_lists_and_core_distances_equal_the_cpus() -> None:
         ids_c, w2_c = query_neighbours(cpu, queries, k)
         assert np.array_equal(cupy.asnumpy(ids), ids_c) and np.array_equal(cupy.asnumpy(w2), w2_c)
         assert np.array_equal(cupy.asnumpy(kth_distances(gpu, k)), kth_distances(cpu, k))
+
+
+#: (n, d) of the streamed builds' tests: n not a multiple of 128; 768 and 1,024 coordinates have no
+#: resident 128-row build of stages of 64 (1,024 none at all: the 64-row build is the default)
+STREAMED = [(300, 100), (257, 384), (200, 768), (130, 1024)]
+
+
+@pytest.mark.parametrize("chunk", [64, 32])
+@pytest.mark.parametrize(("n", "d"), STREAMED)
+def test_the_streamed_builds_products_are_the_resident_builds_bits(n: int, d: int, chunk: int) -> None:
+    """Every product a streamed build holds (mode 2) is the resident build's of the same stage,
+    bit for bit (the same fragments into the same mma instructions in the same order; 64-row
+    blocks where no 128-row one fits), and the float16 rows' own within float32 accumulation."""
+    import cupy
+
+    points = np.random.default_rng(n + d).normal(size=(n, d))
+    streamed = BruteGpuIndex(points, chunk=chunk, stream=True).engine
+    assert streamed.variant == Variant(128, chunk, stream=True)
+    got = cupy.asnumpy(streamed.dump_products(3, n))
+    half = cupy.asnumpy(streamed.half).astype(np.float64)
+    want = half[3:] @ half.T
+    scale = np.abs(half[3:]) @ np.abs(half).T
+    assert not np.isnan(got).any()
+    assert np.all(np.abs(got - want) <= streamed.dpad * 2.0**-22 * scale + 1e-30)
+    try:
+        variant_for(d, streamed._shared_limit(), chunk=chunk, stream=False)
+    except ValueError:
+        return  # no resident build of stages of this width holds d coordinates
+    resident = BruteGpuIndex(points, chunk=chunk, stream=False).engine
+    assert resident.variant.chunk == chunk and not resident.variant.stream
+    assert resident.dpad == streamed.dpad
+    assert np.array_equal(got.view(np.uint32), cupy.asnumpy(resident.dump_products(3, n)).view(np.uint32))
+
+
+def same_trees(a: gpu_core.EuclideanTree, b: gpu_core.EuclideanTree, name: str) -> None:
+    assert np.array_equal(a.src, b.src) and np.array_equal(a.dst, b.dst), name
+    assert np.array_equal(a.weights, b.weights) and a.total_weight == b.total_weight, name
+    if b.core_distances is None:
+        assert a.core_distances is None, name
+    else:
+        assert a.core_distances is not None and np.array_equal(a.core_distances, b.core_distances), name
+
+
+@pytest.mark.parametrize("d", [100, 384, 768, 1024])
+def test_the_streamed_builds_lists_and_trees_are_the_resident_builds(
+    d: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The streamed builds' nearest lists and Euclidean and mutual-reachability trees equal the
+    resident build's: blobs of n not a multiple of 128, and far clusters whose rows stop (buffers of
+    384) and are launched again."""
+    import cupy
+
+    relaunches: list[bool] = []
+    original = brute_gpu._LocalSearch._launch_all
+
+    def counting(self, blocks, slots, start):
+        relaunches.append(slots is not None)
+        return original(self, blocks, slots, start)
+
+    monkeypatch.setattr(brute_gpu._LocalSearch, "_launch_all", counting)
+    monkeypatch.delenv(brute_gpu.STREAM_ENV, raising=False)
+    cases = [
+        (blobs(d, 1001, d, centers=5, spread=0.3), {}),
+        (far_clusters(d, 700, d), {"cap": 384, "batch": 100}),
+    ]
+    for ps, knobs in cases:
+        points = np.ascontiguousarray(ps.points, dtype=np.float64)
+        resident = BruteGpuIndex(points, stream=False, **knobs)
+        assert not resident.engine.variant.stream
+        lists = {k: [cupy.asnumpy(x) for x in resident.nearest(k)] for k in (1, 26)}
+        trees = {k: resident.tree(k, time.perf_counter(), True, False) for k in (1, 5)}
+        for chunk in (64, 32):
+            relaunches.clear()
+            streamed = BruteGpuIndex(points, chunk=chunk, stream=True, **knobs)
+            assert streamed.engine.variant == Variant(128, chunk, stream=True)
+            name = f"{ps.name} {streamed.engine.variant.kernel}"
+            for k, (ids, keys) in lists.items():
+                got_ids, got_keys = (cupy.asnumpy(x) for x in streamed.nearest(k))
+                assert np.array_equal(got_ids, ids) and np.array_equal(got_keys, keys), f"{name} nearest {k}"
+            for k, tree in trees.items():
+                same_trees(streamed.tree(k, time.perf_counter(), True, False), tree, f"{name} k={k}")
+            if knobs:
+                assert any(relaunches), f"{name}: the rows should have stopped"

@@ -5,13 +5,16 @@ The model does what ``fused_select`` and ``fused_flush`` do with the same argume
 products summed in float32, float32 thresholds rounded up, compaction, stops); ``DeviceEngine``'s
 own code does the rest. Every search must equal the host engine's float64 search bit for bit, and
 every tree the O(n²) oracle: with the default buffers, with buffers so small that rows stop and
-are launched again, with one-block batches, with 64-row blocks, and split over three emulated
-devices. What the model cannot check (the kernels' fragments, races) is for the GPU tests.
+are launched again, with one-block batches, with 64-row blocks, with a streamed build, and split
+over three emulated devices; and the builds' shared memory and choice (``variant_for``). What the
+model cannot check (the kernels' fragments, races) is for the GPU tests.
 """
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,12 +30,14 @@ from tests.utils.fused_model import ModelEngine
 from tests.utils.points import PointSet, blobs, duplicated, random_points
 
 #: engine options that meet every path: defaults; stops (buffers of 384: near-ties fill them) and
-#: batches of one block; 64-row blocks; three devices
+#: batches of one block; 64-row blocks; three devices; a streamed build (its name and shared memory:
+#: the model reads no stage) with stops
 KNOBS = [
     {},
     {"cap": 384, "batch": 100},
     {"rows_per_block": 64, "batch": 64},
     {"chunk": 32, "devices": [0, 1, 2]},
+    {"stream": True, "cap": 384, "batch": 100},
 ]
 
 
@@ -50,7 +55,7 @@ def same(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], nam
     assert np.array_equal(a[1], b[1]), name  # bit for bit
 
 
-@pytest.mark.parametrize("knobs", KNOBS, ids=["defaults", "stops", "rows64", "devices3"])
+@pytest.mark.parametrize("knobs", KNOBS, ids=["defaults", "stops", "rows64", "devices3", "streamed"])
 def test_the_searches_equal_the_hosts(knobs: dict) -> None:
     for ps in sets():
         coords = np.ascontiguousarray(ps.points, dtype=np.float64)
@@ -95,7 +100,7 @@ def test_rows_that_stop_are_launched_again_from_where_they_stopped() -> None:
         brute_gpu._LocalSearch._launch_all = original  # type: ignore[method-assign]
 
 
-@pytest.mark.parametrize("knobs", KNOBS[1:], ids=["stops", "rows64", "devices3"])
+@pytest.mark.parametrize("knobs", KNOBS[1:4], ids=["stops", "rows64", "devices3"])
 def test_trees_equal_the_oracle(knobs: dict) -> None:
     for ps in sets()[:3]:
         coords = np.ascontiguousarray(ps.points, dtype=np.float64)
@@ -139,3 +144,71 @@ def test_devices_are_refused_where_no_brute_force_search_runs_on_the_gpu() -> No
         gpu_core.build_point_index(points, backend="cpu", devices=[0, 1])
     index = gpu_core.build_point_index(points, backend="cpu", devices=None)
     assert index.backend == "cpu"
+
+
+#: the most shared memory one block may take: an H200's (and H100's), an A100's
+H200, A100 = 232448, 166912
+
+
+def test_the_builds_shared_memory_and_kernels() -> None:
+    """Each build's shared memory by kernels/brute.cu's layout (a streamed build's independent of
+    d), and every build's kernel defined there."""
+    source = (Path(brute_gpu.__file__).parents[1] / "kernels" / "brute.cu").read_text()
+    kernel = r'extern "C" __global__ void __launch_bounds__\([^)]*\) (fused_select\w*)\('
+    defined = set(re.findall(kernel, source))
+    assert {v.kernel for v in brute_gpu.VARIANTS} == defined
+    assert len({v.kernel for v in brute_gpu.VARIANTS}) == len(brute_gpu.VARIANTS)
+    for d in (100, 384, 768, 1024):
+        for chunk in (64, 32):
+            resident, streamed = brute_gpu.Variant(128, chunk), brute_gpu.Variant(128, chunk, stream=True)
+            dpad = -(-d // chunk) * chunk
+            assert resident.smem(d) == 128 * (dpad + 8) * 2 + 3 * 128 * (chunk + 8) * 2 + 128 * 20
+            assert streamed.smem(d) == 3 * 256 * (chunk + 8) * 2 + 128 * 24
+            assert streamed.padded(d) == resident.padded(d) == dpad
+            assert streamed.blocks(d, H200) >= 2  # two blocks of 128 rows at any width
+    assert brute_gpu.Variant(128, 64).blocks(128, H200) == 2
+    assert brute_gpu.Variant(128, 64).blocks(384, H200) == 1
+    assert brute_gpu.Variant(128, 32).blocks(768, H200) == 1
+
+
+def test_the_default_streams_where_resident_rows_leave_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No knob, no environment: the resident build while two of its blocks fit a multiprocessor,
+    else a streamed one that fits two; ``stream`` forces or forbids; without the default
+    (:data:`STREAM_WHEN_ONE_BLOCK` off) the first resident build that fits."""
+    V = brute_gpu.Variant
+    assert brute_gpu.STREAM_WHEN_ONE_BLOCK
+    assert brute_gpu.variant_for(128, H200) == V(128, 64)  # two resident blocks already
+    assert brute_gpu.variant_for(384, H200) == V(128, 64, stream=True)
+    assert brute_gpu.variant_for(768, H200) == V(128, 64, stream=True)
+    assert brute_gpu.variant_for(1024, H200) == V(128, 64, stream=True)
+    assert brute_gpu.variant_for(768, A100) == V(128, 32, stream=True)  # 64: one block there
+    resident = {100: V(128, 64), 384: V(128, 64), 768: V(128, 32), 1024: V(64, 32)}
+    for d, v in resident.items():
+        assert brute_gpu.variant_for(d, H200, stream=False) == v
+        assert brute_gpu.variant_for(d, H200, stream=True) == V(128, 64, stream=True)
+        assert brute_gpu.variant_for(d, H200, chunk=32, stream=True) == V(128, 32, stream=True)
+        assert brute_gpu.variant_for(d, A100, stream=True) == V(128, 64, stream=True)
+    with pytest.raises(ValueError, match="no fused_select build"):
+        brute_gpu.variant_for(100, H200, rows=64, stream=True)
+    monkeypatch.setattr(brute_gpu, "STREAM_WHEN_ONE_BLOCK", False)
+    for d, v in resident.items():
+        assert brute_gpu.variant_for(d, H200) == v
+
+
+def test_the_environment_forces_or_forbids_the_streamed_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    coords = np.random.default_rng(2).random((50, 40))
+    assert brute_gpu.stream_setting(None) is None and brute_gpu.stream_setting("") is None
+    assert brute_gpu.stream_setting("1") is True and brute_gpu.stream_setting("0") is False
+    with pytest.raises(ValueError, match=brute_gpu.STREAM_ENV):
+        brute_gpu.stream_setting("yes")
+    monkeypatch.setenv(brute_gpu.STREAM_ENV, "1")
+    assert ModelEngine(coords).variant.kernel == "fused_select_128s"
+    assert ModelEngine(coords, chunk=32).variant.kernel == "fused_select_128s_32"
+    assert ModelEngine(coords, rows_per_block=64).variant.kernel == "fused_select_64"  # the knob wins
+    assert ModelEngine(coords, stream=False).variant.kernel == "fused_select_128"
+    same(ModelEngine(coords).nearest(5), HostEngine(coords).nearest(5), "streamed by the environment")
+    monkeypatch.setenv(brute_gpu.STREAM_ENV, "0")
+    assert ModelEngine(coords).variant.kernel == "fused_select_128"
+    assert ModelEngine(coords, stream=True).variant.kernel == "fused_select_128s"
+    with pytest.raises(ValueError, match="128 rows"):
+        ModelEngine(coords, rows_per_block=64, stream=True)

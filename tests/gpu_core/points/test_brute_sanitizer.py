@@ -1,7 +1,8 @@
 """The brute-force kernels (``kernels/brute.cu``) under ``compute-sanitizer``: no bad access, no race.
 
 Small sets that take every path: blocks and batches that do not divide n, buffers that fill so
-rows stop and are launched again, 128- and 64-row blocks, components masked and skipped,
+rows stop and are launched again, 128- and 64-row blocks, a streamed build (the rows loaded stage
+by stage; two stages a tile, rows that stop: on two of the sets), components masked and skipped,
 duplicates and near-ties, query lists, and the products written out.
 """
 
@@ -32,8 +33,12 @@ SCRIPT = textwrap.dedent(
     sets = [*point_sets(61, 40, seed=1), far_clusters(2, 45, 33), far_clusters(3, 700, 40)]
     if RACECHECK:  # shared-memory hazards follow the block and buffer sizes, not the values
         sets = [sets[0], sets[3], sets[-1]]  # random, duplicated (ties), far clusters (stops)
+    streamed = {"stream": True, "chunk": 32, "cap": 384, "batch": 50}
     for ps in sets:
-        for knobs in ({"cap": 384, "batch": 50}, {"rows_per_block": 64}, {"chunk": 32}):
+        builds = [{"cap": 384, "batch": 50}, {"rows_per_block": 64}, {"chunk": 32}]
+        if ps is sets[0] or ps is sets[-1]:  # random points; far clusters (stops)
+            builds.append(streamed)
+        for knobs in builds:
             index = BruteGpuIndex(np.ascontiguousarray(ps.points, dtype=np.float64), **knobs)
             for k in (1, 3):
                 gpu = index.tree(k, time.perf_counter(), True, False)
