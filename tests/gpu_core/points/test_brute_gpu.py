@@ -30,14 +30,7 @@ pytestmark = pytest.mark.gpu
 
 def same(gpu: gpu_core.EuclideanTree, cpu: gpu_core.EuclideanTree, name: str) -> None:
     assert gpu.backend == "gpu" and cpu.backend == "cpu"
-    assert np.array_equal(gpu.src, cpu.src), name
-    assert np.array_equal(gpu.dst, cpu.dst), name
-    assert np.array_equal(gpu.weights, cpu.weights), name
-    assert gpu.total_weight == cpu.total_weight, name
-    if cpu.core_distances is None:
-        assert gpu.core_distances is None, name
-    else:
-        assert gpu.core_distances is not None and np.array_equal(gpu.core_distances, cpu.core_distances), name
+    same_trees(gpu, cpu, name)
 
 
 def device_tree(points: np.ndarray, k: int, **engine) -> gpu_core.EuclideanTree:
@@ -102,17 +95,25 @@ SHAPES = [
 def test_the_kernels_products_are_the_float16_rows_products(n: int, d: int, rows: int, chunk: int) -> None:
     """Every product the kernel holds (its tensor-core fragments written out) against the float16
     rows' exact products, within float32 accumulation: each row and column where it belongs."""
-    import cupy
 
     points = np.random.default_rng(n + d).normal(size=(n, d))
     engine = BruteGpuIndex(points, rows_per_block=rows, chunk=chunk).engine
     assert (engine.variant.rows, engine.variant.chunk) == (rows, chunk)
+    products_of_the_float16_rows(engine, n)
+
+
+def products_of_the_float16_rows(engine: brute_gpu.DeviceEngine, n: int) -> np.ndarray:
+    """Rows 3 to ``n``'s products as the kernel holds them, checked against the float16 rows'
+    exact products within float32 accumulation."""
+    import cupy
+
     got = cupy.asnumpy(engine.dump_products(3, n))
     half = cupy.asnumpy(engine.half).astype(np.float64)
     want = half[3:] @ half.T
     scale = np.abs(half[3:]) @ np.abs(half).T
     assert not np.isnan(got).any()
     assert np.all(np.abs(got - want) <= engine.dpad * 2.0**-22 * scale + 1e-30)
+    return got
 
 
 def test_devices_of_the_public_entry_point() -> None:
@@ -222,12 +223,7 @@ def test_the_streamed_builds_products_are_the_resident_builds_bits(n: int, d: in
     points = np.random.default_rng(n + d).normal(size=(n, d))
     streamed = BruteGpuIndex(points, chunk=chunk, stream=True).engine
     assert streamed.variant == Variant(128, chunk, stream=True)
-    got = cupy.asnumpy(streamed.dump_products(3, n))
-    half = cupy.asnumpy(streamed.half).astype(np.float64)
-    want = half[3:] @ half.T
-    scale = np.abs(half[3:]) @ np.abs(half).T
-    assert not np.isnan(got).any()
-    assert np.all(np.abs(got - want) <= streamed.dpad * 2.0**-22 * scale + 1e-30)
+    got = products_of_the_float16_rows(streamed, n)
     try:
         variant_for(d, streamed._shared_limit(), chunk=chunk, stream=False)
     except ValueError:
@@ -239,6 +235,7 @@ def test_the_streamed_builds_products_are_the_resident_builds_bits(n: int, d: in
 
 
 def same_trees(a: gpu_core.EuclideanTree, b: gpu_core.EuclideanTree, name: str) -> None:
+    """The same tree, bit for bit: edges, weights, total and core distances."""
     assert np.array_equal(a.src, b.src) and np.array_equal(a.dst, b.dst), name
     assert np.array_equal(a.weights, b.weights) and a.total_weight == b.total_weight, name
     if b.core_distances is None:
