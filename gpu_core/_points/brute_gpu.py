@@ -512,7 +512,9 @@ class DeviceEngine:
             with self._on(self.device_ids[0]):
                 targets = cols(self._replica(self.device_ids[0]))
                 slots = self._multiprocessors() * self.variant.blocks(self.d, self._shared_limit())
-                splits = target_splits(blocks.lo.size, rows.count, -(-targets.n // BN), slots, self.batch)
+                # the windows' lists and their merge within what a search of every point's takes
+                limit = min(self.batch, self.n // 4)
+                splits = target_splits(blocks.lo.size, rows.count, -(-targets.n // BN), slots, limit)
                 if splits > 1:
                     return self._split_search(_on_device(cp, rows), targets, m, blocks, splits)
             cols = _Fixed(targets)
@@ -585,14 +587,16 @@ class _Fixed:
         return self.targets
 
 
-def target_splits(blocks: int, rows: int, tiles: int, slots: int, batch: int) -> int:
+def target_splits(blocks: int, rows: int, tiles: int, slots: int, limit: int) -> int:
     """Windows to split a search's ``tiles`` into: enough that ``blocks`` blocks a window fill
     the device's ``slots`` (blocks it runs at once), where the blocks fill less than half of
     them; each window at least :data:`SPLIT_MIN_TILES` tiles, at most :data:`SPLIT_MAX` windows,
-    and the windows' rows together at most ``batch`` (their buffers, one batch's at most)."""
+    and the windows' rows together at most ``limit`` (the engine's: one batch, whose buffers
+    :func:`workspace_bytes` counts, and a quarter of the points, so that the windows' lists and
+    their merge take no more than the lists of a search of every point)."""
     if blocks <= 0 or 2 * blocks > slots:
         return 1
-    return max(1, min(-(-slots // blocks), tiles // SPLIT_MIN_TILES, batch // max(rows, 1), SPLIT_MAX))
+    return max(1, min(-(-slots // blocks), tiles // SPLIT_MIN_TILES, limit // max(rows, 1), SPLIT_MAX))
 
 
 def _window(xp: Any, targets: _Cols, a: int, b: int) -> _Cols:
