@@ -676,12 +676,11 @@ extern "C" __global__ void __launch_bounds__(FL_WARPS * 32) fused_flush(
                 cand[__popc(mask & ((1u << lane) - 1u))] = order ? order[pos] : static_cast<long long>(pos);
             }
             __syncwarp();
-            const int fours = (kept + 3) >> 2;
             const double* rows[8];  // this lane's candidates' rows, at its coordinate of a chunk
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const int r = 4 * j + sub;
-                rows[j] = j < fours && r < kept ? x + cand[r] * d + kk : nullptr;
+                rows[j] = r < kept ? x + cand[r] * d + kk : nullptr;
             }
             double next[8];
             auto load = [&](int k0) {
