@@ -73,6 +73,13 @@ STREAM_WHEN_ONE_BLOCK = True
 #: the environment variable that forces (``1``) or forbids (``0``) the streamed builds
 STREAM_ENV = "MST_BRUTE_STREAM"
 FLUSH_WARPS = 4
+#: a search of few rows (a refresh of a round's last components, a small query) is a few blocks,
+#: each sweeping every target: it takes one block's whole pass while the device idles. Such a
+#: search's targets are split into windows of at least SPLIT_MIN_TILES tiles (at most SPLIT_MAX),
+#: each window searched on its own stream, so the blocks fill the device; the windows' exact lists
+#: merge into the same list (:func:`target_splits`, :func:`merge_lists`)
+SPLIT_MIN_TILES = 16
+SPLIT_MAX = 64
 #: the largest float16 magnitude a query may reach after scaling (beyond: the host's search)
 _QUERY_LIMIT = 60000.0
 #: float64 bytes a chunk of the index's float16 copy and norms takes at most (bounded temporaries)
@@ -337,6 +344,14 @@ class DeviceEngine:
         """A context in which ``device`` is the current one."""
         return self.xp.cuda.Device(device)
 
+    def _multiprocessors(self) -> int:
+        return int(self.xp.cuda.Device().attributes["MultiProcessorCount"])
+
+    def _stream(self) -> Any:
+        """A context in which a new stream of the current device is the current one (a blocking
+        stream: it waits for the null stream's work, where the searches' arrays were set up)."""
+        return self.xp.cuda.Stream()
+
     def _row_squares(self, rows: Array) -> Array:
         """Each row's sum of squares, summed in float64 (float16 rows widened exactly), with no
         temporary of the rows' size."""
@@ -493,6 +508,16 @@ class DeviceEngine:
         if rows.count == 0:
             return cp.full((0, m), -1, dtype=cp.int64), cp.full((0, m), cp.inf)
         blocks = blocks if blocks is not None else _Blocks.uniform(rows.count, self.block_rows)
+        if len(self.device_ids) == 1:
+            with self._on(self.device_ids[0]):
+                targets = cols(self._replica(self.device_ids[0]))
+                slots = self._multiprocessors() * self.variant.blocks(self.d, self._shared_limit())
+                # the windows' lists and their merge within what a search of every point's takes
+                limit = min(self.batch, self.n // 4)
+                splits = target_splits(blocks.lo.size, rows.count, -(-targets.n // BN), slots, limit)
+                if splits > 1:
+                    return self._split_search(_on_device(cp, rows), targets, m, blocks, splits)
+            cols = _Fixed(targets)
         parts = [
             (dev, run)
             for dev, run in zip(
@@ -527,6 +552,88 @@ class DeviceEngine:
         out_ids, out_keys = cp.empty_like(ids), cp.empty_like(keys)
         out_ids[rows.out], out_keys[rows.out] = ids, keys
         return out_ids, out_keys
+
+    def _split_search(
+        self, rows: _Rows, targets: _Cols, m: int, blocks: _Blocks, splits: int
+    ) -> tuple[Array, Array]:
+        """:meth:`_search` on one device with the targets in ``splits`` windows of whole tiles,
+        each a search of its own on a stream of its own (all set up, then all launched, then all
+        finished), their lists merged."""
+        tiles = -(-targets.n // BN)
+        searches = []
+        for s in range(splits):
+            a = s * tiles // splits * BN
+            b = min((s + 1) * tiles // splits * BN, targets.n)
+            searches.append(
+                _LocalSearch(self, rows, _window(self.xp, targets, a, b), m, _window_blocks(blocks, a, b))
+            )
+        streams = [self._stream() for _ in searches]
+        for local, stream in zip(searches, streams, strict=True):
+            with stream:
+                local.launch()
+        for local, stream in zip(searches, streams, strict=True):
+            with stream:
+                local.finish()
+        return merge_lists(self.xp, [s.ids for s in searches], [s.keys for s in searches], m)
+
+
+class _Fixed:
+    """Targets already built, handed on where :meth:`DeviceEngine._search` takes a builder."""
+
+    def __init__(self, targets: _Cols) -> None:
+        self.targets = targets
+
+    def __call__(self, replica: _Replica) -> _Cols:
+        return self.targets
+
+
+def target_splits(blocks: int, rows: int, tiles: int, slots: int, limit: int) -> int:
+    """Windows to split a search's ``tiles`` into: enough that ``blocks`` blocks a window fill
+    the device's ``slots`` (blocks it runs at once), where the blocks fill less than half of
+    them; each window at least :data:`SPLIT_MIN_TILES` tiles, at most :data:`SPLIT_MAX` windows,
+    and the windows' rows together at most ``limit`` (the engine's: one batch, whose buffers
+    :func:`workspace_bytes` counts, and a quarter of the points, so that the windows' lists and
+    their merge take no more than the lists of a search of every point)."""
+    if blocks <= 0 or 2 * blocks > slots:
+        return 1
+    return max(1, min(-(-slots // blocks), tiles // SPLIT_MIN_TILES, limit // max(rows, 1), SPLIT_MAX))
+
+
+def _window(xp: Any, targets: _Cols, a: int, b: int) -> _Cols:
+    """The targets at positions ``[a, b)`` (views; positions from 0, their point ids kept)."""
+    order = targets.order[a:b] if targets.order is not None else xp.arange(a, b, dtype=xp.int64)
+    return _Cols(
+        targets.half[a:b], targets.norm2f[a:b], targets.exact, order,
+        None if targets.core_f is None else targets.core_f[a:b],
+        None if targets.core_d is None else targets.core_d[a:b],
+        targets.core_raw, None if targets.comp is None else targets.comp[a:b],
+    )  # fmt: skip
+
+
+def _window_blocks(blocks: _Blocks, a: int, b: int) -> _Blocks:
+    """``blocks`` over the targets' window ``[a, b)``: each block's skip clipped to the window
+    and counted from ``a`` (empty: ``b - a`` twice)."""
+    if blocks.skip_lo is None or blocks.skip_hi is None:
+        return blocks
+    width = b - a
+    lo = np.clip(blocks.skip_lo - a, 0, width)
+    hi = np.clip(blocks.skip_hi - a, 0, width)
+    empty = hi <= lo
+    return _Blocks(blocks.lo, blocks.hi, np.where(empty, width, lo), np.where(empty, width, hi))
+
+
+def merge_lists(xp: Any, ids: list[Array], keys: list[Array], m: int) -> tuple[Array, Array]:
+    """Each row's ``m`` least ``(key, id)`` of several exact lists over disjoint targets (``-1``
+    and ``+inf`` past the targets, last as in each list)."""
+    all_ids, all_keys = xp.concatenate(ids, axis=1), xp.concatenate(keys, axis=1)
+    by_id = stable_argsort(xp, all_ids, axis=1)
+    all_ids = xp.take_along_axis(all_ids, by_id, axis=1)
+    all_keys = xp.take_along_axis(all_keys, by_id, axis=1)
+    by_key = stable_argsort(xp, all_keys, axis=1)[:, :m]
+    return (
+        xp.ascontiguousarray(xp.take_along_axis(all_ids, by_key, axis=1)),
+        xp.ascontiguousarray(xp.take_along_axis(all_keys, by_key, axis=1)),
+    )
 
 
 def _on_device(cp: Any, rows: _Rows) -> _Rows:

@@ -104,25 +104,11 @@ __device__ __forceinline__ void fs_mma(float (&c)[4], const unsigned (&a)[4], un
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One tile's 128 target rows, coordinates [k0, k0 + BK), into a B stage (zeros past the targets).
-template <int THREADS, int BK>
-__device__ __forceinline__ void fs_load_b(unsigned short* stage, const unsigned short* __restrict__ tb, int n_t,
-                                          int dpad, int col0, int k0, int tid) {
-    constexpr int CHUNKS = BK / 8;  // 16-byte pieces of a row
-#pragma unroll
-    for (int c = tid; c < FS_BN * CHUNKS; c += THREADS) {
-        const int row = c / CHUNKS, chunk = c % CHUNKS;
-        const int col = col0 + row;
-        const bool valid = col < n_t;
-        const unsigned short* src = tb + static_cast<long long>(valid ? col : 0) * dpad + k0 + chunk * 8;
-        fs_cp16(stage + row * (BK + 8) + chunk * 8, src, valid);
-    }
-}
-
-// The streamed build's loads: ROWS rows' coordinates [k0, k0 + BK) into a stage (BK + 8 halves a
-// row); row r of the stage is row row_of(r) of src (negative: zeros). Each thread copies the same
-// 16-byte piece of ROWS / STEP rows, a count known at compile time: fs_load_b's loop over the
-// pieces, its count known only at run time, spilled the pipeline's counters at 128 registers.
+// A stage's loads (the targets' tile; in the streamed builds the rows' chunk too): ROWS rows'
+// coordinates [k0, k0 + BK) (BK + 8 halves a row); row r of the stage is row row_of(r) of src
+// (negative: zeros). Each thread copies the same 16-byte piece of ROWS / STEP rows, a count known
+// at compile time: a loop over the pieces from tid, its count known only at run time, spilled the
+// pipeline's counters at 128 registers.
 template <int THREADS, int ROWS, int BK, typename RowOf>
 __device__ __forceinline__ void fs_load_rows(unsigned short* stage, const unsigned short* __restrict__ src, int dpad,
                                              int k0, int tid, RowOf row_of) {
@@ -378,16 +364,12 @@ __device__ __forceinline__ void fused_select_body(
     auto col_of = [&](int tile) { return tile < tiles_lo ? tile * FS_BN : skip_hi + (tile - tiles_lo) * FS_BN; };
     auto load_next = [&]() {
         if (load_tile < ntiles) {
-            if (STREAM_A) {  // the rows' chunk and the targets', one stage
-                const int col0 = col_of(load_tile);
+            const int col0 = col_of(load_tile);
+            if (STREAM_A)  // the rows' chunk and the targets', one stage
                 fs_load_rows<THREADS, BM, BK>(As + load_stage * BM * BROW, qa, dpad, load_kc * BK, tid,
                                               [&](int r) { return src_s[r]; });
-                fs_load_rows<THREADS, FS_BN, BK>(Bs + load_stage * FS_BN * BROW, tb, dpad, load_kc * BK, tid,
-                                                 [&](int r) { return col0 + r < n_t ? col0 + r : -1; });
-            } else {
-                fs_load_b<THREADS, BK>(Bs + load_stage * FS_BN * BROW, tb, n_t, dpad, col_of(load_tile),
-                                       load_kc * BK, tid);
-            }
+            fs_load_rows<THREADS, FS_BN, BK>(Bs + load_stage * FS_BN * BROW, tb, dpad, load_kc * BK, tid,
+                                             [&](int r) { return col0 + r < n_t ? col0 + r : -1; });
         }
         fs_commit();
         load_stage = load_stage + 1 == FS_STAGES ? 0 : load_stage + 1;
@@ -694,12 +676,11 @@ extern "C" __global__ void __launch_bounds__(FL_WARPS * 32) fused_flush(
                 cand[__popc(mask & ((1u << lane) - 1u))] = order ? order[pos] : static_cast<long long>(pos);
             }
             __syncwarp();
-            const int fours = (kept + 3) >> 2;
             const double* rows[8];  // this lane's candidates' rows, at its coordinate of a chunk
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const int r = 4 * j + sub;
-                rows[j] = j < fours && r < kept ? x + cand[r] * d + kk : nullptr;
+                rows[j] = r < kept ? x + cand[r] * d + kk : nullptr;
             }
             double next[8];
             auto load = [&](int k0) {

@@ -235,6 +235,15 @@ class ModelEngine(DeviceEngine):
     def _on(self, device: int) -> Any:
         return contextlib.nullcontext()
 
+    #: multiprocessors of the emulated device (tests raise it so that small searches split)
+    multiprocessors = 1
+
+    def _multiprocessors(self) -> int:
+        return self.multiprocessors
+
+    def _stream(self) -> Any:
+        return contextlib.nullcontext()
+
     def _row_squares(self, rows: Any) -> Any:
         wide = rows.astype(np.float64)
         return np.einsum("ij,ij->i", wide, wide)

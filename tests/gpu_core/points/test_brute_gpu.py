@@ -284,3 +284,50 @@ def test_the_streamed_builds_lists_and_trees_are_the_resident_builds(
                 same_trees(streamed.tree(k, time.perf_counter(), True, False), tree, f"{name} k={k}")
             if knobs:
                 assert any(relaunches), f"{name}: the rows should have stopped"
+
+
+def test_small_searches_split_over_target_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Searches of few blocks split their targets into windows on streams of their own (windows of
+    one tile here, so small sets split): the lists, queries and trees the CPU backend's, bit for
+    bit, with rows that stop inside a window (buffers of 384, far clusters)."""
+    import cupy
+
+    from gpu_core._points.brute_cpu import HostEngine
+
+    monkeypatch.setattr(brute_gpu, "SPLIT_MIN_TILES", 1)
+    windows: list[int] = []
+    original = brute_gpu.DeviceEngine._split_search
+
+    def counting(self, rows, targets, m, blocks, splits):
+        windows.append(splits)
+        return original(self, rows, targets, m, blocks, splits)
+
+    monkeypatch.setattr(brute_gpu.DeviceEngine, "_split_search", counting)
+    cases: list[tuple[PointSet, dict]] = [
+        (blobs(6, 1500, 200, centers=5, spread=0.3), {}),
+        (far_clusters(3, 1100, 40), {"cap": 384, "batch": 300}),
+    ]
+    for ps, knobs in cases:
+        coords = np.ascontiguousarray(ps.points, dtype=np.float64)
+        device, host = brute_gpu.DeviceEngine(cupy.asarray(coords), **knobs), HostEngine(coords)
+        n = coords.shape[0]
+        windows.clear()
+        for got, want, what in (
+            (device.nearest(9), host.nearest(9), "nearest"),
+            (device.query(cupy.asarray(coords[:10] + 1e-3), 7), host.query(coords[:10] + 1e-3, 7), "query"),
+        ):
+            assert np.array_equal(cupy.asnumpy(got[0]), want[0]), f"{ps.name} {what}"
+            assert np.array_equal(cupy.asnumpy(got[1]), want[1]), f"{ps.name} {what}"
+        comp = np.arange(n) // 11
+        core2 = host.nearest(5)[1][:, 4].copy()
+        rows = np.arange(0, n, 37)
+        for c2 in (None, core2):
+            on_device = None if c2 is None else cupy.asarray(c2)
+            got = device.outside(cupy.asarray(rows), cupy.asarray(comp), on_device, 12)
+            want = host.outside(rows, comp, c2, 12)
+            assert np.array_equal(cupy.asnumpy(got[0]), want[0]), f"{ps.name} outside"
+            assert np.array_equal(cupy.asnumpy(got[1]), want[1]), f"{ps.name} outside"
+        assert windows and min(windows) > 1, f"{ps.name}: the searches should have split"
+        for k in (1, 5):
+            cpu = gpu_core.euclidean_mst(ps.points, min_samples=k, backend="cpu")
+            same(device_tree(ps.points, k, **knobs), cpu, f"{ps.name} split k={k}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -212,3 +213,73 @@ def test_the_environment_forces_or_forbids_the_streamed_builds(monkeypatch: pyte
     assert ModelEngine(coords, stream=True).variant.kernel == "fused_select_128s"
     with pytest.raises(ValueError, match="128 rows"):
         ModelEngine(coords, rows_per_block=64, stream=True)
+
+
+def test_target_splits() -> None:
+    """Windows enough to fill the device where a search's blocks fill less than half of it; each
+    window SPLIT_MIN_TILES tiles at least, SPLIT_MAX at most, the windows' rows one batch at most."""
+    splits = brute_gpu.target_splits
+    assert splits(200, 25_000, 7813, 264, 1 << 16) == 1  # the device is full already
+    assert splits(132, 16_000, 7813, 264, 1 << 16) == 2
+    assert splits(11, 11, 782, 264, 1 << 16) == 24
+    assert splits(1, 1, 7813, 264, 1 << 16) == brute_gpu.SPLIT_MAX
+    assert splits(1, 1, 40, 264, 1 << 16) == 40 // brute_gpu.SPLIT_MIN_TILES
+    assert splits(1, 1, 10, 264, 1 << 16) == 1  # too few tiles for two windows
+    assert splits(40, 5_000, 7813, 264, 16_384) == 3  # the buffers of one batch
+    assert splits(0, 0, 100, 264, 1 << 16) == 1
+
+
+def test_merge_lists_keeps_the_least_by_key_then_id() -> None:
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 6, (40, 30)).astype(np.float64)  # ties
+    ids = np.stack([rng.permutation(1000)[:30] for _ in range(40)])
+    keys[:, 25:] = np.inf
+    ids[:, 25:] = -1
+    parts = [(ids[:, i : i + 10], keys[:, i : i + 10]) for i in (0, 10, 20)]
+    sorted_parts = []
+    for pi, pk in parts:  # each list by (key, id), its empty entries last
+        order = np.lexsort((np.where(pi < 0, np.iinfo(np.int64).max, pi), pk), axis=1)
+        sorted_parts.append((np.take_along_axis(pi, order, 1), np.take_along_axis(pk, order, 1)))
+    part_ids, part_keys = [i for i, _ in sorted_parts], [k for _, k in sorted_parts]
+    got_ids, got_keys = brute_gpu.merge_lists(np, part_ids, part_keys, 12)
+    for r in range(40):
+        want = sorted(zip(keys[r][:25], ids[r][:25], strict=True))[:12]
+        assert list(zip(got_keys[r], got_ids[r], strict=True)) == want
+
+
+def test_small_searches_split_over_target_windows_equal_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search of few blocks on a device of many multiprocessors: its targets in windows, each on
+    its own stream, merged: the host's lists bit for bit, with rows that stop inside a window, and
+    the trees of the rounds (whose last refreshes are a few rows) the oracle's."""
+    monkeypatch.setattr(brute_gpu, "SPLIT_MIN_TILES", 1)
+    windows: list[int] = []
+    original = brute_gpu.DeviceEngine._split_search
+
+    def counting(self, rows, targets, m, blocks, splits):
+        windows.append(splits)
+        return original(self, rows, targets, m, blocks, splits)
+
+    monkeypatch.setattr(brute_gpu.DeviceEngine, "_split_search", counting)
+    cases: list[tuple[PointSet, dict[str, Any]]] = [(s, {}) for s in sets()[:3]]
+    cases.append((far_clusters(3, 1100, 40), {"cap": 384, "batch": 300}))
+    for ps, knobs in cases:
+        coords = np.ascontiguousarray(ps.points, dtype=np.float64)
+        model, host = ModelEngine(coords, **knobs), HostEngine(coords)
+        model.multiprocessors = 64
+        n = coords.shape[0]
+        windows.clear()
+        same(model.nearest(9), host.nearest(9), f"{ps.name} nearest")
+        same(model.query(coords[:10] + 1e-3, 7), host.query(coords[:10] + 1e-3, 7), f"{ps.name} query")
+        comp = np.arange(n) // 11
+        core2 = host.nearest(5)[1][:, 4].copy()
+        rows = np.arange(0, n, 37)
+        for c2 in (None, core2):
+            same(model.outside(rows, comp, c2, 12), host.outside(rows, comp, c2, 12), f"{ps.name} outside")
+        assert windows and min(windows) > 1, f"{ps.name}: the searches should have split"
+        for k in (1, 5):
+            lo, hi, w2, tree_core2 = boruvka(model, k, {})
+            tree = finish_tree(
+                lo, hi, w2, n=n, d=model.d, min_samples=k, core2=tree_core2, backend="cpu",
+                started=time.perf_counter(), timings_ms={},
+            )  # fmt: skip
+            assert_oracle(tree, ps.points, k, f"{ps.name} split k={k}")
