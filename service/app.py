@@ -96,7 +96,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = supervisor.store
         hosted = Hosted(0, supervisor.board, supervisor.run_dir, supervisor.workers)
     else:
-        store = Store(settings.data_dir, checkpoint=False)
+        store = Store(settings.data_dir, checkpoint=False, result_dir=settings.results_dir)
     links: list[WorkerLink] | None = None
     if settings.worker_pool == "ray" and supervisor is not None:
         from .runtime.links.ray_link import RayLink

@@ -47,12 +47,17 @@ from .spool import fsync_dir
 class Store(GraphTable, JobTable):
     """SQLite records and the spool folder of one data dir; safe to share between threads.
 
-    ``checkpoint``: this process checkpoints the WAL (one process of a service does: the
-    supervisor); ``checkpoint_interval_s``: how often.
+    ``result_dir``: the result files' folder (default: the spool's ``results``); ``checkpoint``:
+    this process checkpoints the WAL (one process of a service does: the supervisor);
+    ``checkpoint_interval_s``: how often.
     """
 
     def __init__(
-        self, data_dir: Path, checkpoint: bool = True, checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S
+        self,
+        data_dir: Path,
+        checkpoint: bool = True,
+        checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
+        result_dir: Path | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.spool = self.data_dir / "spool"
@@ -60,7 +65,8 @@ class Store(GraphTable, JobTable):
         #: files replaced or dropped, waiting to be freed (see :meth:`publish_replacing`)
         self.trash_dir = self.spool / "trash"
         self.graph_dir = self.spool / "graphs"
-        self.result_dir = self.spool / "results"
+        #: the result files (``MST_RESULT_DIR``: anywhere, a memory file system say)
+        self.result_dir = Path(result_dir) if result_dir is not None else self.spool / "results"
         for folder in (self.data_dir, self.tmp_dir, self.trash_dir, self.graph_dir, self.result_dir):
             folder.mkdir(parents=True, exist_ok=True)
         #: room for the deletions that make room on a full disk (see :mod:`.reserve`)

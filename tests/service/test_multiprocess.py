@@ -14,11 +14,15 @@ with that process. What is checked, each through at least two processes:
 * ``/metrics`` counts every process: the same sums whichever process is scraped;
 * a killed API process loses nothing acknowledged: its open request ends with an error, the other
   serves on, it is replaced, and the jobs it queued finish;
-* after a restart every acknowledged graph, point set, model, job and result is there.
+* after a restart every acknowledged graph, point set, model, job and result is there; with
+  MST_RESULT_DIR (results on a file system of their own) too, and lost results are computed again.
 """
 
 from __future__ import annotations
 
+import io
+import os
+import shutil
 import signal
 import threading
 import time
@@ -116,7 +120,7 @@ def test_a_job_is_read_awaited_and_fetched_through_another_process(two: LiveServ
             answered = p0.post(f"/v1/graphs/{record['id']}/mst", params={"wait": 30}).json()
             response = p1.get(f"/v1/jobs/{answered['id']}/result", headers={"accept": OCTET})
             assert response.status_code == 200, response.text
-            with np.load(__import__("io").BytesIO(response.content)) as npz:
+            with np.load(io.BytesIO(response.content)) as npz:
                 assert npz["edge_ids"].tolist() == tree
 
 
@@ -383,3 +387,66 @@ def _until_gone(pids: list[int], timeout: float = 30.0) -> None:
             return
         assert time.monotonic() < deadline, f"still running after their supervisor stopped: {alive}"
         time.sleep(0.1)
+
+
+@pytest.fixture
+def result_dir(tmp_path: Path) -> Iterator[Path]:
+    """A folder for MST_RESULT_DIR on another file system than the data dir where the host has a memory
+    file system (/dev/shm: a rename from the spool's tmp folder would fail there), else beside it."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else tmp_path
+    folder = base / f"mst-test-results-{os.getpid()}-{time.monotonic_ns()}"
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_results_in_a_folder_of_their_own_are_served_everywhere_and_outlive_a_restart(
+    server_factory: ServerFactory, result_dir: Path
+) -> None:
+    """MST_RESULT_DIR: the workers write the result files there (nothing in the spool's), every API
+    process serves them, a restart of the service keeps them (the same files, not computed again);
+    when they are lost (the host's memory file system after a reboot) they are computed again, and a
+    410 once the graph's weights changed."""
+    env = {**TWO, "MST_RESULT_DIR": str(result_dir)}
+    server = server_factory(**env)
+    spool_results = server.data_dir / "spool" / "results"
+    graphs = [random_graph(40 + k, 300, 2_000, dtype="float32", num_weights=40) for k in range(2)]
+    trees = [kruskal(g) for g in graphs]
+    jobs: list[str] = []
+    with processes(server) as (p0, p1):
+        ids = [upload(p0, g)["id"] for g in graphs]
+        for k in (0, 1, 0, 1):  # answered through one process, fetched through the other at once
+            answered = p0.post(f"/v1/graphs/{ids[k]}/mst", params={"wait": 30}).json()
+            assert answered["status"] == "succeeded", answered
+            response = p1.get(f"/v1/jobs/{answered['id']}/result", headers={"accept": OCTET})
+            assert response.status_code == 200, response.text
+            with np.load(io.BytesIO(response.content)) as npz:
+                assert npz["edge_ids"].tolist() == trees[k]
+            jobs.append(answered["id"])
+    assert sorted(p.name for p in result_dir.iterdir()) == sorted(f"{j}.npz" for j in jobs)
+    assert not spool_results.exists()  # nothing in the spool
+    inodes = {j: (result_dir / f"{j}.npz").stat().st_ino for j in jobs}
+
+    server.stop(signal.SIGTERM)
+    server = server_factory(data_dir=server.data_dir, **env)
+    with processes(server) as (p0, p1):
+        for job_id, k in zip(jobs, (0, 1, 0, 1), strict=True):
+            http = p0 if k == 0 else p1
+            assert http.get(f"/v1/jobs/{job_id}/result").json()["edge_ids"] == trees[k]
+    assert {j: (result_dir / f"{j}.npz").stat().st_ino for j in jobs} == inodes  # served, not recomputed
+
+    server.stop(signal.SIGTERM)
+    shutil.rmtree(result_dir)  # what a host's reboot does to a memory file system
+    server = server_factory(data_dir=server.data_dir, **env)
+    with processes(server) as (p0, p1):
+        new = np.random.default_rng(9).integers(-5, 5, 2_000).astype(np.float32)
+        put = p1.put(f"/v1/graphs/{ids[1]}/weights", content=npy_body(new), headers={"content-type": OCTET})
+        assert put.status_code == 200, put.text
+        for job_id, k in zip(jobs, (0, 1, 0, 1), strict=True):
+            response = (p1 if k == 0 else p0).get(f"/v1/jobs/{job_id}/result")
+            if k == 0:  # its graph is unchanged: computed again, the same forest
+                assert response.status_code == 200 and response.json()["edge_ids"] == trees[0], response.text
+            else:
+                assert response.status_code == 410 and response.json()["code"] == "result_gone", response.text
+            assert p0.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
+    assert sorted(p.name for p in result_dir.iterdir()) == sorted(f"{j}.npz" for j in jobs[0::2])

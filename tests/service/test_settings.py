@@ -46,6 +46,7 @@ def test_gpus_all(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
         ("MST_MAX_UPLOAD_BYTES", "0"),
         ("MST_MAX_EDGES", "-5"),
         ("MST_DATA_DIR", "/"),
+        ("MST_RESULT_DIR", "/"),
         ("MST_HEARTBEAT_TIMEOUT_S", "0.5"),
         ("MST_LOG_LEVEL", "loud"),
         ("MST_WORKER_SPIN_MS", "-1"),
@@ -56,6 +57,17 @@ def test_gpus_all(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
 def test_unsafe_values_are_refused(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
     monkeypatch.setenv(name, value)
     with pytest.raises(ValidationError):
+        Settings()
+
+
+def test_the_result_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MST_DATA_DIR", str(tmp_path / "data"))
+    assert Settings().results_dir == tmp_path / "data" / "spool" / "results"
+    monkeypatch.setenv("MST_RESULT_DIR", str(tmp_path / "fast"))
+    assert Settings().results_dir == tmp_path / "fast"
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("MST_RESULT_DIR", str(tmp_path / "file"))
+    with pytest.raises(ValidationError, match=r"MST_RESULT_DIR .* is a file, not a folder"):
         Settings()
 
 

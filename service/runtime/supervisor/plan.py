@@ -91,6 +91,7 @@ def worker_config(
         oneshot_inline_bytes=settings.oneshot_inline_bytes,
         warm_up=settings.warm_up,
         api_slots=api_slots,
+        result_dir=str(settings.results_dir),
     )
 
 

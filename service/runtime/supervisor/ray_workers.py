@@ -101,7 +101,12 @@ class MSTWorker:
         info = startup.start(self._worker)
         info["host"] = socket.gethostname()
         info["device"] = f"{info['device']} on {info['host']}"
-        store = Store(Path(self._worker.config.data_dir), checkpoint=False)
+        config = self._worker.config
+        store = Store(
+            Path(config.data_dir),
+            checkpoint=False,
+            result_dir=Path(config.result_dir) if config.result_dir else None,
+        )
         holdings = Holdings(self._worker, store)
         holdings.adopt_placements()
         board = Board.create(self._worker.config.index + 1, 1)  # its own numbers (the slot brings them over)

@@ -90,7 +90,7 @@ class Supervisor:
     async def start(self) -> None:
         """Recover the store, plan and place, start every worker (they serve once warm)."""
         settings = self.settings
-        store = Store(settings.data_dir)
+        store = Store(settings.data_dir, result_dir=settings.results_dir)
         self.store = store
         queued, failed = store.recover("The service stopped while the job was running.")
         if failed:

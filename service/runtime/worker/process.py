@@ -90,7 +90,11 @@ def serve(worker: Worker, board: Board, supervisor: Connection, resume: bool = F
         daemon=True,
     )
     beat.start()
-    store = Store(Path(config.data_dir), checkpoint=False)
+    store = Store(
+        Path(config.data_dir),
+        checkpoint=False,
+        result_dir=Path(config.result_dir) if config.result_dir else None,
+    )
     holdings = Holdings(worker, store)
     holdings.adopt_placements()
     server = Server(config.socket_path)

@@ -138,6 +138,8 @@ class WorkerConfig:
     warm_up: Literal["all", "none"] = "all"
     #: how many API processes may connect (the board's run stamps per process)
     api_slots: int = 1
+    #: the result files' folder (MST_RESULT_DIR); empty: the spool's ``results``
+    result_dir: str = ""
 
     def inflate_caps(self) -> tuple[int, float]:
         """(most bytes, largest ratio) a compressed upload may inflate to: unlimited where unset."""

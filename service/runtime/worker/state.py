@@ -186,8 +186,11 @@ class Worker:
 
     def write_arrays(self, arrays: dict[str, Any], result_path: str, write_out: bool = True) -> None:
         """A result file, written out to the disk at once (``write_out``: see
-        :func:`npzio.write_npz_file`); a one-shot's, read once and removed, is not."""
-        tmp = self.tmp_dir / f"{os.path.basename(result_path)}.{os.getpid()}.part"
+        :func:`npzio.write_npz_file`); a one-shot's, read once and removed, is not. Its part file
+        lies beside it (``MST_RESULT_DIR`` may be another file system than the spool's tmp folder,
+        and a rename across them is not atomic); the result cap only counts ``.npz`` names."""
+        folder, name = os.path.split(result_path)
+        tmp = Path(folder) / f".{name}.{os.getpid()}.part"
         try:
             npzio.write_npz_file(tmp, arrays, write_out=write_out)
             os.replace(tmp, result_path)
