@@ -99,6 +99,16 @@ class Settings(BaseSettings):
         "the device's memory (unless `MST_WORKER_MEMORY_BYTES` caps each): many small datasets "
         "spread over every worker, whose jobs then run side by side. Local pool only.",
     )
+    mps: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="CUDA MPS for the workers of each GPU: the service starts a control daemon of its own "
+        "(`nvidia-cuda-mps-control`, its pipe in the service's private run folder) before its workers, "
+        "so their kernels share the device at once instead of taking turns (one H200, 4 workers: "
+        "2,260 -> 3,055 jobs/s, bench/results/scaling/README.md). `auto`: where `MST_WORKERS_PER_GPU` "
+        "is above 1 and the program is found, else without (the log says why); `on`: always, and "
+        "the service does not start without it; `off`: never. With `CUDA_MPS_PIPE_DIRECTORY` already "
+        "set, the workers use that daemon. Local GPU workers only.",
+    )
     cpu_workers: int = Field(
         default=1,
         ge=1,

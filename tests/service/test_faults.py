@@ -207,7 +207,7 @@ def test_a_one_request_job_whose_result_cannot_be_stored_names_the_job_and_keeps
     assert location == f"/v1/jobs/{job_id}" and job_id in r.json()["detail"]
     # the worker's error is named, its paths on the server are not: they are in the service's log
     assert "NotADirectoryError" in r.text and str(server.data_dir) not in r.text, r.text
-    assert f"{results}/{job_id}.npz" in server.log()
+    assert f"{results}/.{job_id}.npz." in server.log()  # the part file written beside the result
     job = server.client.get(location).json()
     assert job["status"] == "succeeded" and job["result"]["num_components"] >= 1, job
     results.unlink()

@@ -108,6 +108,8 @@ class Fleet:
                     "pid": n.pid or None,
                     "backend": fact.get("backend"),
                     "device": fact.get("device"),
+                    # under the service's CUDA MPS (MST_MPS; a GPU worker)
+                    "mps": bool(self._facts.get("mps")) and fact.get("backend") == "gpu",
                     "restarts": n.restarts,
                     "heartbeat_age_s": round(n.heartbeat_age, 3) if n.heartbeat_age != float("inf") else None,
                     "resident_graphs": n.datasets,

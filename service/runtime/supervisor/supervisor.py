@@ -10,7 +10,8 @@ lifespan starts it). Either way it:
 * makes the board (:mod:`service.runtime.board`) and a private run folder (mode 0700) for the
   workers' sockets and for what it says of them (``workers.json``, :meth:`Supervisor.facts`);
 * keeps each worker alive (:mod:`.worker_slot`): heartbeats, restarts, standbys;
-* keeps the spool's result files under ``MST_MAX_RESULT_BYTES`` (:mod:`.result_cap`).
+* keeps the spool's result files under ``MST_MAX_RESULT_BYTES`` (:mod:`.result_cap`);
+* starts CUDA MPS for the workers that share a GPU, before any of them (``MST_MPS``, :mod:`.mps`).
 
 Design: docs/design/architecture.md.
 """
@@ -33,6 +34,7 @@ from ...storage.records import Placement
 from ...storage.store import Store
 from ..board import Board
 from ..worker.sources import shard_key
+from . import mps
 from .plan import Probe, Spawned, first_config, keeps, needs_probe, plan_workers, spawn_worker
 from .result_cap import ResultCap
 from .worker_slot import WorkerSlot
@@ -75,6 +77,9 @@ class Supervisor:
         self._probe: Probe | None = None
         self._monitor: asyncio.Task[None] | None = None
         self._cap: ResultCap | None = None
+        #: CUDA MPS for the workers sharing a GPU (``MST_MPS``), started before any worker
+        self._mps: mps.MpsDaemon | None = None
+        self._mps_checked = False
 
     @property
     def workers(self) -> int:
@@ -84,6 +89,7 @@ class Supervisor:
         """Spawn worker 0 and the GPU probe now, before the rest of the service is imported and built."""
         if self.settings.worker_pool != "local" or self._head is not None:
             return
+        self._start_mps()
         self._head = spawn_worker(first_config(self.settings, self.run_dir, self.api_slots), self.board)
         self._probe = Probe(self.settings.backend) if needs_probe(self.settings) else None
 
@@ -102,10 +108,17 @@ class Supervisor:
         if settings.worker_pool == "ray":
             await self._start_ray(store)
         else:
+            self._start_mps()
             await self._start_local(store)
         self._monitor = asyncio.create_task(self._watch(), name="heartbeat-monitor")
         if settings.max_result_bytes:
             self._cap = ResultCap(store.result_dir, settings.max_result_bytes)
+
+    def _start_mps(self) -> None:
+        """Start CUDA MPS for the workers once, before the first of them (:mod:`.mps`)."""
+        if not self._mps_checked:
+            self._mps_checked = True
+            self._mps = mps.start(self.settings, self.run_dir)
 
     async def _start_ray(self, store: Store) -> None:
         from .ray_workers import RaySlot
@@ -170,6 +183,9 @@ class Supervisor:
             await asyncio.to_thread(shutdown)
         if self.store is not None:
             self.store.close()
+        if self._mps is not None:  # after the workers: its server ends once no client is left
+            await asyncio.to_thread(self._mps.stop)
+            self._mps = None
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def write_facts(self) -> None:
@@ -177,6 +193,7 @@ class Supervisor:
         facts = {
             "workers": [slot.facts() for slot in self.slots],
             "restarts": [s.restarts for s in self.slots],
+            "mps": self._mps is not None or (self._mps_checked and bool(os.environ.get(mps.PIPE_ENV))),
         }
         path = self.run_dir / FACTS
         part = path.with_suffix(".part")
