@@ -28,6 +28,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import tempfile
 import threading
 import time
@@ -63,7 +64,9 @@ def parse_cpus(text: str) -> set[int]:
     return cpus
 
 
-def _settings(backend: str, api: int, per: int, gpus: str | None) -> dict[str, str]:
+def _settings(
+    backend: str, api: int, per: int, gpus: str | None, mps: str | None = None, result_dir: str | None = None
+) -> dict[str, str]:
     env = {
         "MST_API_WORKERS": str(api),
         "MST_LOG_LEVEL": "warning",
@@ -78,6 +81,10 @@ def _settings(backend: str, api: int, per: int, gpus: str | None) -> dict[str, s
         env["MST_WORKERS_PER_GPU"] = str(per)
         if gpus:
             env["MST_GPUS"] = gpus
+        if mps:
+            env["MST_MPS"] = mps
+    if result_dir:
+        env["MST_RESULT_DIR"] = result_dir
     return env
 
 
@@ -192,7 +199,35 @@ def _predict(port: int, args: argparse.Namespace) -> list[dict[str, Any]]:
 def run_shape(
     backend: str, api: int, per: int, graphs: list[Any], args: argparse.Namespace, log_dir: Path
 ) -> dict[str, Any]:
-    env = _settings(backend, api, per, args.gpus)
+    results = None
+    if args.result_dir == "memory":  # a fresh folder on the host's memory file system, removed after
+        results = tempfile.mkdtemp(prefix="mst-bench-results-", dir="/dev/shm")
+    elif args.result_dir:
+        results = args.result_dir
+    try:
+        return _run_shape(
+            backend,
+            api,
+            per,
+            graphs,
+            args,
+            log_dir,
+            _settings(backend, api, per, args.gpus, args.mps, results),
+        )
+    finally:
+        if args.result_dir == "memory" and results:
+            shutil.rmtree(results, ignore_errors=True)
+
+
+def _run_shape(
+    backend: str,
+    api: int,
+    per: int,
+    graphs: list[Any],
+    args: argparse.Namespace,
+    log_dir: Path,
+    env: dict[str, str],
+) -> dict[str, Any]:
     shape: dict[str, Any] = {
         "api_processes": api,
         "workers_per_gpu" if backend != "cpu" else "cpu_workers": per,
@@ -207,6 +242,7 @@ def run_shape(
         shape["worker_cpus"] = sorted({len(os.sched_getaffinity(pid)) for pid in worker_pids})
         shape["workers"] = len(ready["workers"])
         shape["device"] = ready["workers"][0].get("device")
+        shape["mps"] = any(w.get("mps") for w in ready["workers"])  # the workers under CUDA MPS
         resident = _upload(port, graphs)
         runs = []
         for _ in range(args.runs if graphs else 0):
@@ -269,6 +305,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--predict-clients", type=int, default=64)
     p.add_argument("--label", default="", help="a note kept in the record (e.g. 'MPS on')")
     p.add_argument(
+        "--mps", choices=("auto", "on", "off"), default=None, help="MST_MPS (default: the service's)"
+    )
+    p.add_argument(
+        "--result-dir",
+        default=None,
+        help="MST_RESULT_DIR of every shape; 'memory': a fresh folder in /dev/shm for each (default: the "
+        "data dir's spool, on the disk)",
+    )
+    p.add_argument(
         "--disk-probe-mb",
         type=int,
         default=1024,
@@ -291,6 +336,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "client_cpus": len(client_cpus) if client_cpus else "every CPU",
         "backend": args.backend,
         "label": args.label,
+        "mps": args.mps or "the service's default (auto)",
+        "result_dir": args.result_dir or "the data dir's spool",
         "graph": f"rmat-{args.scale} ({graphs[0][2]} edges), {args.graphs} graphs, one per client"
         if graphs
         else None,

@@ -90,3 +90,21 @@ def test_the_record_carries_the_disk_probe(tmp_path: Path) -> None:
     disk = record["disk_write"]
     assert disk["bytes"] == 8 << 20 and disk["mb_per_s"] > 0 and disk["writers"] == 4
     assert "gpu_activity" not in record["shapes"][0]["runs"][0]  # the CPU backend: no GPU sampled
+
+
+def test_results_in_a_folder_of_their_own(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    record = main(
+        [
+            "--backend", "cpu", "--shapes", "1x1", "--scale", "8", "--graphs", "2", "--clients", "2",
+            "--client-processes", "1", "--duration", "0.5", "--runs", "1", "--disk-probe-mb", "0",
+            "--result-dir", str(results), "--out", str(tmp_path / "r.json"),
+        ]
+    )  # fmt: skip
+    (shape,) = record["shapes"]
+    assert "error" not in shape, shape["error"]
+    assert shape["errors"] == 0 and shape["mismatches"] == 0 and shape["mps"] is False
+    assert record["result_dir"] == str(results)
+    assert (
+        len(list(results.glob("*.npz"))) >= shape["runs"][0]["completed"] > 0
+    )  # the jobs' results went there

@@ -74,6 +74,9 @@ def start(settings: Settings, run_dir: Path) -> MpsDaemon | None:
         return None
     control = shutil.which(CONTROL)
     if control is None:
+        if settings.mps == "auto":  # a host without NVIDIA's driver tools: nothing to warn about
+            log.info("CUDA MPS: %s is not on the PATH; the workers of each GPU take turns on it", CONTROL)
+            return None
         return _not_started(settings, f"{CONTROL} is not on the PATH (it comes with the NVIDIA driver)")
     pipe_dir, log_dir = run_dir / "mps-pipe", run_dir / "mps-log"
     pipe_dir.mkdir(mode=0o700, exist_ok=True)
