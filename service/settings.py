@@ -249,9 +249,10 @@ class Settings(BaseSettings):
     max_result_bytes: int = Field(
         default=32 << 30,
         ge=0,
-        description="Bytes the spool's result files may take together; past it the least recently used are "
-        "removed, and a request for one of them computes it again from the stored graph (410 if "
-        "the graph was deleted or its weights changed since). `0`: no cap.",
+        description="Bytes the result files may take together (at most half of their folder's file system, "
+        "whatever this says); past it the least recently used are removed, and a request for one of "
+        "them computes it again from the stored graph (410 if the graph was deleted or its weights "
+        "changed since). `0`: no cap.",
     )
     oneshot_batch_edges: int = Field(
         default=1 << 20,

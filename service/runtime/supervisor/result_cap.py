@@ -8,14 +8,19 @@ the newest). A later request for such a result computes it again from the stored
 answers 410 when the graph was deleted or its weights changed since.
 
 Sizes are the files' own (a cached job's hard link counts again: the cap errs on the safe side).
+The cap is at most half of the result folder's file system (:func:`effective_cap`): results on a
+memory file system (``MST_RESULT_DIR=/dev/shm/...``, 64 MB in a default container) never fill it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from pathlib import Path
+
+log = logging.getLogger("service.runtime.supervisor")
 
 #: seconds between two looks at the result files
 INTERVAL_S = 1.0
@@ -52,12 +57,27 @@ def used(path: Path) -> None:
         os.utime(path)
 
 
+def effective_cap(result_dir: Path, max_bytes: int) -> int:
+    """``max_bytes``, or half of the file system ``result_dir`` lies on where that is less."""
+    try:
+        fs = os.statvfs(result_dir)
+    except OSError:
+        return max_bytes
+    return min(max_bytes, fs.f_blocks * fs.f_frsize // 2)
+
+
 class ResultCap:
-    """The thread that keeps the result files under the cap."""
+    """The thread that keeps the result files under the cap (:func:`effective_cap`)."""
 
     def __init__(self, result_dir: Path, max_bytes: int, interval_s: float = INTERVAL_S) -> None:
         self._dir = result_dir
-        self._max = max_bytes
+        self._max = effective_cap(result_dir, max_bytes)
+        if self._max < max_bytes:
+            log.info(
+                "result files capped at %d bytes, half of their file system (MST_MAX_RESULT_BYTES %d)",
+                self._max,
+                max_bytes,
+            )
         self._interval_s = interval_s
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="result-cap", daemon=True)
