@@ -448,3 +448,19 @@ def test_image_check_refuses_an_unclean_end(log: str, problem: str) -> None:
     ci_image = _ci_image()
     with pytest.raises(ci_image.CheckFailed, match=problem):
         ci_image.shutdown_ending("c", log, 2078, 1)
+
+
+def test_throughput_override_keeps_results_in_memory_for_the_image_user() -> None:
+    override = _compose(ROOT / "docker" / "compose.throughput.yml")
+    assert set(override["services"]) <= set(_compose(ROOT / "docker-compose.yml")["services"])
+    service = override["services"]["mst"]
+    env = service["environment"]
+    assert set(env) <= {name.upper() for name in (f"MST_{f}" for f in _settings_fields())}
+    (mount,) = service["tmpfs"]
+    folder, _, options = mount.partition(":")
+    assert env["MST_RESULT_DIR"] == folder and env["MST_MPS"] in ("auto", "on")
+    (user,) = _instruction("USER")
+    uid, gid = user.split(":")
+    assert {f"uid={uid}", f"gid={gid}", "mode=0700"} <= set(options.split(","))
+    size = next(o for o in options.split(",") if o.startswith("size="))
+    assert int(env["MST_MAX_RESULT_BYTES"]) <= int(size.removeprefix("size=").removesuffix("g")) << 30
