@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,3 +139,46 @@ def test_one_worker_per_gpu_and_graphs_placed_by_free_memory(server_factory: Ser
         assert np.array_equal(edge_ids, expected.edge_ids) and np.array_equal(weights, expected.weights)
     # the big graph takes memory on its GPU, so the next one goes to another worker
     assert placed[1] != placed[0], placed
+
+
+@pytest.mark.skipif(
+    shutil.which("nvidia-cuda-mps-control") is None, reason="needs NVIDIA's MPS control program"
+)
+def test_workers_sharing_a_gpu_run_under_the_services_own_mps(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    """MST_WORKERS_PER_GPU=2 (MST_MPS=auto): the supervisor's daemon serves both workers, whose forests
+    are exact; the daemon is gone once the service stops."""
+    server = server_factory(
+        MST_BACKEND="gpu",
+        MST_GPUS="0",
+        MST_WORKERS_PER_GPU="2",
+        MST_STANDBY_WORKER="off",
+        MST_RESULT_DIR=str(tmp_path / "results"),
+    )
+    ready = server.client.get("/readyz").json()
+    assert len(ready["workers"]) == 2 and all(w["mps"] and w["backend"] == "gpu" for w in ready["workers"]), (
+        ready
+    )
+    rng = np.random.default_rng(7)
+    n, m = 8_000, 40_000  # within the test servers' MST_MAX_EDGES and upload size
+    for seed in range(4):  # placed by free memory: both workers get graphs
+        src = rng.integers(0, n, m).astype(np.int32)
+        dst = rng.integers(0, n, m).astype(np.int32)
+        weight = rng.integers(0, 1000, m).astype(np.int32)  # ties: the edge id decides
+        graph = server.upload_npz(src, dst, weight, n)
+        job = server.submit(graph["id"], wait=60).json()
+        assert job["status"] == "succeeded", job
+        edge_ids, weights, _ = server.result_npz(job["id"])
+        expected_total, components = scipy_forest_total(src, dst, weight, n)
+        assert int(weights.astype(np.int64).sum()) == expected_total and edge_ids.size == n - components, seed
+        assert (tmp_path / "results" / f"{job['id']}.npz").is_file()
+    # the control daemon's and its server's process names, cut to 15 characters by the kernel
+    mps_processes = ["pgrep", "-x", "nvidia-cuda-mps"]
+    servers = subprocess.run(mps_processes, capture_output=True, text=True, check=False)
+    assert servers.stdout.strip(), "no MPS process while the workers run"
+    server.stop()
+    deadline = time.monotonic() + 20
+    while subprocess.run(mps_processes, capture_output=True, check=False).returncode == 0:
+        assert time.monotonic() < deadline, "the service's MPS daemon outlived it"
+        time.sleep(0.2)
