@@ -215,14 +215,18 @@ def test_the_environment_forces_or_forbids_the_streamed_builds(monkeypatch: pyte
         ModelEngine(coords, rows_per_block=64, stream=True)
 
 
-def test_target_splits() -> None:
+def test_target_splits(monkeypatch: pytest.MonkeyPatch) -> None:
     """Windows enough to fill the device where a search's blocks fill less than half of it; each
     window SPLIT_MIN_TILES tiles at least, SPLIT_MAX at most, the windows' rows one batch at most."""
     splits = brute_gpu.target_splits
+    assert brute_gpu.SPLIT_MAX == 8  # by measurement: each window costs the host its setup
+    assert splits(1, 1, 7813, 264, 1 << 16) == 8
+    assert splits(11, 11, 782, 264, 1 << 16) == 8
+    monkeypatch.setattr(brute_gpu, "SPLIT_MAX", 64)
     assert splits(200, 25_000, 7813, 264, 1 << 16) == 1  # the device is full already
     assert splits(132, 16_000, 7813, 264, 1 << 16) == 2
     assert splits(11, 11, 782, 264, 1 << 16) == 24
-    assert splits(1, 1, 7813, 264, 1 << 16) == brute_gpu.SPLIT_MAX
+    assert splits(1, 1, 7813, 264, 1 << 16) == 64
     assert splits(1, 1, 40, 264, 1 << 16) == 40 // brute_gpu.SPLIT_MIN_TILES
     assert splits(1, 1, 10, 264, 1 << 16) == 1  # too few tiles for two windows
     assert splits(40, 5_000, 7813, 264, 16_384) == 3  # the buffers of one batch
