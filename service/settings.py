@@ -388,6 +388,26 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _check_result_dir_apart(self) -> Settings:
+        if self.result_dir is None:
+            return self
+        results, data = self.result_dir.resolve(), self.data_dir.resolve()
+        spool = data / "spool"
+        if results in (data, spool) or results in data.parents:
+            raise ValueError(
+                f"MST_RESULT_DIR {str(self.result_dir)!r} holds MST_DATA_DIR: give the result files a "
+                "folder of their own."
+            )
+        if any(
+            results == spool / name or spool / name in results.parents for name in ("graphs", "tmp", "trash")
+        ):
+            raise ValueError(
+                f"MST_RESULT_DIR {str(self.result_dir)!r} lies in the spool's own folders: give the result "
+                "files a folder of their own."
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_pool_settings(self) -> Settings:
         if self.worker_pool == "ray" and self.gpus is not None:
             raise ValueError(

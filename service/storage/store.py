@@ -31,6 +31,7 @@ graph when it is next asked for, and the job stays succeeded.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import time
 from pathlib import Path
@@ -42,6 +43,12 @@ from .records import JobRecord
 from .reserve import Reserve
 from .schema import SCHEMA, migrate
 from .spool import fsync_dir
+
+#: a job's result file, and the part file a worker writes beside it (``.<name>.<pid>.part``): the
+#: only names the store and the result cap ever remove from the result folder, which
+#: ``MST_RESULT_DIR`` may put where other files live
+RESULT_NAME = re.compile(r"j_[0-9a-f]{32}\.npz")
+RESULT_PART = re.compile(r"\.j_[0-9a-f]{32}\.npz\.[0-9]+\.part")
 
 
 class Store(GraphTable, JobTable):
@@ -156,7 +163,9 @@ class Store(GraphTable, JobTable):
                 path.unlink(missing_ok=True)
         done = {r[0] for r in self.db.read("SELECT id FROM jobs WHERE status = 'succeeded'")}
         for path in self.result_dir.iterdir():
-            if path.stem not in done:
+            if RESULT_PART.fullmatch(path.name) or (
+                RESULT_NAME.fullmatch(path.name) and path.stem not in done
+            ):
                 path.unlink(missing_ok=True)
         # a succeeded job whose result file is missing stays succeeded: it is computed again if asked for
         return self.jobs_with_status("queued"), failed

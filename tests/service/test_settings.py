@@ -65,6 +65,15 @@ def test_the_result_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     assert Settings().results_dir == tmp_path / "data" / "spool" / "results"
     monkeypatch.setenv("MST_RESULT_DIR", str(tmp_path / "fast"))
     assert Settings().results_dir == tmp_path / "fast"
+    for inside in ("", "spool", "spool/graphs", "spool/tmp/x"):  # the data dir's own folders: refused
+        monkeypatch.setenv("MST_RESULT_DIR", str(tmp_path / "data" / inside))
+        with pytest.raises(ValidationError, match="give the result files a folder of their own"):
+            Settings()
+    monkeypatch.setenv("MST_RESULT_DIR", str(tmp_path))  # holds the data dir
+    with pytest.raises(ValidationError, match="holds MST_DATA_DIR"):
+        Settings()
+    monkeypatch.setenv("MST_RESULT_DIR", str(tmp_path / "data" / "results"))  # a folder of its own there
+    assert Settings().results_dir == tmp_path / "data" / "results"
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("MST_RESULT_DIR", str(tmp_path / "file"))
     with pytest.raises(ValidationError, match=r"MST_RESULT_DIR .* is a file, not a folder"):

@@ -121,8 +121,14 @@ def test_recover_after_a_crash(store: Store) -> None:
         store.transition(job_id, frozenset({"queued"}), status=status)
         time.sleep(0.001)
     store.add_job(job("j_q2", "g_kept"))
-    store.result_path("j_ok").write_bytes(b"npz")
-    store.result_path("j_orphan").write_bytes(b"npz")
+    ok, orphan = "j_" + "a" * 32, "j_" + "b" * 32  # result files are named by real job ids
+    store.add_job(job(ok, "g_kept"))
+    store.transition(ok, frozenset({"queued"}), status="succeeded")
+    store.result_path(ok).write_bytes(b"npz")
+    store.result_path(orphan).write_bytes(b"npz")
+    (store.result_dir / f".{orphan}.npz.4242.part").write_bytes(b"half a result")
+    # MST_RESULT_DIR may be a folder where other files live: only result names are ever removed
+    (store.result_dir / "someone-elses.npz").write_bytes(b"not ours")
 
     queued, failed = store.recover("stopped")
     assert [j.id for j in queued] == ["j_q1", "j_q2"] and failed == 1
@@ -133,7 +139,7 @@ def test_recover_after_a_crash(store: Store) -> None:
     assert get("j_ok", store).status == "succeeded"
     assert not list(store.tmp_dir.iterdir())
     assert sorted(p.name for p in store.graph_dir.iterdir()) == ["g_kept.npz"]
-    assert sorted(p.name for p in store.result_dir.iterdir()) == ["j_ok.npz"]
+    assert sorted(p.name for p in store.result_dir.iterdir()) == [f"{ok}.npz", "someone-elses.npz"]
 
 
 def test_spool_file_is_removed_unless_detached(store: Store) -> None:

@@ -20,6 +20,8 @@ import os
 import threading
 from pathlib import Path
 
+from ...storage.store import RESULT_NAME
+
 log = logging.getLogger("service.runtime.supervisor")
 
 #: seconds between two looks at the result files
@@ -31,7 +33,7 @@ def trim(result_dir: Path, max_bytes: int) -> int:
     files: list[tuple[float, int, str]] = []
     with os.scandir(result_dir) as entries:
         for entry in entries:
-            if not entry.name.endswith(".npz"):
+            if not RESULT_NAME.fullmatch(entry.name):  # a result file (not a part file, nor another's)
                 continue
             with contextlib.suppress(FileNotFoundError):
                 stat = entry.stat()
