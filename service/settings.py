@@ -107,7 +107,9 @@ class Settings(BaseSettings):
         "2,260 -> 3,055 jobs/s, bench/results/scaling/README.md). `auto`: where `MST_WORKERS_PER_GPU` "
         "is above 1 and the program is found, else without (the log says why); `on`: always, and "
         "the service does not start without it; `off`: never. With `CUDA_MPS_PIPE_DIRECTORY` already "
-        "set, the workers use that daemon. Local GPU workers only.",
+        "set, the workers use that daemon. Local GPU workers only. Under MPS a fatal fault inside one "
+        "worker's kernel ends the running jobs of every worker of that GPU (they restart), not of that "
+        "worker alone.",
     )
     cpu_workers: int = Field(
         default=1,

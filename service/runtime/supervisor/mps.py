@@ -11,6 +11,10 @@ log folders lie in its private run folder, before it spawns any worker; the work
 standbys, spawned later) inherit ``CUDA_MPS_PIPE_DIRECTORY`` and so connect to it, and no other
 process of the host does. It is told to quit when the service stops. An operator's own MPS
 (``CUDA_MPS_PIPE_DIRECTORY`` already set in the service's environment) is used as it is.
+
+The price of sharing: a worker killed (SIGKILL, a crash on the host) leaves the others running,
+but a fatal fault inside one worker's kernel (an illegal address, say) ends the work of every
+client of that GPU's MPS server, so every worker of that GPU restarts and fails its running job.
 """
 
 from __future__ import annotations

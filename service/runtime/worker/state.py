@@ -188,7 +188,7 @@ class Worker:
         """A result file, written out to the disk at once (``write_out``: see
         :func:`npzio.write_npz_file`); a one-shot's, read once and removed, is not. Its part file
         lies beside it (``MST_RESULT_DIR`` may be another file system than the spool's tmp folder,
-        and a rename across them is not atomic); the result cap only counts ``.npz`` names."""
+        and a rename across them is not atomic); the result cap counts result names only."""
         folder, name = os.path.split(result_path)
         tmp = Path(folder) / f".{name}.{os.getpid()}.part"
         try:
