@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -148,7 +150,8 @@ def test_workers_sharing_a_gpu_run_under_the_services_own_mps(
     server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     """MST_WORKERS_PER_GPU=2 (MST_MPS=auto): the supervisor's daemon serves both workers, whose forests
-    are exact; the daemon is gone once the service stops."""
+    are exact; one SIGKILLed, the other serves on and the killed one comes back; the daemon is gone
+    once the service stops."""
     server = server_factory(
         MST_BACKEND="gpu",
         MST_GPUS="0",
@@ -162,17 +165,39 @@ def test_workers_sharing_a_gpu_run_under_the_services_own_mps(
     )
     rng = np.random.default_rng(7)
     n, m = 8_000, 40_000  # within the test servers' MST_MAX_EDGES and upload size
-    for seed in range(4):  # placed by free memory: both workers get graphs
+    graphs: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def exact(graph_id: str) -> None:
+        job = server.submit(graph_id, wait=60).json()
+        assert job["status"] == "succeeded", job
+        edge_ids, weights, _ = server.result_npz(job["id"])
+        src, dst, weight = graphs[graph_id]
+        expected_total, components = scipy_forest_total(src, dst, weight, n)
+        assert int(weights.astype(np.int64).sum()) == expected_total and edge_ids.size == n - components
+        assert (tmp_path / "results" / f"{job['id']}.npz").is_file()
+
+    for _ in range(4):  # placed by free memory: both workers get graphs
         src = rng.integers(0, n, m).astype(np.int32)
         dst = rng.integers(0, n, m).astype(np.int32)
         weight = rng.integers(0, 1000, m).astype(np.int32)  # ties: the edge id decides
-        graph = server.upload_npz(src, dst, weight, n)
-        job = server.submit(graph["id"], wait=60).json()
-        assert job["status"] == "succeeded", job
-        edge_ids, weights, _ = server.result_npz(job["id"])
-        expected_total, components = scipy_forest_total(src, dst, weight, n)
-        assert int(weights.astype(np.int64).sum()) == expected_total and edge_ids.size == n - components, seed
-        assert (tmp_path / "results" / f"{job['id']}.npz").is_file()
+        graph_id = server.upload_npz(src, dst, weight, n)["id"]
+        graphs[graph_id] = (src, dst, weight)
+        exact(graph_id)
+    # a worker SIGKILLed under MPS: the other one serves on (the same process), the killed one comes back
+    holders = {graph_id: server.worker_pid(graph_id) for graph_id in graphs}
+    assert len(set(holders.values())) == 2, holders
+    killed = holders[next(iter(graphs))]
+    os.kill(killed, signal.SIGKILL)
+    for graph_id, pid in holders.items():
+        if pid != killed:
+            exact(graph_id)
+            assert server.worker_pid(graph_id) == pid
+    deadline = time.monotonic() + 120
+    while any(w["pid"] in (None, killed) for w in server.client.get("/readyz").json()["workers"]):
+        assert time.monotonic() < deadline, "the killed worker did not come back"
+        time.sleep(0.1)
+    for graph_id in graphs:
+        exact(graph_id)
     # the control daemon's and its server's process names, cut to 15 characters by the kernel
     mps_processes = ["pgrep", "-x", "nvidia-cuda-mps"]
     servers = subprocess.run(mps_processes, capture_output=True, text=True, check=False)
