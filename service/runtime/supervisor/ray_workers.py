@@ -102,11 +102,7 @@ class MSTWorker:
         info["host"] = socket.gethostname()
         info["device"] = f"{info['device']} on {info['host']}"
         config = self._worker.config
-        store = Store(
-            Path(config.data_dir),
-            checkpoint=False,
-            result_dir=Path(config.result_dir) if config.result_dir else None,
-        )
+        store = Store(Path(config.data_dir), checkpoint=False, result_dir=config.result_folder)
         holdings = Holdings(self._worker, store)
         holdings.adopt_placements()
         board = Board.create(self._worker.config.index + 1, 1)  # its own numbers (the slot brings them over)

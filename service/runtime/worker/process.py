@@ -90,11 +90,7 @@ def serve(worker: Worker, board: Board, supervisor: Connection, resume: bool = F
         daemon=True,
     )
     beat.start()
-    store = Store(
-        Path(config.data_dir),
-        checkpoint=False,
-        result_dir=Path(config.result_dir) if config.result_dir else None,
-    )
+    store = Store(Path(config.data_dir), checkpoint=False, result_dir=config.result_folder)
     holdings = Holdings(worker, store)
     holdings.adopt_placements()
     server = Server(config.socket_path)

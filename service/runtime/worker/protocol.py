@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
 from typing import Any, Literal
 
 # request operations
@@ -140,6 +141,11 @@ class WorkerConfig:
     api_slots: int = 1
     #: the result files' folder (MST_RESULT_DIR); empty: the spool's ``results``
     result_dir: str = ""
+
+    @property
+    def result_folder(self) -> Path | None:
+        """:attr:`result_dir` for :class:`~service.storage.store.Store` (None: the spool's)."""
+        return Path(self.result_dir) if self.result_dir else None
 
     def inflate_caps(self) -> tuple[int, float]:
         """(most bytes, largest ratio) a compressed upload may inflate to: unlimited where unset."""
