@@ -20,8 +20,24 @@ from typing import Any
 
 import numpy as np
 
+from gpu_core._points import brute_gpu
 from gpu_core._points.brute_gpu import BN, DeviceEngine
 from gpu_core._points.filter import threshold, upper
+
+
+def split_every_search(monkeypatch: Any) -> list[int]:
+    """Windows of one tile (so small sets split) and a record of each split search's window count:
+    the tests of the target windows read it to know the split ran."""
+    monkeypatch.setattr(brute_gpu, "SPLIT_MIN_TILES", 1)
+    windows: list[int] = []
+    original = brute_gpu.DeviceEngine._split_search
+
+    def counting(self: DeviceEngine, rows: Any, targets: Any, m: int, blocks: Any, splits: int) -> Any:
+        windows.append(splits)
+        return original(self, rows, targets, m, blocks, splits)
+
+    monkeypatch.setattr(brute_gpu.DeviceEngine, "_split_search", counting)
+    return windows
 
 
 def _ru32(x: float) -> np.float32:

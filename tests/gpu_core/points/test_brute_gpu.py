@@ -23,6 +23,7 @@ from gpu_core._points.brute_gpu import BruteGpuIndex, Variant, variant_for
 from gpu_core._points.index import build_index
 from gpu_core._points.neighbours import kth_distances, query_neighbours
 from tests.gpu_core.points.test_brute import assert_oracle, boundary_sets, far_clusters
+from tests.utils.fused_model import split_every_search
 from tests.utils.points import PointSet, blobs, point_sets, random_points
 
 pytestmark = pytest.mark.gpu
@@ -294,15 +295,7 @@ def test_small_searches_split_over_target_windows(monkeypatch: pytest.MonkeyPatc
 
     from gpu_core._points.brute_cpu import HostEngine
 
-    monkeypatch.setattr(brute_gpu, "SPLIT_MIN_TILES", 1)
-    windows: list[int] = []
-    original = brute_gpu.DeviceEngine._split_search
-
-    def counting(self, rows, targets, m, blocks, splits):
-        windows.append(splits)
-        return original(self, rows, targets, m, blocks, splits)
-
-    monkeypatch.setattr(brute_gpu.DeviceEngine, "_split_search", counting)
+    windows = split_every_search(monkeypatch)
     cases: list[tuple[PointSet, dict]] = [
         (blobs(6, 1500, 200, centers=5, spread=0.3), {}),
         (far_clusters(3, 1100, 40), {"cap": 384, "batch": 300}),

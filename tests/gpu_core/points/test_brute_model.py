@@ -27,7 +27,7 @@ from gpu_core._points.brute_cpu import HostEngine
 from gpu_core._points.tree import finish_tree
 from gpu_core.errors import PointSetShapeError
 from tests.gpu_core.points.test_brute import assert_oracle, far_clusters
-from tests.utils.fused_model import ModelEngine
+from tests.utils.fused_model import ModelEngine, split_every_search
 from tests.utils.points import PointSet, blobs, duplicated, random_points
 
 #: engine options that meet every path: defaults; stops (buffers of 384: near-ties fill them) and
@@ -255,15 +255,7 @@ def test_small_searches_split_over_target_windows_equal_the_hosts(monkeypatch: p
     """A search of few blocks on a device of many multiprocessors: its targets in windows, each on
     its own stream, merged: the host's lists bit for bit, with rows that stop inside a window, and
     the trees of the rounds (whose last refreshes are a few rows) the oracle's."""
-    monkeypatch.setattr(brute_gpu, "SPLIT_MIN_TILES", 1)
-    windows: list[int] = []
-    original = brute_gpu.DeviceEngine._split_search
-
-    def counting(self, rows, targets, m, blocks, splits):
-        windows.append(splits)
-        return original(self, rows, targets, m, blocks, splits)
-
-    monkeypatch.setattr(brute_gpu.DeviceEngine, "_split_search", counting)
+    windows = split_every_search(monkeypatch)
     cases: list[tuple[PointSet, dict[str, Any]]] = [(s, {}) for s in sets()[:3]]
     cases.append((far_clusters(3, 1100, 40), {"cap": 384, "batch": 300}))
     for ps, knobs in cases:
