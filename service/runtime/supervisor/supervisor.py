@@ -193,7 +193,8 @@ class Supervisor:
         facts = {
             "workers": [slot.facts() for slot in self.slots],
             "restarts": [s.restarts for s in self.slots],
-            "mps": self._mps is not None or (self._mps_checked and bool(os.environ.get(mps.PIPE_ENV))),
+            # the workers reach an MPS daemon (ours, or an operator's) through the environment they inherit
+            "mps": self._mps_checked and bool(os.environ.get(mps.PIPE_ENV)),
         }
         path = self.run_dir / FACTS
         part = path.with_suffix(".part")
