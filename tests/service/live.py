@@ -155,14 +155,16 @@ class LiveServer:
         pid: int,
         sends: Sequence[Callable[[], httpx.Response]],
         then: int = signal.SIGCONT,
-        settle_s: float = 2.0,
+        settle_s: float = 30.0,
         join_s: float = 120.0,
     ) -> Iterator[list[httpx.Response | None]]:
         """Worker ``pid`` stopped (SIGSTOP), each of ``sends`` called on a thread of its own, so that
-        their requests wait in the worker's pipes together; after ``settle_s`` the block runs (the
-        caller's checks while the worker is stopped), then the worker gets ``then`` (SIGCONT, or
-        SIGKILL: its replacement answers them). The list yielded holds each answer once the block
-        has ended (None: none came within ``join_s``)."""
+        their requests wait in the worker's pipes together; once the board counts them all waiting
+        for it (``requests_waiting``: every API process's, at most ``settle_s``: a fixed pause lost
+        the race on a loaded 2-core host) the block runs (the caller's checks while the worker is
+        stopped), then the worker gets ``then`` (SIGCONT, or SIGKILL: its replacement answers
+        them). The list yielded holds each answer once the block has ended (None: none came within
+        ``join_s``)."""
         answers: list[httpx.Response | None] = [None] * len(sends)
 
         def call(i: int) -> None:
@@ -173,13 +175,20 @@ class LiveServer:
         try:
             for t in threads:
                 t.start()
-            time.sleep(settle_s)
+            deadline = time.monotonic() + settle_s
+            while self._waiting_for(pid) < len(sends) and time.monotonic() < deadline:
+                time.sleep(0.02)
             yield answers
         finally:
             os.kill(pid, then)
             for t in threads:
                 if t.ident is not None:  # started
                     t.join(join_s)
+
+    def _waiting_for(self, pid: int) -> int:
+        """The requests every API process has handed to worker ``pid`` and not had answered."""
+        workers = self.client.get("/readyz").json()["workers"]
+        return sum(int(w["requests_waiting"]) for w in workers if w["pid"] == pid)
 
     def wait_held(self, weight: int, timeout: float = 30.0) -> None:
         """Wait until a job holding ``weight`` is running on its worker."""
