@@ -5,8 +5,8 @@ worker and API process it starts. Each number has one writer:
 
 * the supervisor: a worker's life (``state``, ``generation``, ``pid``, ``restarts``);
 * the worker: its ``heartbeat``, what it holds and has free, its queue, and before each run the
-  first and last id of the requests of each API process that the run answers (:meth:`Board.stamp`,
-  read by that API process if the worker dies: those were running);
+  ids of the requests of each API process that the run answers (:meth:`Board.stamp`, read by that
+  API process if the worker dies: those were running);
 * each API process: its requests to each worker not answered yet (``outstanding``: queued there,
   running, or on their way), and those it lost or re-sent when a worker died (``lost``, ``resent``).
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,12 @@ _WORKER_FIELDS = (
     "computing",
 )
 #: per worker and API process
-_LINK_FIELDS = ("run_first", "run_last", "lost", "resent", "outstanding")
+_LINK_FIELDS = ("run_first", "run_last", "run_mask", "lost", "resent", "outstanding")
+#: ids past a run's first one that its stamp names one by one, as the bits of ``run_mask`` (a
+#: double holds integers below 2**53 exactly). A run whose ids of one API process span more is
+#: stamped as every id from its first to its last: more than ran, and a request caught in that
+#: range when the worker dies is sent again suspect (or lost, if suspect already) without having run
+_MASK_SPAN = 52
 _W = {name: i for i, name in enumerate(_WORKER_FIELDS)}
 _L = {name: i for i, name in enumerate(_LINK_FIELDS)}
 
@@ -115,10 +121,18 @@ class Board:
     def _link(self, worker: int, slot: int, name: str) -> int:
         return self._link_base + (worker * self.api_slots + slot) * len(_LINK_FIELDS) + _L[name]
 
-    def stamp(self, worker: int, runs: dict[int, tuple[int, int]]) -> None:
-        """The worker begins a run answering, for each API slot, its requests ``first..last``."""
+    def stamp(self, worker: int, runs: Mapping[int, Collection[int]]) -> None:
+        """The worker begins a run answering, for each API slot, its requests ``runs[slot]``: the
+        ids themselves, not every id from the first to the last (identical jobs coalesced, batched
+        one-shots and predictions skip the requests queued between them)."""
         for slot in range(self.api_slots):
-            first, last = runs.get(slot, (0, 0))
+            ids = runs.get(slot)
+            first = last = mask = 0
+            if ids:
+                first, last = min(ids), max(ids)
+                mask = sum(1 << (i - first) for i in set(ids)) if last - first < _MASK_SPAN else -1
+            self.array[self._link(worker, slot, "run_first")] = 0  # set last: the stamp is whole then
+            self.array[self._link(worker, slot, "run_mask")] = mask
             self.array[self._link(worker, slot, "run_last")] = last
             self.array[self._link(worker, slot, "run_first")] = first
 
@@ -126,13 +140,16 @@ class Board:
         for slot in range(self.api_slots):
             self.array[self._link(worker, slot, "run_first")] = 0
 
-    def running(self, worker: int, slot: int) -> range:
+    def running(self, worker: int, slot: int) -> list[int]:
         """The ids of API slot ``slot``'s requests the worker's run in progress answers (empty: none)."""
         first = int(self.array[self._link(worker, slot, "run_first")])
         if first <= 0:
-            return range(0)
-        last = int(self.array[self._link(worker, slot, "run_last")])
-        return range(first, max(first, last) + 1)
+            return []
+        last = max(first, int(self.array[self._link(worker, slot, "run_last")]))
+        mask = int(self.array[self._link(worker, slot, "run_mask")])
+        if mask < 0:
+            return list(range(first, last + 1))
+        return [first + i for i in range(last - first + 1) if mask >> i & 1]
 
     def count(self, worker: int, slot: int, name: str, by: int = 1) -> None:
         """An API process counts its ``lost`` or ``resent`` requests of a worker."""

@@ -328,3 +328,24 @@ def test_a_job_sent_again_joins_its_queued_twin() -> None:
     again.conn = SimpleNamespace(closed=False, slot=0)  # type: ignore[assignment]
     loop.add(again)
     assert len(loop.queue) == 1 and loop.queue[0].also == [(again.conn, 2)]
+
+
+def test_a_run_of_identical_jobs_is_stamped_without_the_requests_queued_between_them() -> None:
+    """A worker that dies while computing jobs 1 and 3 together was not running job 2 (another
+    dataset's, queued between them): the API process must not send it again suspect, or lose it
+    if it was suspect already."""
+    loop = _loop(resident={"a", "b"})
+    conn = SimpleNamespace(closed=False, slot=0)
+    requests = [
+        _request(1, worker.MST, "a", "r1", "mst", {}),
+        _request(2, worker.MST, "b", "r2", "mst", {}),
+        _request(3, worker.MST, "a", "r3", "mst", {}),
+    ]
+    for request in requests:
+        request.conn = conn  # type: ignore[assignment]
+        loop.add(request)
+    group = loop._identical(requests[0])
+    loop._stamp(group)
+    assert loop.board.running(0, 0) == [1, 3]
+    loop._unstamp()
+    assert loop.board.running(0, 0) == []

@@ -442,12 +442,11 @@ class WorkerLoop:
 
     def _stamp(self, run: list[Incoming]) -> None:
         """Tell the board which API processes' requests this run answers."""
-        runs: dict[int, tuple[int, int]] = {}
+        runs: dict[int, list[int]] = {}
         for request in run:
             for conn, req_id in request.requesters():
                 if conn.slot >= 0:
-                    first, last = runs.get(conn.slot, (req_id, req_id))
-                    runs[conn.slot] = (min(first, req_id), max(last, req_id))
+                    runs.setdefault(conn.slot, []).append(req_id)
         self.board.stamp(self.index, runs)
         self.board.set(self.index, "computing", len(run))
 

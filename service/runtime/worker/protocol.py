@@ -23,8 +23,8 @@ An MST request of a job carries its :class:`JobSpec`: the worker writes the job'
 in the store itself (:mod:`service.storage.job_table`) and answers with its final record.
 
 Which requests a worker is computing is not a message: before a run it writes, per API process,
-the first and last request id of the run into the board (:meth:`~service.runtime.board.Board.stamp`),
-which an API process reads when the worker dies.
+the run's request ids into the board (:meth:`~service.runtime.board.Board.stamp`), which an API
+process reads when the worker dies.
 
 Messages are framed as ``Connection.send`` frames them (:func:`framed`, :func:`unframed`), so
 either end may write or read them in pieces without blocking.
