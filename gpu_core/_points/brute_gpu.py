@@ -347,6 +347,10 @@ class DeviceEngine:
         """A context in which ``device`` is the current one."""
         return self.xp.cuda.Device(device)
 
+    def _wave(self) -> int:
+        """Blocks the device runs at once (a wave): multiprocessors times the blocks one holds."""
+        return self._multiprocessors() * self.variant.blocks(self.d, self._shared_limit())
+
     def _multiprocessors(self) -> int:
         return int(self.xp.cuda.Device().attributes["MultiProcessorCount"])
 
@@ -514,7 +518,7 @@ class DeviceEngine:
         if len(self.device_ids) == 1:
             with self._on(self.device_ids[0]):
                 targets = cols(self._replica(self.device_ids[0]))
-                slots = self._multiprocessors() * self.variant.blocks(self.d, self._shared_limit())
+                slots = self._wave()
                 # the windows' lists and their merge within what a search of every point's takes
                 limit = min(self.batch, self.n // 4)
                 splits = target_splits(blocks.lo.size, rows.count, -(-targets.n // BN), slots, limit)
@@ -717,7 +721,7 @@ class _LocalSearch:
         """``blocks`` in batches: their descriptors relative to each batch go to the device in one
         copy; slots ``p`` of a batch are ``at + p`` (or ``slots[at + p]``), ``at`` its first row."""
         cp = self.cp
-        plan = _batches(blocks.hi - blocks.lo, self.engine.batch)
+        plan = _batches(blocks.hi - blocks.lo, self.engine.batch, self.engine._wave())
         table = np.empty((4, blocks.lo.size), dtype=np.int32)
         for first, last in plan:
             shift = blocks.lo[first]
@@ -782,17 +786,22 @@ class _LocalSearch:
         return event
 
 
-def _batches(sizes: np.ndarray[Any, Any], batch: int) -> list[tuple[int, int]]:
-    """Consecutive blocks of at most ``batch`` rows together (at least one block each)."""
+def _batches(sizes: np.ndarray[Any, Any], batch: int, wave: int = 1) -> list[tuple[int, int]]:
+    """Consecutive blocks of at most ``batch`` rows together (at least one block each). A batch cut
+    short by ``batch`` that holds more than a ``wave`` of blocks (the blocks the device runs at
+    once) ends at a whole number of waves, the rest going to the next batch: a launch's last wave
+    nearly empty keeps most of the device idle while it runs (10^5 rows in batches of 65,536 rows
+    were 512 + 270 blocks on an H200, four waves of 264 where three do)."""
+    ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
     out: list[tuple[int, int]] = []
-    first, total = 0, 0
-    for i, size in enumerate(sizes.tolist()):
-        if i > first and total + size > batch:
-            out.append((first, i))
-            first, total = i, 0
-        total += size
-    if sizes.size:
-        out.append((first, int(sizes.size)))
+    first, count = 0, int(ends.size)
+    while first < count:
+        before = int(ends[first - 1]) if first else 0
+        last = max(first + 1, int(np.searchsorted(ends, before + batch, side="right")))
+        if last < count and last - first > wave:
+            last = first + (last - first) // wave * wave
+        out.append((first, last))
+        first = last
     return out
 
 

@@ -12,6 +12,7 @@ model cannot check (the kernels' fragments, races) is for the GPU tests.
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from pathlib import Path
@@ -279,3 +280,26 @@ def test_small_searches_split_over_target_windows_equal_the_hosts(monkeypatch: p
                 started=time.perf_counter(), timings_ms={},
             )  # fmt: skip
             assert_oracle(tree, ps.points, k, f"{ps.name} split k={k}")
+
+
+def test_batches_end_at_whole_waves_within_the_row_limit() -> None:
+    """A search's launches: at most ``batch`` rows each, and a launch cut short by that limit holds
+    whole waves of blocks (a last wave nearly empty idles most of the device)."""
+    from gpu_core._points.brute_gpu import _batches
+
+    uniform = np.full(782, 128)  # 10^5 rows of an H200 search: 264 blocks a wave
+    assert _batches(uniform, 65536, 264) == [(0, 264), (264, 528), (528, 782)]
+    assert _batches(uniform, 65536) == [(0, 512), (512, 782)]  # waves of one block: as many as fit
+    plan = _batches(np.full(7813, 128), 65536, 264)
+    assert all((b - a) % 264 == 0 for a, b in plan[:-1]) and len(plan) == 29
+    assert _batches(np.array([50, 300, 30]), 100, 4) == [(0, 1), (1, 2), (2, 3)]  # one block past it
+    rng = np.random.default_rng(3)
+    for wave in (1, 7, 264):
+        sizes = rng.integers(1, 129, 5000)
+        plan = _batches(sizes, 4096, wave)
+        assert plan[0][0] == 0 and plan[-1][1] == sizes.size
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(plan))  # every block once, in order
+        for first, last in plan[:-1]:
+            assert sizes[first:last].sum() <= 4096
+            full = sizes[first : last + 1].sum() > 4096  # the next block does not fit
+            assert full if last - first <= wave else (last - first) % wave == 0, (first, last, wave)
