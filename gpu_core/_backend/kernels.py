@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import tempfile
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 KERNEL_FILE = "ecl_mst.cu"
@@ -63,6 +67,8 @@ DENDROGRAM_FILE = "dendrogram.cu"
 HDBSCAN_FILE = "hdbscan_tree.cu"
 #: the brute-force searches of points of many coordinates (plain extern "C" kernels)
 BRUTE_FILE = "brute.cu"
+#: the brute-force searches' products on Hopper's wgmma (built for sm_90a alone: :data:`SM90A_FILES`)
+BRUTE_WGMMA_FILE = "brute_wgmma.cu"
 #: the metrics' device arithmetic: unit vectors, distances of keys, exact Minkowski key tiles
 METRICS_FILE = "metrics.cu"
 #: HDBSCAN* of precomputed dense distance matrices: core distances by row and Borůvka over rows
@@ -77,9 +83,13 @@ FILES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     DENDROGRAM_FILE: ((), ("-std=c++17",)),
     HDBSCAN_FILE: ((), ("-std=c++17", "--fmad=false")),
     BRUTE_FILE: ((), ("-std=c++17", "--fmad=false")),
+    BRUTE_WGMMA_FILE: ((), ("-std=c++17", "--fmad=false")),
     METRICS_FILE: ((), ("-std=c++17", "--fmad=false")),
     PRECOMPUTED_FILE: ((), ("-std=c++17", "--fmad=false")),
 }
+#: files of instructions only compute capability 9.0 has (wgmma: the sm_90a target), built for it
+#: by NVRTC directly (:func:`_sm90a_module`): CuPy names the device's plain architecture itself
+SM90A_FILES = frozenset({BRUTE_WGMMA_FILE})
 #: builds of a file with other options, by name: emst.cu's manhattan, chebyshev and minkowski keys
 #: (the metric chosen at run time within this build; the Euclidean build stays as it is)
 VARIANTS: dict[tuple[str, str], tuple[str, ...]] = {(EMST_FILE, "minkowski"): ("-DEMST_MINKOWSKI=1",)}
@@ -105,6 +115,8 @@ def kernel_source(name: str = KERNEL_FILE) -> str:
 def _module(device_id: int, file: str = KERNEL_FILE, loops: bool = False, variant: str = "") -> Any:
     import cupy
 
+    if file in SM90A_FILES:
+        return _sm90a_module(device_id, file)
     name_expressions, options = (LOOPS_NAME_EXPRESSIONS, LOOPS_OPTIONS) if loops else FILES[file]
     if variant:
         options = (*options, *VARIANTS[(file, variant)])
@@ -114,6 +126,37 @@ def _module(device_id: int, file: str = KERNEL_FILE, loops: bool = False, varian
         )
         module.compile()
     return module
+
+
+def _sm90a_module(device_id: int, file: str) -> Any:
+    """``file`` built by NVRTC for sm_90a, its machine code kept in CuPy's kernel cache folder
+    (``CUPY_CACHE_DIR``) under a hash of the source, the options and NVRTC's version."""
+    import cupy
+    from cupy_backends.cuda.libs import nvrtc
+
+    source = kernel_source(file)
+    options = (*FILES[file][1], "--gpu-architecture=sm_90a")
+    key = hashlib.sha256(repr((source, options, nvrtc.getVersion())).encode()).hexdigest()[:40]
+    folder = Path(os.environ.get("CUPY_CACHE_DIR") or Path.home() / ".cupy" / "kernel_cache")
+    path = folder / f"{Path(file).stem}_sm90a_{key}.cubin"
+    if not path.exists():
+        program = nvrtc.createProgram(source, file, (), ())
+        try:
+            try:
+                nvrtc.compileProgram(program, options)
+            except nvrtc.NVRTCError as error:
+                raise RuntimeError(
+                    f"NVRTC could not build {file}:\n{nvrtc.getProgramLog(program)}"
+                ) from error
+            cubin = nvrtc.getCUBIN(program)
+        finally:
+            nvrtc.destroyProgram(program)
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, delete=False) as out:  # whole, or not at all
+            out.write(cubin)
+        os.replace(out.name, path)
+    with cupy.cuda.Device(device_id):
+        return cupy.RawModule(path=str(path))
 
 
 def kernel(name: str, file: str = KERNEL_FILE, *, loops: bool = False, variant: str = "") -> Any:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from .._backend.arrays import to_host
-from .._backend.kernels import BRUTE_FILE, kernel
+from .._backend.kernels import BRUTE_FILE, BRUTE_WGMMA_FILE, kernel
 from .brute import BruteIndex, boruvka, finish_order, list_width, plan_blocks, split_rows, stable_argsort
 from .filter import Precision, float16_scale, row_terms
 from .tree import EuclideanTree
@@ -64,6 +64,8 @@ _SPARE = 64
 #: shared memory the driver keeps per block besides the block's own (sm_80 on): a multiprocessor
 #: holds ``limit + _RESERVED`` bytes, ``limit`` the most one block may take
 _RESERVED = 1024
+#: bytes a wgmma build's block allows for aligning its tiles to 1,024 bytes (the swizzle's atoms)
+_WG_ALIGN = 1024
 #: the default build where the caller names none (``stream=None``, ``MST_BRUTE_STREAM`` unset): a
 #: streamed build where the resident one leaves fewer than two blocks a multiprocessor (False: the
 #: first resident build that fits). One H200, nearest(26), the same lists: 10^5 x 768 167 -> 118 ms
@@ -72,6 +74,8 @@ _RESERVED = 1024
 STREAM_WHEN_ONE_BLOCK = True
 #: the environment variable that forces (``1``) or forbids (``0``) the streamed builds
 STREAM_ENV = "MST_BRUTE_STREAM"
+#: the environment variable that forbids (``0``) the wgmma builds on compute capability 9.0
+WGMMA_ENV = "MST_BRUTE_WGMMA"
 FLUSH_WARPS = 4
 #: a search of few rows (a refresh of a round's last components, a small query) is a few blocks,
 #: each sweeping every target: it takes one block's whole pass while the device idles. Such a
@@ -105,22 +109,27 @@ def chunk_rows(d: int) -> int:
     return max(1, _CHUNK_BYTES // (8 * d))
 
 
-def _k(name: str) -> Any:
-    return kernel(name, BRUTE_FILE)
+def _k(name: str, wgmma: bool = False) -> Any:
+    return kernel(name, BRUTE_WGMMA_FILE if wgmma else BRUTE_FILE)
 
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """A build of ``fused_select``: query rows a block, coordinates a pipeline stage, and whether
-    the block's rows stream through the stages beside the targets (``stream``: shared memory
-    independent of ``d``) or stay resident in shared memory (the same products, bit for bit)."""
+    """A build of ``fused_select``: query rows a block, coordinates a pipeline stage, whether the
+    block's rows stream through the stages beside the targets (``stream``: shared memory
+    independent of ``d``) or stay resident in shared memory (the same products, bit for bit), and
+    whether the products run on Hopper's ``wgmma`` (``kernels/brute_wgmma.cu``: 128 rows, stages
+    of 64 coordinates in the tensor cores' swizzled layout) rather than ``mma.sync``."""
 
     rows: int
     chunk: int
     stream: bool = False
+    wgmma: bool = False
 
     @property
     def kernel(self) -> str:
+        if self.wgmma:
+            return "fused_select_wgs" if self.stream else "fused_select_wg"
         if self.rows == 64:
             return "fused_select_64"
         name = "fused_select_128s" if self.stream else "fused_select_128"
@@ -135,9 +144,19 @@ class Variant:
         return -(-d // self.chunk) * self.chunk
 
     def smem(self, d: int) -> int:
-        """Dynamic shared memory of a block (kernels/brute.cu's layout): resident, its float16 rows
+        """Dynamic shared memory of a block (the kernels' layout): resident, its float16 rows
         then STAGES stages of targets; streamed, STAGES stages of rows and targets; then the rows'
-        state."""
+        state. The wgmma builds' rows are unpadded (128 bytes a row and stage, swizzled), with
+        1,024 bytes to align them, and a stage's tile norms."""
+        if self.wgmma:
+            tile = self.rows * self.chunk * 2  # bytes of a stage's rows (or a tile's targets)
+            a = STAGES * tile if self.stream else self.padded(d) // self.chunk * tile
+            return (
+                _WG_ALIGN
+                + a
+                + STAGES * (BN * self.chunk * 2 + BN * 4)
+                + self.rows * (_ROW_BYTES + _SOURCE_BYTES)
+            )
         row = (self.chunk + 8) * 2  # bytes of a row of a stage
         if self.stream:
             return STAGES * (self.rows + BN) * row + self.rows * (_ROW_BYTES + _SOURCE_BYTES)
@@ -157,18 +176,25 @@ VARIANTS = (
     Variant(128, 64, stream=True),
     Variant(128, 32, stream=True),
 )
+#: the wgmma builds (compute capability 9.0), chosen among by the same rule
+WGMMA_VARIANTS = (Variant(128, 64, wgmma=True), Variant(128, 64, stream=True, wgmma=True))
 
 
 def variant_for(
-    d: int, limit: int, rows: int | None = None, chunk: int | None = None, stream: bool | None = None
+    d: int,
+    limit: int,
+    rows: int | None = None,
+    chunk: int | None = None,
+    stream: bool | None = None,
+    wgmma: bool = False,
 ) -> Variant:
-    """The first build of :data:`VARIANTS` whose block fits ``limit`` bytes of shared memory
-    (``rows``, ``chunk``, ``stream``: only builds of those). Where ``stream`` is None the resident
-    build comes first, unless :data:`STREAM_WHEN_ONE_BLOCK` and it leaves fewer than two blocks a
-    multiprocessor where a streamed build gets two."""
+    """The first build of :data:`VARIANTS` (``wgmma``: of :data:`WGMMA_VARIANTS` first) whose block
+    fits ``limit`` bytes of shared memory (``rows``, ``chunk``, ``stream``: only builds of those).
+    Where ``stream`` is None the resident build comes first, unless :data:`STREAM_WHEN_ONE_BLOCK`
+    and it leaves fewer than two blocks a multiprocessor where a streamed build gets two."""
     fits = [
         v
-        for v in VARIANTS
+        for v in (WGMMA_VARIANTS + VARIANTS if wgmma else VARIANTS)
         if rows in (None, v.rows)
         and chunk in (None, v.chunk)
         and stream in (None, v.stream)
@@ -190,6 +216,16 @@ def stream_setting(value: str | None) -> bool | None:
     if value.strip() in ("0", "1"):
         return value.strip() == "1"
     raise ValueError(f"{STREAM_ENV} must be 0 or 1 (or unset); got {value!r}")
+
+
+def wgmma_setting(value: str | None) -> bool:
+    """``MST_BRUTE_WGMMA``'s value: ``0`` forbids the wgmma builds; ``1``, unset or empty allows
+    them where the device has them."""
+    if value is None or value.strip() in ("", "1"):
+        return True
+    if value.strip() == "0":
+        return False
+    raise ValueError(f"{WGMMA_ENV} must be 0 or 1 (or unset); got {value!r}")
 
 
 @dataclasses.dataclass
@@ -280,8 +316,11 @@ class DeviceEngine:
     through the stages, True, or resident, False): the kernel's build (None: the fastest the
     shared memory takes, :data:`VARIANTS`; ``stream`` None: the environment's ``MST_BRUTE_STREAM``,
     ``1`` or ``0``, where it names a build the other two allow, else :func:`variant_for`'s choice);
-    ``devices``: the device ids the searches are split over (None: the current device). The tests
-    make ``cap`` and ``batch`` small so that stops, relaunches and several batches meet small sets.
+    ``wgmma``: the products on Hopper's wgmma (:data:`WGMMA_VARIANTS`) where the device has it
+    (compute capability 9.0) and the other knobs allow (None: unless ``MST_BRUTE_WGMMA=0``; False:
+    never; True: required); ``devices``: the device ids the searches are split over (None: the
+    current device). The tests make ``cap`` and ``batch`` small so that stops, relaunches and
+    several batches meet small sets.
     """
 
     def __init__(
@@ -294,6 +333,7 @@ class DeviceEngine:
         rows_per_block: int | None = None,
         chunk: int | None = None,
         stream: bool | None = None,
+        wgmma: bool | None = None,
         devices: Sequence[int] | None = None,
     ) -> None:
         cp = self.xp = self._array_module()
@@ -319,7 +359,13 @@ class DeviceEngine:
                 stream = None
         if stream and rows_per_block == 64:
             raise ValueError("the streamed builds have 128 rows a block; got rows_per_block=64")
-        self.variant = variant_for(self.d, self._shared_limit(), rows_per_block, chunk, stream)
+        capable = self._wgmma_capable()
+        if wgmma and not capable:
+            raise ValueError("wgmma=True needs a device of compute capability 9.0 (Hopper)")
+        allowed = capable and (wgmma if wgmma is not None else wgmma_setting(os.environ.get(WGMMA_ENV)))
+        self.variant = variant_for(self.d, self._shared_limit(), rows_per_block, chunk, stream, allowed)
+        if wgmma and not self.variant.wgmma:
+            raise ValueError(f"no wgmma build with rows_per_block={rows_per_block}, chunk={chunk}")
         self.block_rows, self.dpad = self.variant.rows, self.variant.padded(self.d)
         self.shift = self.coords.mean(axis=0)
         self._float16_copy()
@@ -342,6 +388,10 @@ class DeviceEngine:
 
     def _shared_limit(self) -> int:
         return int(self.xp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
+
+    def _wgmma_capable(self) -> bool:
+        """Whether the current device runs the sm_90a builds (compute capability 9.0 exactly)."""
+        return str(self.xp.cuda.Device().compute_capability) == "90"
 
     def _on(self, device: int) -> Any:
         """A context in which ``device`` is the current one."""
@@ -366,7 +416,7 @@ class DeviceEngine:
 
     def _kernel(self, name: str, shared: int = 0) -> Any:
         """A kernel of ``kernels/brute.cu``, allowed ``shared`` bytes of dynamic shared memory."""
-        found = _k(name)
+        found = _k(name, wgmma=name.startswith("fused_select_wg"))
         if shared > 48 * 1024:
             found.max_dynamic_shared_size_bytes = shared
         return found

@@ -28,6 +28,18 @@ def kernel_files() -> list[Path]:
     return sorted(KERNELS.glob("*.cu"))
 
 
+def builds() -> list[tuple[Path, str]]:
+    """Each kernel file with each architecture it is built for: :data:`ARCHS`, or sm_90a alone
+    for the files of instructions only compute capability 9.0 has (``SM90A_FILES``)."""
+    from gpu_core._backend.kernels import SM90A_FILES
+
+    return [
+        (source, arch)
+        for source in kernel_files()
+        for arch in (["sm_90a"] if source.name in SM90A_FILES else ARCHS)
+    ]
+
+
 def test_kernel_files_exist_once_the_gpu_backend_does() -> None:
     if not GPU_BACKEND.exists():
         pytest.skip("the GPU backend (gpu_core/_graphs/gpu.py) does not exist yet")
@@ -35,14 +47,38 @@ def test_kernel_files_exist_once_the_gpu_backend_does() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("source", kernel_files(), ids=lambda p: p.name)
+@pytest.mark.parametrize(("source", "arch"), builds(), ids=lambda x: x.name if isinstance(x, Path) else x)
 def test_kernel_compiles_with_nvcc(source: Path, arch: str, tmp_path: Path) -> None:
     """Each kernel for each architecture on its own (so parallel test processes share them out), every
-    warning an error, as CI's nvcc step did before this test took it over."""
+    warning an error, as CI's nvcc step did before this test took it over. sm_90a is named in the
+    -gencode form (nvcc 13.0's -arch=sm_90a also runs a plain sm_90 pass, which rejects wgmma)."""
     out = tmp_path / f"{source.stem}.{arch}.cubin"
-    _nvcc(source, out, "-std=c++17", f"-arch={arch}", *OPTIMISERS_OFF, "--Werror", "all-warnings", "-cubin")
+    target = f"-gencode=arch=compute_{arch[3:]},code={arch}" if arch.endswith("a") else f"-arch={arch}"
+    _nvcc(source, out, "-std=c++17", target, *OPTIMISERS_OFF, "--Werror", "all-warnings", "-cubin")
     assert out.stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_the_sm90a_files_refuse_any_other_target(tmp_path: Path) -> None:
+    """A wgmma file built for plain sm_90 stops at its own #error, not deep in ptxas."""
+    from gpu_core._backend.kernels import SM90A_FILES
+
+    for name in SM90A_FILES:
+        nvcc = shutil.which("nvcc")
+        if nvcc is None:
+            pytest.skip("nvcc is not on PATH")
+        cmd = [
+            nvcc,
+            "-std=c++17",
+            "-arch=sm_90",
+            "-cubin",
+            "-I",
+            str(KERNELS),
+            "-o",
+            str(tmp_path / "x.cubin"),
+        ]
+        proc = subprocess.run([*cmd, str(KERNELS / name)], capture_output=True, text=True, timeout=240)
+        assert proc.returncode != 0 and "needs the sm_90a target" in proc.stderr + proc.stdout, name
 
 
 def _nvcc(source: Path, out: Path, *options: str) -> None:
@@ -83,8 +119,14 @@ def test_the_gpu_backend_has_kernels_to_compile() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("source", "options"),
-    [("emst.cu", ("-DEMST_MINKOWSKI=1",)), ("metrics.cu", ()), ("precomputed.cu", ())],
-    ids=["emst-minkowski", "metrics", "precomputed"],
+    [
+        ("emst.cu", ("-DEMST_MINKOWSKI=1",)),
+        ("metrics.cu", ()),
+        ("precomputed.cu", ()),
+        ("brute.cu", ()),
+        ("brute_wgmma.cu", ()),
+    ],
+    ids=["emst-minkowski", "metrics", "precomputed", "brute", "brute-wgmma"],
 )
 def test_nvrtcs_source_compiles_as_the_loader_gives_it(
     source: str, options: tuple[str, ...], tmp_path: Path
@@ -98,12 +140,14 @@ def test_nvrtcs_source_compiles_as_the_loader_gives_it(
     names, file_options = FILES[source]
     del names
     out = tmp_path / f"{source}.cubin"
+    from gpu_core._backend.kernels import SM90A_FILES
+
     _nvcc(
         text,
         out,
         *file_options,
         *options,
-        "-arch=sm_90",
+        "-gencode=arch=compute_90a,code=sm_90a" if source in SM90A_FILES else "-arch=sm_90",
         *OPTIMISERS_OFF,
         "--Werror",
         "all-warnings",

@@ -264,7 +264,16 @@ class ModelEngine(DeviceEngine):
         wide = rows.astype(np.float64)
         return np.einsum("ij,ij->i", wide, wide)
 
+    #: whether the emulated device has the wgmma builds (their host side is the same; the model
+    #: runs them as the 128-row builds)
+    wgmma = False
+
+    def _wgmma_capable(self) -> bool:
+        return self.wgmma
+
     def _kernel(self, name: str, shared: int = 0) -> Any:
         if name == "fused_flush":
             return fused_flush
+        if name.startswith("fused_select_wg"):
+            return fused_select(128)
         return fused_select(int(name.split("_")[2].rstrip("s")))  # fused_select_{rows}[s][_{chunk}]

@@ -8,6 +8,8 @@ split over two devices (the same GPU twice), lists wider than the device merges 
 searches), CuPy points, prediction; and the kernel's products against the float16 rows' own. The
 streamed builds (the block's rows loaded stage by stage; the default where the resident rows leave
 one block a multiprocessor), forced: their products, lists and trees the resident builds', bit for bit.
+On compute capability 9.0 the wgmma builds (the default there) against the mma.sync builds: the same
+products, lists and trees, bit for bit; the mma.sync builds stay covered there by ``wgmma=False``.
 """
 
 from __future__ import annotations
@@ -58,10 +60,11 @@ KNOBS = [
     {"cap": 384, "batch": 100},
     {"rows_per_block": 64, "batch": 200},
     {"chunk": 32, "devices": [0, 0]},
+    {"wgmma": False, "cap": 384, "batch": 100},
 ]
 
 
-@pytest.mark.parametrize("knobs", KNOBS, ids=["defaults", "stops", "rows64", "devices2"])
+@pytest.mark.parametrize("knobs", KNOBS, ids=["defaults", "stops", "rows64", "devices2", "mma-sync-stops"])
 def test_blocks_batches_buffers_and_devices(knobs: dict) -> None:
     sets = (
         far_clusters(8, 160, 48),  # near-ties inside the filter's error: its own order is wrong
@@ -222,14 +225,14 @@ def test_the_streamed_builds_products_are_the_resident_builds_bits(n: int, d: in
     import cupy
 
     points = np.random.default_rng(n + d).normal(size=(n, d))
-    streamed = BruteGpuIndex(points, chunk=chunk, stream=True).engine
+    streamed = BruteGpuIndex(points, chunk=chunk, stream=True, wgmma=False).engine
     assert streamed.variant == Variant(128, chunk, stream=True)
     got = products_of_the_float16_rows(streamed, n)
     try:
         variant_for(d, streamed._shared_limit(), chunk=chunk, stream=False)
     except ValueError:
         return  # no resident build of stages of this width holds d coordinates
-    resident = BruteGpuIndex(points, chunk=chunk, stream=False).engine
+    resident = BruteGpuIndex(points, chunk=chunk, stream=False, wgmma=False).engine
     assert resident.variant.chunk == chunk and not resident.variant.stream
     assert resident.dpad == streamed.dpad
     assert np.array_equal(got.view(np.uint32), cupy.asnumpy(resident.dump_products(3, n)).view(np.uint32))
@@ -269,13 +272,13 @@ def test_the_streamed_builds_lists_and_trees_are_the_resident_builds(
     ]
     for ps, knobs in cases:
         points = np.ascontiguousarray(ps.points, dtype=np.float64)
-        resident = BruteGpuIndex(points, stream=False, **knobs)
+        resident = BruteGpuIndex(points, stream=False, wgmma=False, **knobs)
         assert not resident.engine.variant.stream
         lists = {k: [cupy.asnumpy(x) for x in resident.nearest(k)] for k in (1, 26)}
         trees = {k: resident.tree(k, time.perf_counter(), True, False) for k in (1, 5)}
         for chunk in (64, 32):
             relaunches.clear()
-            streamed = BruteGpuIndex(points, chunk=chunk, stream=True, **knobs)
+            streamed = BruteGpuIndex(points, chunk=chunk, stream=True, wgmma=False, **knobs)
             assert streamed.engine.variant == Variant(128, chunk, stream=True)
             name = f"{ps.name} {streamed.engine.variant.kernel}"
             for k, (ids, keys) in lists.items():
@@ -283,6 +286,81 @@ def test_the_streamed_builds_lists_and_trees_are_the_resident_builds(
                 assert np.array_equal(got_ids, ids) and np.array_equal(got_keys, keys), f"{name} nearest {k}"
             for k, tree in trees.items():
                 same_trees(streamed.tree(k, time.perf_counter(), True, False), tree, f"{name} k={k}")
+            if knobs:
+                assert any(relaunches), f"{name}: the rows should have stopped"
+
+
+def needs_wgmma() -> None:
+    """Skips the test where the device has no wgmma (compute capability other than 9.0)."""
+    import cupy
+
+    if str(cupy.cuda.Device().compute_capability) != "90":
+        pytest.skip("the wgmma builds need compute capability 9.0")
+
+
+@pytest.mark.parametrize(("n", "d"), [(300, 33), *STREAMED, (513, 200)])
+def test_the_wgmma_builds_products_are_mma_syncs_bits(n: int, d: int) -> None:
+    """Every product a wgmma build holds (mode 2; resident where its rows fit, and streamed) is the
+    mma.sync build's of stages of 64 coordinates, bit for bit, and the float16 rows' own within
+    float32 accumulation: each row and column where it belongs in the accumulators' layout."""
+    import cupy
+
+    needs_wgmma()
+    points = np.random.default_rng(n + d).normal(size=(n, d))
+    mma = BruteGpuIndex(points, chunk=64, stream=True, wgmma=False).engine
+    want = cupy.asnumpy(mma.dump_products(3, n)).view(np.uint32)
+    for stream in (False, True):
+        try:
+            engine = BruteGpuIndex(points, stream=stream, wgmma=True).engine
+        except ValueError:
+            assert not stream and d > 640  # no resident wgmma block holds these rows
+            continue
+        assert engine.variant == Variant(128, 64, stream=stream, wgmma=True)
+        assert engine.dpad == mma.dpad
+        got = products_of_the_float16_rows(engine, n)
+        assert np.array_equal(got.view(np.uint32), want), engine.variant.kernel
+
+
+@pytest.mark.parametrize("d", [40, 128, 384, 768])
+def test_the_wgmma_builds_lists_and_trees_are_mma_syncs(d: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wgmma builds' nearest lists and Euclidean and mutual-reachability trees equal the mma.sync
+    build's: blobs of n not a multiple of 128, far clusters whose rows stop (buffers of 384) and are
+    launched again, and the default build the GPU itself picks."""
+    import cupy
+
+    needs_wgmma()
+    relaunches: list[bool] = []
+    original = brute_gpu._LocalSearch._launch_all
+
+    def counting(self, blocks, slots, start):
+        relaunches.append(slots is not None)
+        return original(self, blocks, slots, start)
+
+    monkeypatch.setattr(brute_gpu._LocalSearch, "_launch_all", counting)
+    monkeypatch.delenv(brute_gpu.STREAM_ENV, raising=False)
+    monkeypatch.delenv(brute_gpu.WGMMA_ENV, raising=False)
+    assert BruteGpuIndex(np.eye(d + 1, d), stream=None).engine.variant.wgmma
+    cases = [
+        (blobs(d, 1001, d, centers=5, spread=0.3), {}),
+        (far_clusters(d, 700, d), {"cap": 384, "batch": 100}),
+    ]
+    for ps, knobs in cases:
+        points = np.ascontiguousarray(ps.points, dtype=np.float64)
+        mma = BruteGpuIndex(points, chunk=64, wgmma=False, **knobs)
+        lists = {k: [cupy.asnumpy(x) for x in mma.nearest(k)] for k in (1, 26)}
+        trees = {k: mma.tree(k, time.perf_counter(), True, False) for k in (1, 5)}
+        for stream in (False, True):
+            if not stream and d > 640:
+                continue  # no resident wgmma block holds these rows
+            relaunches.clear()
+            wg = BruteGpuIndex(points, stream=stream, wgmma=True, **knobs)
+            assert wg.engine.variant == Variant(128, 64, stream=stream, wgmma=True)
+            name = f"{ps.name} {wg.engine.variant.kernel}"
+            for k, (ids, keys) in lists.items():
+                got_ids, got_keys = (cupy.asnumpy(x) for x in wg.nearest(k))
+                assert np.array_equal(got_ids, ids) and np.array_equal(got_keys, keys), f"{name} nearest {k}"
+            for k, tree in trees.items():
+                same_trees(wg.tree(k, time.perf_counter(), True, False), tree, f"{name} k={k}")
             if knobs:
                 assert any(relaunches), f"{name}: the rows should have stopped"
 

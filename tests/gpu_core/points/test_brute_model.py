@@ -173,6 +173,63 @@ def test_the_builds_shared_memory_and_kernels() -> None:
     assert brute_gpu.Variant(128, 32).blocks(768, H200) == 1
 
 
+def test_the_wgmma_builds_shared_memory_and_kernels() -> None:
+    """The wgmma builds' shared memory by kernels/brute_wgmma.cu's layout (1,024 bytes to align,
+    unpadded swizzled rows of 64 coordinates, a stage's tile norms, the rows' state with their
+    source), and both builds' kernels defined there."""
+    source = (Path(brute_gpu.__file__).parents[1] / "kernels" / "brute_wgmma.cu").read_text()
+    kernel = r'extern "C" __global__ void __launch_bounds__\([^)]*\) (fused_select\w*)\('
+    assert {v.kernel for v in brute_gpu.WGMMA_VARIANTS} == set(re.findall(kernel, source))
+    resident, streamed = brute_gpu.WGMMA_VARIANTS
+    assert resident == brute_gpu.Variant(128, 64, wgmma=True) and streamed.stream
+    for d in (33, 128, 384, 640, 1024):
+        dpad = -(-d // 64) * 64
+        state = 3 * (128 * 64 * 2 + 128 * 4) + 128 * 24
+        assert resident.smem(d) == 1024 + dpad // 64 * 128 * 64 * 2 + state
+        assert streamed.smem(d) == 1024 + 3 * 128 * 64 * 2 + state
+        assert streamed.blocks(d, H200) == 2 and streamed.blocks(d, A100) >= 1
+        assert resident.padded(d) == streamed.padded(d) == dpad
+    assert resident.blocks(128, H200) == resident.blocks(192, H200) == 2
+    assert resident.blocks(256, H200) == 1
+
+
+def test_the_wgmma_builds_are_chosen_where_the_device_has_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On compute capability 9.0 (the model's ``wgmma``) the wgmma builds by the same rule (resident
+    while two blocks fit, else streamed), unless a knob asks for a build they lack (64 rows,
+    stages of 32) or ``MST_BRUTE_WGMMA=0``; ``wgmma=True`` where the device lacks them is an error.
+    Their host side (the same arguments) equals the host engine's searches."""
+    V = brute_gpu.Variant
+    assert brute_gpu.variant_for(128, H200, wgmma=True) == V(128, 64, wgmma=True)
+    assert brute_gpu.variant_for(384, H200, wgmma=True) == V(128, 64, stream=True, wgmma=True)
+    assert brute_gpu.variant_for(384, H200, stream=False, wgmma=True) == V(128, 64, wgmma=True)
+    assert brute_gpu.variant_for(768, H200, stream=False, wgmma=True) == V(128, 32)  # no resident wgmma fits
+    assert brute_gpu.variant_for(128, H200, rows=64, wgmma=True) == V(64, 32)
+    assert brute_gpu.variant_for(128, H200, chunk=32, wgmma=True) == V(128, 32)
+    coords = np.random.default_rng(3).random((300, 40))
+    monkeypatch.delenv(brute_gpu.WGMMA_ENV, raising=False)
+    monkeypatch.delenv(brute_gpu.STREAM_ENV, raising=False)
+    assert ModelEngine(coords).variant == V(128, 64)  # the model's device has no wgmma
+    with pytest.raises(ValueError, match=r"compute capability 9\.0"):
+        ModelEngine(coords, wgmma=True)
+    monkeypatch.setattr(ModelEngine, "wgmma", True)
+    assert ModelEngine(coords).variant == V(128, 64, wgmma=True)
+    assert ModelEngine(coords, stream=True).variant.kernel == "fused_select_wgs"
+    assert ModelEngine(coords, wgmma=False).variant == V(128, 64)
+    assert ModelEngine(coords, rows_per_block=64).variant == V(64, 32)
+    with pytest.raises(ValueError, match="no wgmma build"):
+        ModelEngine(coords, chunk=32, wgmma=True)
+    knobs_list: list[dict[str, Any]] = [{}, {"cap": 384, "batch": 100, "stream": True}]
+    for knobs in knobs_list:
+        engine = ModelEngine(coords, **knobs)
+        assert engine.variant.wgmma
+        same(engine.nearest(12), HostEngine(coords).nearest(12), f"wgmma {knobs}")
+    monkeypatch.setenv(brute_gpu.WGMMA_ENV, "0")
+    assert ModelEngine(coords).variant == V(128, 64)
+    assert brute_gpu.wgmma_setting(None) and brute_gpu.wgmma_setting("") and brute_gpu.wgmma_setting("1")
+    with pytest.raises(ValueError, match=brute_gpu.WGMMA_ENV):
+        brute_gpu.wgmma_setting("no")
+
+
 def test_the_default_streams_where_resident_rows_leave_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
     """No knob, no environment: the resident build while two of its blocks fit a multiprocessor,
     else a streamed one that fits two; ``stream`` forces or forbids; without the default
