@@ -31,7 +31,7 @@ import dataclasses
 import functools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -565,16 +565,19 @@ class DeviceEngine:
         if rows.count == 0:
             return cp.full((0, m), -1, dtype=cp.int64), cp.full((0, m), cp.inf)
         blocks = blocks if blocks is not None else _Blocks.uniform(rows.count, self.block_rows)
-        if len(self.device_ids) == 1:
-            with self._on(self.device_ids[0]):
-                targets = cols(self._replica(self.device_ids[0]))
-                slots = self._wave()
-                # the windows' lists and their merge within what a search of every point's takes
-                limit = min(self.batch, self.n // 4)
-                splits = target_splits(blocks.lo.size, rows.count, -(-targets.n // BN), slots, limit)
-                if splits > 1:
-                    return self._split_search(_on_device(cp, rows), targets, m, blocks, splits)
-            cols = _Fixed(targets)
+        home = self._replica(self.device_ids[0])
+        with self._on(self.device_ids[0]):
+            targets = cols(home)
+            slots = self._wave()
+            # the windows' lists and their merge within what a search of every point's takes
+            limit = min(self.batch, self.n // 4)
+            splits = target_splits(blocks.lo.size, rows.count, -(-targets.n // BN), slots, limit)
+            if splits > 1:
+                # a small search runs on the first device alone, its targets in windows that
+                # fill it: split over the devices by rows, its few blocks would leave each device
+                # nearly idle (one block sweeping every target)
+                return self._split_search(_on_device(cp, rows), targets, m, blocks, splits)
+        cols = _Fixed(targets, home, cols)
         parts = [
             (dev, run)
             for dev, run in zip(
@@ -635,13 +638,14 @@ class DeviceEngine:
 
 
 class _Fixed:
-    """Targets already built, handed on where :meth:`DeviceEngine._search` takes a builder."""
+    """Targets already built for one replica (the first device's), handed on where
+    :meth:`DeviceEngine._search` takes a builder; any other replica's built by ``builder``."""
 
-    def __init__(self, targets: _Cols) -> None:
-        self.targets = targets
+    def __init__(self, targets: _Cols, replica: _Replica, builder: Callable[[_Replica], _Cols]) -> None:
+        self.targets, self.replica, self.builder = targets, replica, builder
 
     def __call__(self, replica: _Replica) -> _Cols:
-        return self.targets
+        return self.targets if replica is self.replica else self.builder(replica)
 
 
 def target_splits(blocks: int, rows: int, tiles: int, slots: int, limit: int) -> int:

@@ -312,10 +312,14 @@ def test_merge_lists_keeps_the_least_by_key_then_id() -> None:
 def test_small_searches_split_over_target_windows_equal_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
     """A search of few blocks on a device of many multiprocessors: its targets in windows, each on
     its own stream, merged: the host's lists bit for bit, with rows that stop inside a window, and
-    the trees of the rounds (whose last refreshes are a few rows) the oracle's."""
+    the trees of the rounds (whose last refreshes are a few rows) the oracle's; with several
+    devices too."""
     windows = split_every_search(monkeypatch)
     cases: list[tuple[PointSet, dict[str, Any]]] = [(s, {}) for s in sets()[:3]]
     cases.append((far_clusters(3, 1100, 40), {"cap": 384, "batch": 300}))
+    # several devices: a small search still splits its targets, on the first device alone (its
+    # rows split over the devices would leave each a block or two)
+    cases.append((sets()[1], {"devices": [0, 1, 2]}))
     for ps, knobs in cases:
         coords = np.ascontiguousarray(ps.points, dtype=np.float64)
         model, host = ModelEngine(coords, **knobs), HostEngine(coords)

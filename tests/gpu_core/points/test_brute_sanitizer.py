@@ -1,9 +1,12 @@
-"""The brute-force kernels (``kernels/brute.cu``) under ``compute-sanitizer``: no bad access, no race.
+"""The brute-force kernels (``kernels/brute.cu``, and ``kernels/brute_wgmma.cu`` on compute
+capability 9.0) under ``compute-sanitizer``: no bad access, no race.
 
 Small sets that take every path: blocks and batches that do not divide n, buffers that fill so
-rows stop and are launched again, 128- and 64-row blocks, a streamed build (the rows loaded stage
+rows stop and are launched again, 128- and 64-row blocks, streamed builds (the rows loaded stage
 by stage; two stages a tile, rows that stop: on two of the sets), components masked and skipped,
-duplicates and near-ties, query lists, and the products written out.
+duplicates and near-ties, query lists, and the products written out. Where the device has wgmma the
+default and ``stream=True`` builds are its two (resident and streamed), and ``wgmma=False`` the
+mma.sync build of 128 rows and stages of 64.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ SCRIPT = textwrap.dedent(
     for ps in sets:
         builds = [{"cap": 384, "batch": 50}, {"rows_per_block": 64}, {"chunk": 32}]
         if ps is sets[0] or ps is sets[-1]:  # random points; far clusters (stops)
-            builds.append(streamed)
+            builds += [streamed, {"stream": True, "cap": 384, "batch": 50}, {"wgmma": False, "cap": 384}]
         for knobs in builds:
             index = BruteGpuIndex(np.ascontiguousarray(ps.points, dtype=np.float64), **knobs)
             for k in (1, 3):
