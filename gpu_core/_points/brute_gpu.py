@@ -3,16 +3,18 @@ candidate rechecked exactly.
 
 The same searches as ``brute_cpu`` (and the same rounds, ``brute``), on the device. The index keeps
 a float16 copy of the points, shifted by their mean and scaled by a power of two (``filter``:
-``float16_scale``); ``kernels/brute.cu``'s ``fused_select`` multiplies a block of 128 query rows
-(64 above 768 coordinates; :data:`VARIANTS`) with every tile of 128 targets on the tensor cores and
-selects in the same kernel: each row keeps the targets whose filtered key is at most its threshold in a buffer
-(``cap`` entries) and tightens the threshold from the buffer's m-th key when it fills, so the
-products never reach device memory and nothing waits on the host per tile. ``fused_flush`` then
-rechecks each row's survivors exactly in float64 (coordinate order, no FMA) and merges them into
-the row's list of the ``m`` least ``(key, id)``. Rows go in batches of ``batch`` (their buffers:
-``batch x cap x 8`` bytes); a row whose buffer cannot take another tile even after compaction
-(ties and near-ties inside the filter's margin) stops, is flushed and is launched again from where
-it stopped, so any number of ties is exact; the host reads one counter per search.
+``float16_scale``); ``kernels/brute.cu``'s ``fused_select`` multiplies a block of 128 query rows (64
+above 768 coordinates; :data:`VARIANTS`) with every tile of 128 targets on the tensor cores
+(``mma.sync``; on compute capability 9.0 ``kernels/brute_wgmma.cu``'s builds on Hopper's ``wgmma``,
+:data:`WGMMA_VARIANTS`, the same products) and selects in the same kernel: each row keeps the
+targets whose filtered key is at most its threshold in a buffer (``cap`` entries) and tightens the
+threshold from the buffer's m-th key when it fills, so the products never reach device memory and
+nothing waits on the host per tile. ``fused_flush`` then rechecks each row's survivors exactly in
+float64 (coordinate order, no FMA) and merges them into the row's list of the ``m`` least ``(key,
+id)``. Rows go in batches of ``batch`` (their buffers: ``batch x cap x 8`` bytes); a row whose
+buffer cannot take another tile even after compaction (ties and near-ties inside the filter's
+margin) stops, is flushed and is launched again from where it stopped, so any number of ties is
+exact; the host reads one counter per search.
 
 ``devices``: the searches' rows are split over these devices (contiguous blocks, in proportion),
 each holding its own copy of the targets; a row's list does not depend on where it is computed.

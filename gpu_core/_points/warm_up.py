@@ -1,7 +1,7 @@
 """The point-set half of the warm-up: every kernel and CuPy specialization a point-set request meets.
 
 The hierarchy's kernels (``kernels/emst.cu``: one module, every template) and the brute-force ones
-(``kernels/brute.cu``) compile on their first use; CuPy compiles an elementwise or reduction
+(``kernels/brute.cu``; on Hopper also ``kernels/brute_wgmma.cu``) compile on their first use; CuPy compiles an elementwise or reduction
 kernel for each dtype it first meets, and picks some reductions' block sizes by the size of their
 input (the number of points, of coordinates, the lists' width): so trees, core distances and query
 lists run here on point sets of every power-of-two size class up to 2^14 points, coordinates up to
