@@ -1,18 +1,18 @@
 """The point-set half of the warm-up: every kernel and CuPy specialization a point-set request meets.
 
 The hierarchy's kernels (``kernels/emst.cu``: one module, every template) and the brute-force ones
-(``kernels/brute.cu``; on Hopper also ``kernels/brute_wgmma.cu``) compile on their first use; CuPy compiles an elementwise or reduction
-kernel for each dtype it first meets, and picks some reductions' block sizes by the size of their
-input (the number of points, of coordinates, the lists' width): so trees, core distances and query
-lists run here on point sets of every power-of-two size class up to 2^14 points, coordinates up to
-1,024 and list widths up to 256, from NumPy and from CuPy points. CuPy also concatenates more than 8
-arrays with a kernel of its own (the index's per-coordinate bounds of more than 8 coordinates;
-brute force's edges of more than 8 Borůvka rounds): hence 20 coordinates, and a part of its own.
-Brute force's searches take blocks of rows and tiles of targets: a part meets several of each on
-small sets first (the same paths as 2^13 + 1 and 2^14 + 1 points take). The metrics' parts compile
-the hierarchy's minkowski build, ``kernels/metrics.cu`` and ``kernels/precomputed.cu`` and run each
-metric's trees, core distances and query lists once (:data:`WARM_UP_METRICS`).
-"""
+(``kernels/brute.cu``; on Hopper also ``kernels/brute_wgmma.cu``) compile on their first use; CuPy
+compiles an elementwise or reduction kernel for each dtype it first meets, and picks some
+reductions' block sizes by the size of their input (the number of points, of coordinates, the lists'
+width): so trees, core distances and query lists run here on point sets of every power-of-two size
+class up to 2^14 points, coordinates up to 1,024 and list widths up to 256, from NumPy and from CuPy
+points. CuPy also concatenates more than 8 arrays with a kernel of its own (the index's
+per-coordinate bounds of more than 8 coordinates; brute force's edges of more than 8 Borůvka
+rounds): hence 20 coordinates, and a part of its own. Brute force's searches take blocks of rows and
+tiles of targets: a part meets several of each on small sets first (the same paths as 2^13 + 1 and
+2^14 + 1 points take). The metrics' parts compile the hierarchy's minkowski build,
+``kernels/metrics.cu`` and ``kernels/precomputed.cu`` and run each metric's trees, core distances
+and query lists once (:data:`WARM_UP_METRICS`). """
 
 from __future__ import annotations
 
