@@ -12,7 +12,7 @@ rounds): hence 20 coordinates, and a part of its own. Brute force's searches tak
 tiles of targets: a part meets several of each on small sets first (the same paths as 2^13 + 1 and
 2^14 + 1 points take). The metrics' parts compile the hierarchy's minkowski build,
 ``kernels/metrics.cu`` and ``kernels/precomputed.cu`` and run each metric's trees, core distances
-and query lists once (:data:`WARM_UP_METRICS`). """
+and query lists once (:data:`WARM_UP_METRICS`)."""
 
 from __future__ import annotations
 
