@@ -392,8 +392,9 @@ class DeviceEngine:
         return int(self.xp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
 
     def _wgmma_capable(self) -> bool:
-        """Whether the current device runs the sm_90a builds (compute capability 9.0 exactly)."""
-        return str(self.xp.cuda.Device().compute_capability) == "90"
+        """Whether every device of the searches runs the sm_90a builds (compute capability 9.0
+        exactly): one build serves them all."""
+        return all(str(self.xp.cuda.Device(i).compute_capability) == "90" for i in self.device_ids)
 
     def _on(self, device: int) -> Any:
         """A context in which ``device`` is the current one."""
