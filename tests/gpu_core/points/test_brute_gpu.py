@@ -248,6 +248,19 @@ def same_trees(a: gpu_core.EuclideanTree, b: gpu_core.EuclideanTree, name: str) 
         assert a.core_distances is not None and np.array_equal(a.core_distances, b.core_distances), name
 
 
+def record_relaunches(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """A record of each launch of a search's rows: True where it launches stopped rows again."""
+    relaunches: list[bool] = []
+    original = brute_gpu._LocalSearch._launch_all
+
+    def counting(self, blocks, slots, start):
+        relaunches.append(slots is not None)
+        return original(self, blocks, slots, start)
+
+    monkeypatch.setattr(brute_gpu._LocalSearch, "_launch_all", counting)
+    return relaunches
+
+
 @pytest.mark.parametrize("d", [100, 384, 768, 1024])
 def test_the_streamed_builds_lists_and_trees_are_the_resident_builds(
     d: int, monkeypatch: pytest.MonkeyPatch
@@ -257,14 +270,7 @@ def test_the_streamed_builds_lists_and_trees_are_the_resident_builds(
     384) and are launched again."""
     import cupy
 
-    relaunches: list[bool] = []
-    original = brute_gpu._LocalSearch._launch_all
-
-    def counting(self, blocks, slots, start):
-        relaunches.append(slots is not None)
-        return original(self, blocks, slots, start)
-
-    monkeypatch.setattr(brute_gpu._LocalSearch, "_launch_all", counting)
+    relaunches = record_relaunches(monkeypatch)
     monkeypatch.delenv(brute_gpu.STREAM_ENV, raising=False)
     cases = [
         (blobs(d, 1001, d, centers=5, spread=0.3), {}),
@@ -329,14 +335,7 @@ def test_the_wgmma_builds_lists_and_trees_are_mma_syncs(d: int, monkeypatch: pyt
     import cupy
 
     needs_wgmma()
-    relaunches: list[bool] = []
-    original = brute_gpu._LocalSearch._launch_all
-
-    def counting(self, blocks, slots, start):
-        relaunches.append(slots is not None)
-        return original(self, blocks, slots, start)
-
-    monkeypatch.setattr(brute_gpu._LocalSearch, "_launch_all", counting)
+    relaunches = record_relaunches(monkeypatch)
     monkeypatch.delenv(brute_gpu.STREAM_ENV, raising=False)
     monkeypatch.delenv(brute_gpu.WGMMA_ENV, raising=False)
     assert BruteGpuIndex(np.eye(d + 1, d), stream=None).engine.variant.wgmma
