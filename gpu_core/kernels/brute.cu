@@ -69,12 +69,7 @@ __device__ __forceinline__ void fused_select_body(
     const int astride = STREAM_A ? BROW : dpad + 8;
     unsigned short* As = reinterpret_cast<unsigned short*>(fs_smem);
     unsigned short* Bs = As + (STREAM_A ? FS_STAGES * BM * BROW : BM * astride);
-    float* tq_s = reinterpret_cast<float*>(Bs + FS_STAGES * FS_BN * BROW);
-    float* tk_s = tq_s + BM;
-    int* cnt_s = reinterpret_cast<int*>(tk_s + BM);
-    int* start_s = cnt_s + BM;
-    int* qcomp_s = start_s + BM;
-    int* src_s = qcomp_s + BM;  // streamed only: each row's row of qa, -1 past the block's rows
+    const FsRows rs = fs_rows_at<BM>(Bs + FS_STAGES * FS_BN * BROW);  // src: streamed only
     __shared__ int first_tile, last_start;
     // per tile parity: a tile's selection raises its own flag while the next tile's first chunk reads
     // the last one's, so no barrier interval both reads and writes one flag (d <= BK: one chunk a tile)
@@ -83,14 +78,8 @@ __device__ __forceinline__ void fused_select_body(
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 2, wn = warp & 3;  // the warp's 64 x 32 part of the block's BM x 128 tile
     const int g = lane >> 2, t4 = lane & 3;
-    const int b = blockIdx.x;
-    const int p_lo = blk_lo ? blk_lo[b] : b * BM;
-    const int p_hi = blk_hi ? blk_hi[b] : min(num_p, p_lo + BM);
-    const int rows = p_hi - p_lo;
-    const int skip_lo = blk_skip_lo ? blk_skip_lo[b] : n_t;
-    const int skip_hi = blk_skip_hi ? blk_skip_hi[b] : n_t;
-    const int tiles_lo = (skip_lo + FS_BN - 1) / FS_BN;
-    const int ntiles = tiles_lo + (n_t - skip_hi + FS_BN - 1) / FS_BN;
+    const FsBlock blk = fs_block<BM>(blockIdx.x, num_p, n_t, blk_lo, blk_hi, blk_skip_lo, blk_skip_hi);
+    const int p_lo = blk.p_lo, rows = blk.rows, ntiles = blk.ntiles;
 
     if (tid == 0) {
         first_tile = ntiles;
@@ -98,48 +87,12 @@ __device__ __forceinline__ void fused_select_body(
         over_s[0] = over_s[1] = 0;
     }
     __syncthreads();
-    for (int r = tid; r < BM; r += THREADS) {
-        float tq = -fs_finf(), tk = -fs_finf();
-        int cnt = 0, start = 0, qc = -1, src = -1;
-        if (r < rows) {
-            const int p = p_lo + r;
-            const int slot = slots ? slots[p] : slot_base + p;
-            const int row = row_src ? row_src[slot] : slot;
-            src = row;
-            start = start_tile ? start_tile[slot] : 0;
-            atomicMin(&first_tile, start);
-            atomicMax(&last_start, start);
-            if (mode == 0) {
-                const double t = fs_threshold(theta[slot], alpha[row], beta[row]);
-                tk = __double2float_ru(t);
-                tq = __double2float_ru(__dsub_ru(t, qn2[row]));
-                cnt = count[p];
-                qc = qcomp ? qcomp[row] : -1;
-                resume[slot] = -1;
-            }
-        }
-        tq_s[r] = tq;
-        tk_s[r] = tk;
-        cnt_s[r] = cnt;
-        start_s[r] = start;
-        qcomp_s[r] = qc;
-        if (STREAM_A) src_s[r] = src;
-    }
-    if (!STREAM_A) {  // the block's rows, once: zeros past its rows and past d
-        const int row_chunks = dpad >> 3;
-        for (int c = tid; c < BM * row_chunks; c += THREADS) {
-            const int r = c / row_chunks, chunk = c - r * row_chunks;
-            const bool valid = r < rows;
-            long long src_row = 0;
-            if (valid) {
-                const int slot = slots ? slots[p_lo + r] : slot_base + p_lo + r;
-                src_row = row_src ? row_src[slot] : slot;
-            }
-            fs_cp16(As + r * astride + chunk * 8, qa + src_row * dpad + chunk * 8, valid);
-        }
-        fs_commit();
-    }
-    __syncthreads();  // first_tile, last_start (and src_s)
+    fs_rows_begin<BM, THREADS, STREAM_A>(rs, tid, p_lo, rows, mode, slots, slot_base, row_src, start_tile, theta,
+                                         alpha, beta, qn2, count, qcomp, resume, &first_tile, &last_start);
+    if (!STREAM_A)  // the block's rows, once (rows of dpad + 8 halves: conflict-free ldmatrix)
+        fs_load_block_rows<BM, THREADS>(As, [&](int r, int chunk) { return r * astride + chunk * 8; }, qa, dpad, tid,
+                                        p_lo, rows, slots, slot_base, row_src);
+    __syncthreads();  // first_tile, last_start (and rs.src)
 
     const int kc_count = dpad / BK;
     const int t_begin = first_tile;
@@ -147,13 +100,12 @@ __device__ __forceinline__ void fused_select_body(
     const int total = (ntiles - t_begin) * kc_count;
     // the loads run FS_STAGES - 1 chunks ahead: their own (tile, chunk) and column
     int load_tile = t_begin, load_kc = 0, load_stage = 0;
-    auto col_of = [&](int tile) { return tile < tiles_lo ? tile * FS_BN : skip_hi + (tile - tiles_lo) * FS_BN; };
     auto load_next = [&]() {
         if (load_tile < ntiles) {
-            const int col0 = col_of(load_tile);
+            const int col0 = blk.col(load_tile);
             if (STREAM_A)  // the rows' chunk and the targets', one stage
                 fs_load_rows<THREADS, BM, BK>(As + load_stage * BM * BROW, qa, dpad, load_kc * BK, tid,
-                                              [&](int r) { return src_s[r]; });
+                                              [&](int r) { return rs.src[r]; });
             fs_load_rows<THREADS, FS_BN, BK>(Bs + load_stage * FS_BN * BROW, tb, dpad, load_kc * BK, tid,
                                              [&](int r) { return col0 + r < n_t ? col0 + r : -1; });
         }
@@ -182,15 +134,9 @@ __device__ __forceinline__ void fused_select_body(
             if (over_s[(tile - 1) & 1]) {  // the last tile filled a buffer: compact it before this selection
                 __syncthreads();
                 if (tid == 0) over_s[(tile - 1) & 1] = 0;
-                for (int r = warp; r < rows; r += WARPS) {
-                    if (cnt_s[r] > cap - 2 * FS_BN && tq_s[r] != -fs_finf()) {
-                        const int p = p_lo + r;
-                        const int slot = slots ? slots[p] : slot_base + p;
-                        const int row = row_src ? row_src[slot] : slot;
-                        fs_compact(lane, r, p, slot, row, tile, true, m, cap, buf_key, buf_pos, qn2, qcore, tcore_d,
-                                   alpha, beta, theta, tq_out, resume, stops, tq_s, tk_s, cnt_s);
-                    }
-                }
+                fs_compact_rows<WARPS>(rs, warp, lane, p_lo, rows, cap - 2 * FS_BN, tile, true, slots, slot_base,
+                                       row_src, m, cap, buf_key, buf_pos, qn2, qcore, tcore_d, alpha, beta, theta,
+                                       tq_out, resume, stops);
                 __syncthreads();
             }
 #pragma unroll
@@ -201,10 +147,10 @@ __device__ __forceinline__ void fused_select_body(
                     for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
         }
         const bool last = kc == kc_count - 1;
-        const int col_base = col_of(tile) + wn * 32;
+        const int col_base = blk.col(tile) + wn * 32;
         float tn2[8];
         if (last && mode == 0) {  // the tile's norms, in flight while the last chunk multiplies
-            const int limit = tile < tiles_lo ? skip_lo : n_t;
+            const int limit = blk.limit(tile);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const int col = col_base + (j >> 1) * 8 + 2 * t4 + (j & 1);
@@ -242,7 +188,7 @@ __device__ __forceinline__ void fused_select_body(
         }
         if (!last || mode == 1) continue;
 
-        const int limit = this_tile < tiles_lo ? skip_lo : n_t;
+        const int limit = blk.limit(this_tile);
         if (mode == 2) {
 #pragma unroll
             for (int mt = 0; mt < 4; ++mt)
@@ -267,8 +213,8 @@ __device__ __forceinline__ void fused_select_body(
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = wm * 64 + mt * 16 + g + 8 * h;
-                float tq = tq_s[r];
-                if (staggered && this_tile < start_s[r]) tq = -fs_finf();
+                float tq = rs.tq[r];
+                if (staggered && this_tile < rs.start[r]) tq = -fs_finf();
                 float least = fs_finf();
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt)
@@ -293,32 +239,18 @@ __device__ __forceinline__ void fused_select_body(
                         for (int e = 0; e < 2; ++e)
                             if (i == 2 * mt + h) acc2[2 * nt + e] = acc[mt][nt][2 * h + e];
             const int r = wm * 64 + (i >> 1) * 16 + g + 8 * (i & 1);
-            over |= fs_append(acc2, tn2, r, col_base, t4, limit, p_lo + r, tcore_f, tcomp, tq_s[r], tk_s[r],
-                              qcomp_s[r], cnt_s, buf_key, buf_pos, cap);
+            over |= fs_append(acc2, tn2, r, col_base, t4, limit, p_lo + r, tcore_f, tcomp, rs.tq[r], rs.tk[r],
+                              rs.qcomp[r], rs.cnt, buf_key, buf_pos, cap);
         }
         if (over) over_s[this_tile & 1] = 1;
     }
     fs_wait<0>();
     if (mode != 0) return;
     __syncthreads();
-    // every buffer compacted once more, so the flush rechecks only what the tightest threshold keeps
-    // (thresholds tighten only when a buffer fills: most rows' last one came from a few tiles)
-    for (int r = warp; r < rows; r += WARPS) {
-        if (cnt_s[r] > m && tq_s[r] != -fs_finf()) {
-            const int p = p_lo + r;
-            const int slot = slots ? slots[p] : slot_base + p;
-            const int row = row_src ? row_src[slot] : slot;
-            fs_compact(lane, r, p, slot, row, ntiles, false, m, cap, buf_key, buf_pos, qn2, qcore, tcore_d,
-                       alpha, beta, theta, tq_out, resume, stops, tq_s, tk_s, cnt_s);
-        }
-    }
+    fs_compact_rows<WARPS>(rs, warp, lane, p_lo, rows, m, ntiles, false, slots, slot_base, row_src, m, cap, buf_key,
+                           buf_pos, qn2, qcore, tcore_d, alpha, beta, theta, tq_out, resume, stops);
     __syncthreads();
-    for (int r = tid; r < rows; r += THREADS) {
-        const int p = p_lo + r;
-        const int slot = slots ? slots[p] : slot_base + p;
-        count[p] = cnt_s[r];
-        if (tq_s[r] != -fs_finf()) tq_out[slot] = tq_s[r];  // a stopped row's was written as it stopped
-    }
+    fs_rows_end<THREADS>(rs, tid, p_lo, rows, slots, slot_base, count, tq_out);
 }
 
 #ifndef FS_MIN_BLOCKS_128

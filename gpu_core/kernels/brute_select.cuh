@@ -1,6 +1,7 @@
 // The fused selection's shared pieces (kernels/brute.cu, kernels/brute_wgmma.cu): the tiles' and
-// the filter's constants, cp.async loads, and each row's selection (its buffer's compaction and the
-// slow path that appends a row's candidates). Design: docs/design/brute-force.md.
+// the filter's constants, cp.async loads, the block's rows' state (set up, compacted, written back)
+// and each row's selection (its buffer's compaction and the slow path that appends a row's
+// candidates); the kernels keep their own products and pipelines. Design: docs/design/brute-force.md.
 
 #define FS_BN 128                  // targets per tile (BN in brute_gpu.py)
 #define FS_STAGES 3                // pipeline stages of BK coordinates (64, or 32 for the widest rows)
@@ -91,6 +92,68 @@ __device__ __forceinline__ void fs_load_rows(unsigned short* stage, const unsign
     }
 }
 
+// A block's share of a launch: its rows [p_lo, p_lo + rows) (BM a block, or blk_lo and blk_hi
+// where the launch names them), and its targets: all n_t, or where a row's window skips some
+// (blk_skip_lo and blk_skip_hi) those before skip_lo and from skip_hi on, tiles_lo tiles then the
+// rest, ntiles in all.
+struct FsBlock {
+    int p_lo, rows, n_t, skip_lo, skip_hi, tiles_lo, ntiles;
+    // a tile's first target, and the end of its targets (columns from it on are none)
+    __device__ __forceinline__ int col(int tile) const {
+        return tile < tiles_lo ? tile * FS_BN : skip_hi + (tile - tiles_lo) * FS_BN;
+    }
+    __device__ __forceinline__ int limit(int tile) const { return tile < tiles_lo ? skip_lo : n_t; }
+};
+
+template <int BM>
+__device__ __forceinline__ FsBlock fs_block(int b, int num_p, int n_t, const int* __restrict__ blk_lo,
+                                            const int* __restrict__ blk_hi, const int* __restrict__ blk_skip_lo,
+                                            const int* __restrict__ blk_skip_hi) {
+    FsBlock k;
+    k.p_lo = blk_lo ? blk_lo[b] : b * BM;
+    k.rows = (blk_hi ? blk_hi[b] : min(num_p, k.p_lo + BM)) - k.p_lo;
+    k.n_t = n_t;
+    k.skip_lo = blk_skip_lo ? blk_skip_lo[b] : n_t;
+    k.skip_hi = blk_skip_hi ? blk_skip_hi[b] : n_t;
+    k.tiles_lo = (k.skip_lo + FS_BN - 1) / FS_BN;
+    k.ntiles = k.tiles_lo + (n_t - k.skip_hi + FS_BN - 1) / FS_BN;
+    return k;
+}
+
+// The block's rows' state in shared memory, BM entries each, after the stages: the threshold of b
+// (tq; -inf: the row stopped, or it is past the block's rows), of the filtered key (tk), the count
+// of the row's buffer, the tile the row starts at (a relaunch resumes rows at different tiles), its
+// component, and its row of qa (src, -1 past the block's rows; allocated only by the builds that
+// read the rows through the stages).
+struct FsRows {
+    float* tq;
+    float* tk;
+    int* cnt;
+    int* start;
+    int* qcomp;
+    int* src;
+};
+
+template <int BM>
+__device__ __forceinline__ FsRows fs_rows_at(void* at) {
+    FsRows s;
+    s.tq = static_cast<float*>(at);
+    s.tk = s.tq + BM;
+    s.cnt = reinterpret_cast<int*>(s.tk + BM);
+    s.start = s.cnt + BM;
+    s.qcomp = s.start + BM;
+    s.src = s.qcomp + BM;
+    return s;
+}
+
+// a launch's row p: its slot (its state), and a slot's row (its data)
+__device__ __forceinline__ int fs_slot(const int* __restrict__ slots, int slot_base, int p) {
+    return slots ? slots[p] : slot_base + p;
+}
+__device__ __forceinline__ int fs_row(const int* __restrict__ row_src, int slot) {
+    return row_src ? row_src[slot] : slot;
+}
+
 // A row's buffer, compacted by one warp: a value with at least m entries at or below it bounds the
 // row's true m-th key as well as the m-th entry itself does, so FS_SELECT_STEPS halvings between
 // the buffer's least and greatest b stand for the exact m-th (32 steps over the keys' bits cost the
@@ -101,8 +164,8 @@ __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, 
                            float* buf_key, int* buf_pos, const double* __restrict__ qn2,
                            const double* __restrict__ qcore, const double* __restrict__ tcore_d,
                            const double* __restrict__ alpha, const double* __restrict__ beta, double* theta,
-                           float* tq_out, int* resume, int* stops, float* tq_s, float* tk_s, int* cnt_s) {
-    const int c = cnt_s[r];
+                           float* tq_out, int* resume, int* stops, const FsRows& s) {
+    const int c = s.cnt[r];
     const long long base = static_cast<long long>(p) * cap;
     if (tcore_d) {  // under mutual reachability: b at least the target's core less qn2, rounded up
         const double n2 = qn2[row];
@@ -161,12 +224,12 @@ __device__ void fs_compact(int lane, int r, int p, int slot, int row, int tile, 
     }
     if (lane == 0) {
         theta[slot] = th;
-        cnt_s[r] = w;
-        tk_s[r] = tk;
-        tq_s[r] = tq;
+        s.cnt[r] = w;
+        s.tk[r] = tk;
+        s.tq[r] = tq;
         if (may_stop && w > cap - 2 * FS_BN) {
-            tq_out[slot] = tq;  // the flush's limit (tq_s now marks the row stopped)
-            tq_s[r] = -fs_finf();
+            tq_out[slot] = tq;  // the flush's limit (s.tq now marks the row stopped)
+            s.tq[r] = -fs_finf();
             resume[slot] = tile;
             atomicAdd(stops, 1);
         }
@@ -216,6 +279,100 @@ __device__ __forceinline__ bool fs_append(const float (&acc2)[8], const float (&
         over |= at + 1 > cap - 2 * FS_BN;
     }
     return over;
+}
+
+// The block's rows set up (rows [p_lo, p_lo + rows) of the launch; past them, stopped rows): each
+// row's start tile (the block's least and greatest to first_tile and last_start, which hold the
+// block's tile count and 0 before) and, where the build has them (SRC), its source row; when
+// selecting (mode 0) its thresholds from theta, its buffer's count and component, and its resume
+// cleared.
+template <int BM, int THREADS, bool SRC>
+__device__ __forceinline__ void fs_rows_begin(const FsRows& s, int tid, int p_lo, int rows, int mode,
+                                              const int* __restrict__ slots, int slot_base,
+                                              const int* __restrict__ row_src, const int* __restrict__ start_tile,
+                                              const double* theta, const double* __restrict__ alpha,
+                                              const double* __restrict__ beta, const double* __restrict__ qn2,
+                                              const int* count, const int* __restrict__ qcomp, int* resume,
+                                              int* first_tile, int* last_start) {
+    for (int r = tid; r < BM; r += THREADS) {
+        float tq = -fs_finf(), tk = -fs_finf();
+        int cnt = 0, start = 0, qc = -1, src = -1;
+        if (r < rows) {
+            const int p = p_lo + r;
+            const int slot = fs_slot(slots, slot_base, p);
+            const int row = fs_row(row_src, slot);
+            src = row;
+            start = start_tile ? start_tile[slot] : 0;
+            atomicMin(first_tile, start);
+            atomicMax(last_start, start);
+            if (mode == 0) {
+                const double t = fs_threshold(theta[slot], alpha[row], beta[row]);
+                tk = __double2float_ru(t);
+                tq = __double2float_ru(__dsub_ru(t, qn2[row]));
+                cnt = count[p];
+                qc = qcomp ? qcomp[row] : -1;
+                resume[slot] = -1;
+            }
+        }
+        s.tq[r] = tq;
+        s.tk[r] = tk;
+        s.cnt[r] = cnt;
+        s.start[r] = start;
+        s.qcomp[r] = qc;
+        if (SRC) s.src[r] = src;
+    }
+}
+
+// The resident builds' rows, once: the block's rows' float16 coordinates (zeros past its rows; qa's
+// rows are padded to dpad), 16-byte piece c of row r at at(r, c) halves from As; one commit group.
+template <int BM, int THREADS, typename At>
+__device__ __forceinline__ void fs_load_block_rows(unsigned short* As, At at, const unsigned short* __restrict__ qa,
+                                                   int dpad, int tid, int p_lo, int rows,
+                                                   const int* __restrict__ slots, int slot_base,
+                                                   const int* __restrict__ row_src) {
+    const int row_chunks = dpad >> 3;
+    for (int c = tid; c < BM * row_chunks; c += THREADS) {
+        const int r = c / row_chunks, chunk = c - r * row_chunks;
+        const bool valid = r < rows;
+        long long src_row = 0;
+        if (valid) src_row = fs_row(row_src, fs_slot(slots, slot_base, p_lo + r));
+        fs_cp16(As + at(r, chunk), qa + src_row * dpad + chunk * 8, valid);
+    }
+    fs_commit();
+}
+
+// fs_compact of every row still selecting whose buffer holds more than `over` entries, a warp a row:
+// within the loop (may_stop, before tile's selection) those that may not take two more tiles; at the
+// end, all that hold more than m, so the flush rechecks only what the tightest threshold keeps
+// (thresholds tighten only when a buffer fills: most rows' last one came from a few tiles).
+template <int WARPS>
+__device__ __forceinline__ void fs_compact_rows(const FsRows& s, int warp, int lane, int p_lo, int rows, int over,
+                                                int tile, bool may_stop, const int* __restrict__ slots,
+                                                int slot_base, const int* __restrict__ row_src, int m, int cap,
+                                                float* buf_key, int* buf_pos, const double* __restrict__ qn2,
+                                                const double* __restrict__ qcore, const double* __restrict__ tcore_d,
+                                                const double* __restrict__ alpha, const double* __restrict__ beta,
+                                                double* theta, float* tq_out, int* resume, int* stops) {
+    for (int r = warp; r < rows; r += WARPS) {
+        if (s.cnt[r] > over && s.tq[r] != -fs_finf()) {
+            const int p = p_lo + r;
+            const int slot = fs_slot(slots, slot_base, p);
+            fs_compact(lane, r, p, slot, fs_row(row_src, slot), tile, may_stop, m, cap, buf_key, buf_pos, qn2, qcore,
+                       tcore_d, alpha, beta, theta, tq_out, resume, stops, s);
+        }
+    }
+}
+
+// The block's rows' counts, and the final thresholds of those still selecting (a stopped row's was
+// written as it stopped), back to device memory.
+template <int THREADS>
+__device__ __forceinline__ void fs_rows_end(const FsRows& s, int tid, int p_lo, int rows,
+                                            const int* __restrict__ slots, int slot_base, int* count, float* tq_out) {
+    for (int r = tid; r < rows; r += THREADS) {
+        const int p = p_lo + r;
+        count[p] = s.cnt[r];
+        if (s.tq[r] != -fs_finf()) tq_out[fs_slot(slots, slot_base, p)] = s.tq[r];
+    }
 }
 
 // the fused selection kernels' parameters (kernels/brute.cu and kernels/brute_wgmma.cu)

@@ -110,25 +110,14 @@ __device__ __forceinline__ void fused_select_wg_body(FUSED_SELECT_PARAMS) {
     unsigned short* As = reinterpret_cast<unsigned short*>(wg_smem);
     unsigned short* Bs = As + (STREAM_A ? FS_STAGES : dpad / BK) * A_SLAB;
     float* tn_s = reinterpret_cast<float*>(Bs + FS_STAGES * B_STAGE);  // a stage's tile's norms
-    float* tq_s = tn_s + FS_STAGES * FS_BN;
-    float* tk_s = tq_s + BM;
-    int* cnt_s = reinterpret_cast<int*>(tk_s + BM);
-    int* start_s = cnt_s + BM;
-    int* qcomp_s = start_s + BM;
-    int* src_s = qcomp_s + BM;
+    const FsRows rs = fs_rows_at<BM>(tn_s + FS_STAGES * FS_BN);
     __shared__ int first_tile, last_start;
     __shared__ int over_s[2];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
-    const int b = blockIdx.x;
-    const int p_lo = blk_lo ? blk_lo[b] : b * BM;
-    const int p_hi = blk_hi ? blk_hi[b] : min(num_p, p_lo + BM);
-    const int rows = p_hi - p_lo;
-    const int skip_lo = blk_skip_lo ? blk_skip_lo[b] : n_t;
-    const int skip_hi = blk_skip_hi ? blk_skip_hi[b] : n_t;
-    const int tiles_lo = (skip_lo + FS_BN - 1) / FS_BN;
-    const int ntiles = tiles_lo + (n_t - skip_hi + FS_BN - 1) / FS_BN;
+    const FsBlock blk = fs_block<BM>(blockIdx.x, num_p, n_t, blk_lo, blk_hi, blk_skip_lo, blk_skip_hi);
+    const int p_lo = blk.p_lo, rows = blk.rows, ntiles = blk.ntiles;
 
     if (tid == 0) {
         first_tile = ntiles;
@@ -136,61 +125,25 @@ __device__ __forceinline__ void fused_select_wg_body(FUSED_SELECT_PARAMS) {
         over_s[0] = over_s[1] = 0;
     }
     __syncthreads();
-    for (int r = tid; r < BM; r += THREADS) {
-        float tq = -fs_finf(), tk = -fs_finf();
-        int cnt = 0, start = 0, qc = -1, src = -1;
-        if (r < rows) {
-            const int p = p_lo + r;
-            const int slot = slots ? slots[p] : slot_base + p;
-            const int row = row_src ? row_src[slot] : slot;
-            src = row;
-            start = start_tile ? start_tile[slot] : 0;
-            atomicMin(&first_tile, start);
-            atomicMax(&last_start, start);
-            if (mode == 0) {
-                const double t = fs_threshold(theta[slot], alpha[row], beta[row]);
-                tk = __double2float_ru(t);
-                tq = __double2float_ru(__dsub_ru(t, qn2[row]));
-                cnt = count[p];
-                qc = qcomp ? qcomp[row] : -1;
-                resume[slot] = -1;
-            }
-        }
-        tq_s[r] = tq;
-        tk_s[r] = tk;
-        cnt_s[r] = cnt;
-        start_s[r] = start;
-        qcomp_s[r] = qc;
-        src_s[r] = src;
-    }
-    if (!STREAM_A) {  // the block's rows, once: zeros past its rows and past d
-        const int row_chunks = dpad >> 3;
-        for (int c = tid; c < BM * row_chunks; c += THREADS) {
-            const int r = c / row_chunks, chunk = c - r * row_chunks;
-            const bool valid = r < rows;
-            long long src_row = 0;
-            if (valid) {
-                const int slot = slots ? slots[p_lo + r] : slot_base + p_lo + r;
-                src_row = row_src ? row_src[slot] : slot;
-            }
-            fs_cp16(As + (chunk >> 3) * A_SLAB + wg_at(r, chunk & 7), qa + src_row * dpad + chunk * 8, valid);
-        }
-        fs_commit();
-    }
-    __syncthreads();  // first_tile, last_start, src_s
+    fs_rows_begin<BM, THREADS, true>(rs, tid, p_lo, rows, mode, slots, slot_base, row_src, start_tile, theta, alpha,
+                                     beta, qn2, count, qcomp, resume, &first_tile, &last_start);
+    if (!STREAM_A)  // the block's rows, once, in slabs of 64 coordinates
+        fs_load_block_rows<BM, THREADS>(
+            As, [&](int r, int chunk) { return (chunk >> 3) * A_SLAB + wg_at(r, chunk & 7); }, qa, dpad, tid, p_lo,
+            rows, slots, slot_base, row_src);
+    __syncthreads();  // first_tile, last_start, rs.src
 
     const int kc_count = dpad / BK;
     const int t_begin = first_tile;
     const bool staggered = last_start != t_begin;
     const int total = (ntiles - t_begin) * kc_count;
     int load_tile = t_begin, load_kc = 0, load_stage = 0;
-    auto col_of = [&](int tile) { return tile < tiles_lo ? tile * FS_BN : skip_hi + (tile - tiles_lo) * FS_BN; };
     auto load_next = [&]() {
         if (load_tile < ntiles) {
-            const int col0 = col_of(load_tile);
+            const int col0 = blk.col(load_tile);
             if (STREAM_A)
                 wg_load_rows<THREADS, BM>(As + load_stage * A_SLAB, qa, dpad, load_kc * BK, tid,
-                                          [&](int r) { return src_s[r]; });
+                                          [&](int r) { return rs.src[r]; });
             wg_load_rows<THREADS, FS_BN>(Bs + load_stage * B_STAGE, tb, dpad, load_kc * BK, tid,
                                          [&](int r) { return col0 + r < n_t ? col0 + r : -1; });
             if (mode == 0 && load_kc == kc_count - 1 && tid < FS_BN) {  // the tile's norms, with its last chunk
@@ -221,15 +174,9 @@ __device__ __forceinline__ void fused_select_wg_body(FUSED_SELECT_PARAMS) {
         if (kc == 0 && over_s[(tile - 1) & 1]) {  // the last tile filled a buffer: compact it first
             __syncthreads();
             if (tid == 0) over_s[(tile - 1) & 1] = 0;
-            for (int r = warp; r < rows; r += WARPS) {
-                if (cnt_s[r] > cap - 2 * FS_BN && tq_s[r] != -fs_finf()) {
-                    const int p = p_lo + r;
-                    const int slot = slots ? slots[p] : slot_base + p;
-                    const int row = row_src ? row_src[slot] : slot;
-                    fs_compact(lane, r, p, slot, row, tile, true, m, cap, buf_key, buf_pos, qn2, qcore, tcore_d, alpha,
-                               beta, theta, tq_out, resume, stops, tq_s, tk_s, cnt_s);
-                }
-            }
+            fs_compact_rows<WARPS>(rs, warp, lane, p_lo, rows, cap - 2 * FS_BN, tile, true, slots, slot_base, row_src,
+                                   m, cap, buf_key, buf_pos, qn2, qcore, tcore_d, alpha, beta, theta, tq_out, resume,
+                                   stops);
             __syncthreads();
         }
         const bool last = kc == kc_count - 1;
@@ -251,8 +198,8 @@ __device__ __forceinline__ void fused_select_wg_body(FUSED_SELECT_PARAMS) {
         }
         if (!last || mode == 1) continue;
 
-        const int limit = this_tile < tiles_lo ? skip_lo : n_t;
-        const int tile_col = col_of(this_tile);
+        const int limit = blk.limit(this_tile);
+        const int tile_col = blk.col(this_tile);
         const int lim_rel = limit - tile_col;  // the tile's columns [0, lim_rel) are targets
         if (mode == 2) {
 #pragma unroll
@@ -275,7 +222,7 @@ __device__ __forceinline__ void fused_select_wg_body(FUSED_SELECT_PARAMS) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r = warp * 16 + g + 8 * h;
-            tq[h] = (staggered && this_tile < start_s[r]) ? -fs_finf() : tq_s[r];
+            tq[h] = (staggered && this_tile < rs.start[r]) ? -fs_finf() : rs.tq[r];
         }
         unsigned pass = 0;  // bit 2 q + h: row h has a product of quarter q under its threshold
 #pragma unroll
@@ -318,30 +265,18 @@ __device__ __forceinline__ void fused_select_wg_body(FUSED_SELECT_PARAMS) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) tn2[2 * jj + e] = tn[32 * q + 8 * jj + 2 * t4 + e];
             const int r = warp * 16 + g + 8 * h;
-            over |= fs_append(acc2, tn2, r, tile_col + 32 * q, t4, limit, p_lo + r, tcore_f, tcomp, tq_s[r], tk_s[r],
-                              qcomp_s[r], cnt_s, buf_key, buf_pos, cap);
+            over |= fs_append(acc2, tn2, r, tile_col + 32 * q, t4, limit, p_lo + r, tcore_f, tcomp, rs.tq[r],
+                              rs.tk[r], rs.qcomp[r], rs.cnt, buf_key, buf_pos, cap);
         }
         if (over) over_s[this_tile & 1] = 1;
     }
     fs_wait<0>();
     if (mode != 0) return;
     __syncthreads();
-    for (int r = warp; r < rows; r += WARPS) {
-        if (cnt_s[r] > m && tq_s[r] != -fs_finf()) {
-            const int p = p_lo + r;
-            const int slot = slots ? slots[p] : slot_base + p;
-            const int row = row_src ? row_src[slot] : slot;
-            fs_compact(lane, r, p, slot, row, ntiles, false, m, cap, buf_key, buf_pos, qn2, qcore, tcore_d, alpha, beta,
-                       theta, tq_out, resume, stops, tq_s, tk_s, cnt_s);
-        }
-    }
+    fs_compact_rows<WARPS>(rs, warp, lane, p_lo, rows, m, ntiles, false, slots, slot_base, row_src, m, cap, buf_key,
+                           buf_pos, qn2, qcore, tcore_d, alpha, beta, theta, tq_out, resume, stops);
     __syncthreads();
-    for (int r = tid; r < rows; r += THREADS) {
-        const int p = p_lo + r;
-        const int slot = slots ? slots[p] : slot_base + p;
-        count[p] = cnt_s[r];
-        if (tq_s[r] != -fs_finf()) tq_out[slot] = tq_s[r];
-    }
+    fs_rows_end<THREADS>(rs, tid, p_lo, rows, slots, slot_base, count, tq_out);
 }
 
 // the block's rows resident in shared memory (dpad / 64 tiles of 16 KiB)

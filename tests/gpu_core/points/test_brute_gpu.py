@@ -261,37 +261,57 @@ def record_relaunches(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return relaunches
 
 
+Searches = tuple[dict[int, list[np.ndarray]], dict[int, gpu_core.EuclideanTree]]
+
+
+def searches(index: BruteGpuIndex) -> Searches:
+    """An index's nearest lists (k = 1 and 26) and its Euclidean and mutual-reachability (k = 5)
+    trees."""
+    import cupy
+
+    lists = {k: [cupy.asnumpy(x) for x in index.nearest(k)] for k in (1, 26)}
+    trees = {k: index.tree(k, time.perf_counter(), True, False) for k in (1, 5)}
+    return lists, trees
+
+
+def same_searches(index: BruteGpuIndex, want: Searches, name: str) -> None:
+    """The index's searches are ``want``'s, bit for bit."""
+    got_lists, got_trees = searches(index)
+    for k, (ids, keys) in want[0].items():
+        got_ids, got_keys = got_lists[k]
+        assert np.array_equal(got_ids, ids) and np.array_equal(got_keys, keys), f"{name} nearest {k}"
+    for k, tree in want[1].items():
+        same_trees(got_trees[k], tree, f"{name} k={k}")
+
+
+def stopping_cases(d: int) -> list[tuple[PointSet, dict]]:
+    """Blobs of n not a multiple of 128, and far clusters whose rows stop (buffers of 384, batches
+    of 100) and are launched again."""
+    return [
+        (blobs(d, 1001, d, centers=5, spread=0.3), {}),
+        (far_clusters(d, 700, d), {"cap": 384, "batch": 100}),
+    ]
+
+
 @pytest.mark.parametrize("d", [100, 384, 768, 1024])
 def test_the_streamed_builds_lists_and_trees_are_the_resident_builds(
     d: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The streamed builds' nearest lists and Euclidean and mutual-reachability trees equal the
-    resident build's: blobs of n not a multiple of 128, and far clusters whose rows stop (buffers of
-    384) and are launched again."""
-    import cupy
-
+    resident build's (:func:`stopping_cases`)."""
     relaunches = record_relaunches(monkeypatch)
     monkeypatch.delenv(brute_gpu.STREAM_ENV, raising=False)
-    cases = [
-        (blobs(d, 1001, d, centers=5, spread=0.3), {}),
-        (far_clusters(d, 700, d), {"cap": 384, "batch": 100}),
-    ]
-    for ps, knobs in cases:
+    for ps, knobs in stopping_cases(d):
         points = np.ascontiguousarray(ps.points, dtype=np.float64)
         resident = BruteGpuIndex(points, stream=False, wgmma=False, **knobs)
         assert not resident.engine.variant.stream
-        lists = {k: [cupy.asnumpy(x) for x in resident.nearest(k)] for k in (1, 26)}
-        trees = {k: resident.tree(k, time.perf_counter(), True, False) for k in (1, 5)}
+        want = searches(resident)
         for chunk in (64, 32):
             relaunches.clear()
             streamed = BruteGpuIndex(points, chunk=chunk, stream=True, wgmma=False, **knobs)
             assert streamed.engine.variant == Variant(128, chunk, stream=True)
             name = f"{ps.name} {streamed.engine.variant.kernel}"
-            for k, (ids, keys) in lists.items():
-                got_ids, got_keys = (cupy.asnumpy(x) for x in streamed.nearest(k))
-                assert np.array_equal(got_ids, ids) and np.array_equal(got_keys, keys), f"{name} nearest {k}"
-            for k, tree in trees.items():
-                same_trees(streamed.tree(k, time.perf_counter(), True, False), tree, f"{name} k={k}")
+            same_searches(streamed, want, name)
             if knobs:
                 assert any(relaunches), f"{name}: the rows should have stopped"
 
@@ -330,24 +350,15 @@ def test_the_wgmma_builds_products_are_mma_syncs_bits(n: int, d: int) -> None:
 @pytest.mark.parametrize("d", [40, 128, 384, 768])
 def test_the_wgmma_builds_lists_and_trees_are_mma_syncs(d: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The wgmma builds' nearest lists and Euclidean and mutual-reachability trees equal the mma.sync
-    build's: blobs of n not a multiple of 128, far clusters whose rows stop (buffers of 384) and are
-    launched again, and the default build the GPU itself picks."""
-    import cupy
-
+    build's (:func:`stopping_cases`), and the default build the GPU itself picks is a wgmma one."""
     needs_wgmma()
     relaunches = record_relaunches(monkeypatch)
     monkeypatch.delenv(brute_gpu.STREAM_ENV, raising=False)
     monkeypatch.delenv(brute_gpu.WGMMA_ENV, raising=False)
     assert BruteGpuIndex(np.eye(d + 1, d), stream=None).engine.variant.wgmma
-    cases = [
-        (blobs(d, 1001, d, centers=5, spread=0.3), {}),
-        (far_clusters(d, 700, d), {"cap": 384, "batch": 100}),
-    ]
-    for ps, knobs in cases:
+    for ps, knobs in stopping_cases(d):
         points = np.ascontiguousarray(ps.points, dtype=np.float64)
-        mma = BruteGpuIndex(points, chunk=64, wgmma=False, **knobs)
-        lists = {k: [cupy.asnumpy(x) for x in mma.nearest(k)] for k in (1, 26)}
-        trees = {k: mma.tree(k, time.perf_counter(), True, False) for k in (1, 5)}
+        want = searches(BruteGpuIndex(points, chunk=64, wgmma=False, **knobs))
         for stream in (False, True):
             if not stream and d > 640:
                 continue  # no resident wgmma block holds these rows
@@ -355,11 +366,7 @@ def test_the_wgmma_builds_lists_and_trees_are_mma_syncs(d: int, monkeypatch: pyt
             wg = BruteGpuIndex(points, stream=stream, wgmma=True, **knobs)
             assert wg.engine.variant == Variant(128, 64, stream=stream, wgmma=True)
             name = f"{ps.name} {wg.engine.variant.kernel}"
-            for k, (ids, keys) in lists.items():
-                got_ids, got_keys = (cupy.asnumpy(x) for x in wg.nearest(k))
-                assert np.array_equal(got_ids, ids) and np.array_equal(got_keys, keys), f"{name} nearest {k}"
-            for k, tree in trees.items():
-                same_trees(wg.tree(k, time.perf_counter(), True, False), tree, f"{name} k={k}")
+            same_searches(wg, want, name)
             if knobs:
                 assert any(relaunches), f"{name}: the rows should have stopped"
 
