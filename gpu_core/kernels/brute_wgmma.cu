@@ -49,9 +49,8 @@ __device__ __forceinline__ void wg_hold(float (&d)[64]) {
 // cp.async's writes to shared memory made visible to the tensor cores' reads (the async proxy)
 __device__ __forceinline__ void wg_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-__device__ __forceinline__ void wg_cp4(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(fs_smem_addr(dst)), "l"(src),
-                 "r"(valid ? 4 : 0));
+__device__ __forceinline__ void wg_cp4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(fs_smem_addr(dst)), "l"(src));
 }
 
 // A stage's loads, swizzled: ROWS rows' coordinates [k0, k0 + 64); row r of the stage is row
@@ -146,9 +145,15 @@ __device__ __forceinline__ void fused_select_wg_body(FUSED_SELECT_PARAMS) {
                                           [&](int r) { return rs.src[r]; });
             wg_load_rows<THREADS, FS_BN>(Bs + load_stage * B_STAGE, tb, dpad, load_kc * BK, tid,
                                          [&](int r) { return col0 + r < n_t ? col0 + r : -1; });
-            if (mode == 0 && load_kc == kc_count - 1 && tid < FS_BN) {  // the tile's norms, with its last chunk
+            if (mode == 0 && load_kc == kc_count - 1 && tid < FS_BN) {
+                // the tile's norms, with its last chunk; +inf for columns past its targets, so their
+                // filtered keys are +inf and the fast path needs no test of the column
                 const int col = col0 + tid;
-                wg_cp4(tn_s + load_stage * FS_BN + tid, tn2f + (col < n_t ? col : 0), col < n_t);
+                float* at = tn_s + load_stage * FS_BN + tid;
+                if (col < blk.limit(load_tile))
+                    wg_cp4(at, tn2f + col);
+                else
+                    *at = fs_finf();
             }
         }
         fs_commit();
@@ -233,13 +238,10 @@ __device__ __forceinline__ void fused_select_wg_body(FUSED_SELECT_PARAMS) {
                 const int j = 4 * q + jj;
                 const float2 t = *reinterpret_cast<const float2*>(tn + 8 * j + 2 * t4);
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
+                for (int e = 0; e < 2; ++e) {  // a column past the targets: tv = +inf, so v = +inf (s is finite)
                     const float tv = e ? t.y : t.x;
-                    const bool in = 8 * j + 2 * t4 + e < lim_rel;
-                    const float v0 = __fmaf_rn(-2.0f, acc[4 * j + e], tv);
-                    const float v1 = __fmaf_rn(-2.0f, acc[4 * j + 2 + e], tv);
-                    least0 = in ? fminf(least0, v0) : least0;
-                    least1 = in ? fminf(least1, v1) : least1;
+                    least0 = fminf(least0, __fmaf_rn(-2.0f, acc[4 * j + e], tv));
+                    least1 = fminf(least1, __fmaf_rn(-2.0f, acc[4 * j + 2 + e], tv));
                 }
             }
             if (least0 <= tq[0]) pass |= 1u << (2 * q);
